@@ -1,0 +1,961 @@
+/*
+** hybridsql: hybrid keyword + vector search for SQLite.
+**
+** A loadable extension (entry point sqlite3_hybridsql_init) that adds:
+**
+**   cosine_similarity(a, b)                  -> REAL in [-1, 1]
+**       cosine of two vectors.  select cosine_similarity('[1,0]', '[1,1]') -> 0.707106781186548
+**   cosine_topk(query, k, id, vector)        -> TEXT, an aggregate
+**       JSON [[id, score], ...] of the k rows most similar to query.
+**       select cosine_topk(:q, 5, rowid, vector) from chunks where project = 'x'
+**   bm25_score(rank [, saturation])          -> REAL in [0, 1)
+**       an FTS5 bm25() rank mapped to a score.  select bm25_score(-4.2) -> 0.295774647887324
+**   hybrid_score(vector_score, bm25_rank [, vector_weight, keyword_weight [, saturation]])
+**       the weighted fusion of both.  select hybrid_score(0.8, -4.2) -> 0.648732394366197
+**   temporal_decay(path, now [, half_life_days]) -> REAL in (0, 1]
+**       decay of a dated memory file.
+**       select temporal_decay('memory/2026-10-22.md', '2026-11-21') -> 0.5
+**   vector_blob(x), vector_json(x)           -> BLOB, TEXT
+**       convert between the encodings.  select vector_json(vector_blob('[0.1, 2]')) -> [0.1,2]
+**   hybridsql_version()                      -> TEXT, e.g. 0.1.0
+**   hybridsql_debug()                        -> TEXT, version, SIMD path and SQLite versions
+**
+** Requirements (the code cites them by number):
+**
+** 1. A vector is a BLOB of float32 little-endian values (4*D bytes, what
+**    numpy's tobytes() gives) or TEXT holding a JSON array of numbers
+**    ('[0.1, 2e-3]').  D is 1 to HS_MAX_DIMS.  Anything else is an error: a
+**    BLOB whose length is not a multiple of 4, an empty vector, malformed
+**    JSON, a value that is NaN or infinite (also one that overflows float32),
+**    an INTEGER or REAL argument.
+** 2. NULL in gives NULL out, unless a requirement says otherwise.
+** 3. Errors are SQL errors whose text names the function, the argument by
+**    position and the numbers: "cosine_topk(): 1st argument has 768
+**    dimensions, row 17 has 384".  Never a crash, never a silent NULL.
+** 4. cosine_similarity(a, b) = a.b / (|a| |b|), computed in double precision
+**    and clamped to [-1, 1]; 0.0 when either vector is all zeros.  Both must
+**    have the same D.
+** 5. cosine_topk(query, k, id, vector) is an aggregate over the rows that its
+**    FROM and WHERE select, so filters apply before the top-k.  query and k
+**    are read from the first row.  k is an INTEGER from 1 to HS_MAX_K.  id is
+**    an INTEGER.  Rows whose vector is NULL are skipped; a NULL query gives
+**    NULL.  The result is JSON text [[id, score], ...] with at most k rows,
+**    score (Requirement 4) descending, ties by id ascending, scores printed
+**    with 17 significant digits; no rows give '[]'.  One pass with a bounded
+**    heap: O(N log k) time, O(k) memory.  Every row's vector must have the
+**    query's D.
+** 6. bm25_score(rank [, saturation]): FTS5's bm25() is negative, lower is
+**    better.  With r = max(0, -rank) the score is r / (saturation + r).  A
+**    NULL rank gives 0.0 (no keyword match).  saturation is a number > 0 and
+**    defaults to HS_SATURATION, chosen by measurement on SciFact (porter
+**    stemming, 0.7 / 0.3 weights: nDCG@10 0.693 at 1, 0.718 at 10), because
+**    typical FTS5 ranks are 10 to 20 and r / (1 + r) flattens them all.
+** 7. hybrid_score(v, rank [, vw, kw [, saturation]]) =
+**    vw * coalesce(v, 0) + kw * bm25_score(rank, saturation); vw and kw
+**    default to 0.7 and 0.3 and must be numbers >= 0.
+** 8. temporal_decay(path, now [, half_life_days]) =
+**    exp(-ln 2 / half_life * max(0, age_days)) when the file name of path
+**    (after the last '/' or '\') is YYYY-MM-DD.md with a real calendar date;
+**    age_days is the time from that date's UTC midnight to now, in days.
+**    1.0 for every other path.  now is unix seconds (INTEGER or REAL) or
+**    ISO-8601 text: YYYY-MM-DD, optionally followed by 'T' or ' ', HH:MM,
+**    optional :SS and fraction, and an optional Z or +HH:MM / -HH:MM offset.
+**    half_life_days defaults to 30 and must be a number > 0.  No clock is
+**    read, so the function is deterministic.
+** 9. vector_blob(x) returns the float32 BLOB of vector x; vector_json(x) its
+**    JSON text, each value printed with the fewest digits (6 to 9) that read
+**    back as the same float32.
+*/
+#include "hybridsql.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "hybridsql stores vectors as little-endian float32 and supports little-endian hosts only"
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HS_X86 1
+#include <immintrin.h>
+#endif
+
+#define HS_VERSION "0.1.0"
+#define HS_MAX_DIMS 65536
+#define HS_MAX_K 10000
+#define HS_SATURATION 10.0
+#define HS_HALF_LIFE 30.0
+#define HS_MAX_NUMBER 511
+
+const char *hs_version(void) { return HS_VERSION; }
+
+/* ------------------------------------------------------------------------
+** Kernels: dot products in double precision, with the SIMD path chosen at
+** run time (HYBRIDSQL_SIMD=generic|sse2|avx2 forces one, for testing).
+*/
+typedef void (*Dot2Fn)(const float *a, const float *b, int64_t d, double *ab, double *bb);
+
+/* ab = a.b and bb = b.b, four partial sums so the compiler can pipeline. */
+static void dot2_generic(const float *a, const float *b, int64_t d, double *ab, double *bb) {
+  double s[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= d; i += 4) {
+    for (int j = 0; j < 4; j++) {
+      double x = a[i + j], y = b[i + j];
+      s[j] += x * y;
+      n[j] += y * y;
+    }
+  }
+  for (; i < d; i++) {
+    double x = a[i], y = b[i];
+    s[0] += x * y;
+    n[0] += y * y;
+  }
+  *ab = (s[0] + s[1]) + (s[2] + s[3]);
+  *bb = (n[0] + n[1]) + (n[2] + n[3]);
+}
+
+#ifdef HS_X86
+static void dot2_sse2(const float *a, const float *b, int64_t d, double *ab, double *bb) {
+  __m128d s0 = _mm_setzero_pd(), s1 = _mm_setzero_pd();
+  __m128d n0 = _mm_setzero_pd(), n1 = _mm_setzero_pd();
+  int64_t i = 0;
+  for (; i + 4 <= d; i += 4) {
+    __m128 va = _mm_loadu_ps(a + i), vb = _mm_loadu_ps(b + i);
+    __m128d alo = _mm_cvtps_pd(va), ahi = _mm_cvtps_pd(_mm_movehl_ps(va, va));
+    __m128d blo = _mm_cvtps_pd(vb), bhi = _mm_cvtps_pd(_mm_movehl_ps(vb, vb));
+    s0 = _mm_add_pd(s0, _mm_mul_pd(alo, blo));
+    s1 = _mm_add_pd(s1, _mm_mul_pd(ahi, bhi));
+    n0 = _mm_add_pd(n0, _mm_mul_pd(blo, blo));
+    n1 = _mm_add_pd(n1, _mm_mul_pd(bhi, bhi));
+  }
+  double s[2], n[2];
+  _mm_storeu_pd(s, _mm_add_pd(s0, s1));
+  _mm_storeu_pd(n, _mm_add_pd(n0, n1));
+  double sa = s[0] + s[1], na = n[0] + n[1];
+  for (; i < d; i++) {
+    double x = a[i], y = b[i];
+    sa += x * y;
+    na += y * y;
+  }
+  *ab = sa;
+  *bb = na;
+}
+
+__attribute__((target("avx2,fma")))
+static double hsum256(__m256d v) {
+  __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
+  lo = _mm_add_pd(lo, hi);
+  return _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
+}
+
+__attribute__((target("avx2,fma")))
+static void dot2_avx2(const float *a, const float *b, int64_t d, double *ab, double *bb) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+  __m256d n0 = _mm256_setzero_pd(), n1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+    __m256d alo = _mm256_cvtps_pd(_mm256_castps256_ps128(va));
+    __m256d ahi = _mm256_cvtps_pd(_mm256_extractf128_ps(va, 1));
+    __m256d blo = _mm256_cvtps_pd(_mm256_castps256_ps128(vb));
+    __m256d bhi = _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1));
+    s0 = _mm256_fmadd_pd(alo, blo, s0);
+    s1 = _mm256_fmadd_pd(ahi, bhi, s1);
+    n0 = _mm256_fmadd_pd(blo, blo, n0);
+    n1 = _mm256_fmadd_pd(bhi, bhi, n1);
+  }
+  double sa = hsum256(_mm256_add_pd(s0, s1)), na = hsum256(_mm256_add_pd(n0, n1));
+  for (; i < d; i++) {
+    double x = a[i], y = b[i];
+    sa += x * y;
+    na += y * y;
+  }
+  *ab = sa;
+  *bb = na;
+}
+#endif
+
+static Dot2Fn dot2_fn;
+static const char *simd_name = "unchosen";
+
+static void choose_simd(void) {
+  const char *force = getenv("HYBRIDSQL_SIMD");
+  Dot2Fn fn = dot2_generic;
+  const char *name = "generic";
+#ifdef HS_X86
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (force && strcmp(force, "generic") == 0) {
+    /* keep the generic path */
+  } else if ((force && strcmp(force, "sse2") == 0) || !avx2) {
+    fn = dot2_sse2;
+    name = "sse2";
+  } else {
+    fn = dot2_avx2;
+    name = "avx2+fma";
+  }
+#else
+  (void)force;
+#endif
+  simd_name = name;
+  dot2_fn = fn; /* a benign race: every thread stores the same values */
+}
+
+static Dot2Fn dot2(void) {
+  if (!dot2_fn) choose_simd();
+  return dot2_fn;
+}
+
+const char *hs_simd_path(void) {
+  dot2();
+  return simd_name;
+}
+
+/* Requirement 4, with the query's squared norm qq already known. */
+static double cosine_with(double qq, const float *q, const float *v, int64_t d, Dot2Fn fn) {
+  double ab, bb;
+  fn(q, v, d, &ab, &bb);
+  if (qq == 0.0 || bb == 0.0) return 0.0;
+  double c = ab / sqrt(qq * bb);
+  return c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
+}
+
+static double squared_norm(const float *v, int64_t d, Dot2Fn fn) {
+  double ab, bb;
+  fn(v, v, d, &ab, &bb);
+  return bb;
+}
+
+double hs_cosine(const float *a, const float *b, int64_t d) {
+  Dot2Fn fn = dot2();
+  return cosine_with(squared_norm(a, d, fn), a, b, d, fn);
+}
+
+void hs_cosine_many(const float *q, const float *m, int64_t n, int64_t d, double *out) {
+  Dot2Fn fn = dot2();
+  double qq = squared_norm(q, d, fn);
+  for (int64_t i = 0; i < n; i++) out[i] = cosine_with(qq, q, m + i * d, d, fn);
+}
+
+int64_t hs_first_nonfinite(const float *v, int64_t d) {
+  for (int64_t i = 0; i < d; i++) {
+    if (!isfinite(v[i])) return i;
+  }
+  return -1;
+}
+
+/* ------------------------------------------------------------------------
+** A bounded min-heap of (score, id): the root is the worst kept row.
+** "Better" is a higher score, then a lower id (Requirement 5).
+*/
+typedef struct Hit {
+  double score;
+  int64_t id;
+} Hit;
+
+static int better(const Hit *a, const Hit *b) {
+  return a->score > b->score || (a->score == b->score && a->id < b->id);
+}
+
+static void sift_down(Hit *h, int64_t n, int64_t i) {
+  for (;;) {
+    int64_t l = 2 * i + 1, r = l + 1, w = i;
+    if (l < n && better(&h[w], &h[l])) w = l;
+    if (r < n && better(&h[w], &h[r])) w = r;
+    if (w == i) return;
+    Hit t = h[i];
+    h[i] = h[w];
+    h[w] = t;
+    i = w;
+  }
+}
+
+static void heap_push(Hit *h, int64_t *n, int64_t k, Hit x) {
+  if (*n < k) {
+    int64_t i = (*n)++;
+    h[i] = x;
+    while (i > 0) {
+      int64_t p = (i - 1) / 2;
+      if (!better(&h[p], &h[i])) break;
+      Hit t = h[p];
+      h[p] = h[i];
+      h[i] = t;
+      i = p;
+    }
+  } else if (better(&x, &h[0])) {
+    h[0] = x;
+    sift_down(h, *n, 0);
+  }
+}
+
+static int cmp_hits(const void *a, const void *b) {
+  const Hit *x = a, *y = b;
+  if (better(x, y)) return -1;
+  return better(y, x) ? 1 : 0;
+}
+
+int64_t hs_topk(const float *q, const float *m, const int64_t *ids, int64_t n, int64_t d,
+                int64_t k, int64_t *out_ids, double *out_scores) {
+  if (k <= 0) return 0;
+  Hit *heap = malloc(sizeof(Hit) * (size_t)(k < n ? k : (n > 0 ? n : 1)));
+  if (!heap) return -1;
+  Dot2Fn fn = dot2();
+  double qq = squared_norm(q, d, fn);
+  int64_t len = 0;
+  for (int64_t i = 0; i < n; i++) {
+    Hit x = {cosine_with(qq, q, m + i * d, d, fn), ids ? ids[i] : i};
+    heap_push(heap, &len, k, x);
+  }
+  qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
+  for (int64_t i = 0; i < len; i++) {
+    out_ids[i] = heap[i].id;
+    out_scores[i] = heap[i].score;
+  }
+  free(heap);
+  return len;
+}
+
+/* ------------------------------------------------------------------------
+** Scores (Requirements 6 and 8).
+*/
+double hs_bm25_score(double rank, double saturation) {
+  double r = rank < 0 ? -rank : 0.0;
+  return r / (saturation + r);
+}
+
+double hs_decay(double age_days, double half_life_days) {
+  if (age_days < 0) age_days = 0;
+  return exp(-log(2.0) / half_life_days * age_days);
+}
+
+/* Days from 1970-01-01 to a civil date (Howard Hinnant's algorithm). */
+static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
+  y -= m <= 2;
+  int64_t era = (y >= 0 ? y : y - 399) / 400;
+  int64_t yoe = y - era * 400;
+  int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+static int days_in_month(int64_t y, int64_t m) {
+  static const int dm[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return dm[m - 1] + (m == 2 && leap);
+}
+
+static int digits(const char *s, int n, int64_t *v) {
+  int64_t x = 0;
+  for (int i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return 0;
+    x = x * 10 + (s[i] - '0');
+  }
+  *v = x;
+  return 1;
+}
+
+/* Parses YYYY-MM-DD at s (10 bytes) into days since the epoch. */
+static int parse_date(const char *s, int64_t *days) {
+  int64_t y, m, d;
+  if (!digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &m) || s[7] != '-' ||
+      !digits(s + 8, 2, &d))
+    return 0;
+  if (m < 1 || m > 12 || d < 1 || d > days_in_month(y, m)) return 0;
+  *days = days_from_civil(y, m, d);
+  return 1;
+}
+
+int hs_path_date(const char *path, int64_t n, int64_t *days) {
+  int64_t start = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (path[i] == '/' || path[i] == '\\') start = i + 1;
+  }
+  const char *name = path + start;
+  return n - start == 13 && memcmp(name + 10, ".md", 3) == 0 && parse_date(name, days);
+}
+
+int hs_parse_time(const char *s, int64_t n, double *unix_seconds) {
+  int64_t days, hh = 0, mm = 0, ss = 0, oh = 0, om = 0;
+  double frac = 0;
+  if (n < 10 || !parse_date(s, &days)) return 0;
+  int64_t i = 10;
+  if (i < n && (s[i] == 'T' || s[i] == ' ')) {
+    if (n - i < 6 || !digits(s + i + 1, 2, &hh) || s[i + 3] != ':' || !digits(s + i + 4, 2, &mm))
+      return 0;
+    i += 6;
+    if (i < n && s[i] == ':') {
+      if (n - i < 3 || !digits(s + i + 1, 2, &ss)) return 0;
+      i += 3;
+      if (i < n && s[i] == '.') {
+        double scale = 0.1;
+        int64_t start = ++i;
+        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, scale /= 10) frac += (s[i] - '0') * scale;
+        if (i == start) return 0;
+      }
+    }
+    if (hh > 23 || mm > 59 || ss > 59) return 0;
+    if (i < n && s[i] == 'Z') {
+      i++;
+    } else if (i < n && (s[i] == '+' || s[i] == '-')) {
+      int sign = s[i] == '-' ? -1 : 1;
+      if (n - i >= 6 && s[i + 3] == ':' && digits(s + i + 1, 2, &oh) && digits(s + i + 4, 2, &om)) {
+        i += 6;
+      } else if (n - i >= 5 && digits(s + i + 1, 2, &oh) && digits(s + i + 3, 2, &om)) {
+        i += 5;
+      } else {
+        return 0;
+      }
+      if (oh > 23 || om > 59) return 0;
+      oh *= sign;
+      om *= sign;
+    }
+  }
+  if (i != n) return 0;
+  *unix_seconds = (double)(days * 86400 + hh * 3600 + mm * 60 + ss - oh * 3600 - om * 60) + frac;
+  return 1;
+}
+
+/* ------------------------------------------------------------------------
+** Vector text (Requirements 1 and 9).
+*/
+static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* Length of the JSON number at s (at most n bytes), 0 when there is none. */
+static int64_t json_number_len(const char *s, int64_t n) {
+  int64_t i = 0;
+  if (i < n && s[i] == '-') i++;
+  if (i < n && s[i] == '0') {
+    i++;
+  } else if (i < n && s[i] >= '1' && s[i] <= '9') {
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+  } else {
+    return 0;
+  }
+  if (i < n && s[i] == '.') {
+    int64_t start = ++i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i == start) return 0;
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    i++;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    int64_t start = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    if (i == start) return 0;
+  }
+  return i;
+}
+
+int hs_parse_json_vector(const char *s, int64_t n, float *out, int64_t cap, int64_t *dims,
+                         int64_t *bad_index) {
+  int64_t i = 0, d = 0;
+  char buf[HS_MAX_NUMBER + 1];
+  *dims = 0;
+  *bad_index = -1;
+  while (i < n && is_ws(s[i])) i++;
+  if (i >= n || s[i] != '[') return HS_MALFORMED;
+  i++;
+  while (i < n && is_ws(s[i])) i++;
+  if (i < n && s[i] == ']') {
+    i++;
+  } else {
+    for (;;) {
+      int64_t len = json_number_len(s + i, n - i);
+      if (len == 0 || len > HS_MAX_NUMBER) return HS_MALFORMED;
+      if (d >= cap) return HS_TOO_LONG;
+      memcpy(buf, s + i, (size_t)len);
+      buf[len] = 0;
+      float f = (float)strtod(buf, 0);
+      if (!isfinite(f) && *bad_index < 0) *bad_index = d;
+      out[d++] = f;
+      i += len;
+      while (i < n && is_ws(s[i])) i++;
+      if (i < n && s[i] == ',') {
+        i++;
+        while (i < n && is_ws(s[i])) i++;
+        continue;
+      }
+      if (i < n && s[i] == ']') {
+        i++;
+        break;
+      }
+      return HS_MALFORMED;
+    }
+  }
+  while (i < n && is_ws(s[i])) i++;
+  if (i != n) return HS_MALFORMED;
+  *dims = d;
+  if (d == 0) return HS_EMPTY;
+  return *bad_index >= 0 ? HS_NONFINITE : HS_OK;
+}
+
+int hs_format_float(float x, char *buf, int64_t cap) {
+  int len = 0;
+  for (int p = 6; p <= 9; p++) {
+    len = snprintf(buf, (size_t)cap, "%.*g", p, (double)x);
+    if ((float)strtod(buf, 0) == x) break;
+  }
+  return len;
+}
+
+#ifndef HYBRIDSQL_KERNELS_ONLY
+/* ========================================================================
+** The SQL layer: thin wrappers that check arguments and call the kernels.
+*/
+#include "sqlite3ext.h"
+SQLITE_EXTENSION_INIT1
+
+static const char *ordinal(int i) {
+  static const char *names[] = {"1st", "2nd", "3rd", "4th", "5th"};
+  return names[i];
+}
+
+static const char *type_name(sqlite3_value *v) {
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_INTEGER: return "integer";
+    case SQLITE_FLOAT: return "real";
+    case SQLITE_TEXT: return "text";
+    case SQLITE_BLOB: return "blob";
+    default: return "NULL";
+  }
+}
+
+/* Reports an error built with sqlite3_vmprintf (Requirement 3). */
+/* A number for an error message: C's %g, which Python's '%g' matches. */
+typedef struct Num {
+  char s[32];
+} Num;
+
+static Num num(double x) {
+  Num n;
+  snprintf(n.s, sizeof(n.s), "%g", x);
+  return n;
+}
+
+static void fail(sqlite3_context *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *msg = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  if (!msg) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  sqlite3_result_error(ctx, msg, -1);
+  sqlite3_free(msg);
+}
+
+/* A vector argument: v points at D floats, in SQLite's memory or in owned. */
+typedef struct Vec {
+  const float *v;
+  int64_t d;
+  float *owned;
+} Vec;
+
+static void vec_free(Vec *x) {
+  sqlite3_free(x->owned);
+  x->owned = 0;
+}
+
+/*
+** Reads a vector argument (Requirement 1).  Returns 1 with *out set, 0 for
+** NULL, -1 after reporting an error.  `what` names the argument in errors,
+** e.g. "1st argument" or "4th argument of row 17".
+*/
+static int read_vector(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
+                       const char *what, Vec *out) {
+  out->v = 0;
+  out->d = 0;
+  out->owned = 0;
+  int type = sqlite3_value_type(arg);
+  if (type == SQLITE_NULL) return 0;
+  if (type == SQLITE_BLOB) {
+    const void *p = sqlite3_value_blob(arg);
+    int64_t n = sqlite3_value_bytes(arg);
+    if (n % 4 != 0) {
+      fail(ctx, "%s(): %s is a BLOB of %lld bytes, not a multiple of 4", fn, what, n);
+      return -1;
+    }
+    if (n == 0) {
+      fail(ctx, "%s(): %s is an empty vector", fn, what);
+      return -1;
+    }
+    out->d = n / 4;
+    if (out->d > HS_MAX_DIMS) {
+      fail(ctx, "%s(): %s has %lld dimensions, more than %d", fn, what, out->d, HS_MAX_DIMS);
+      return -1;
+    }
+    if (((uintptr_t)p & 3) != 0) { /* SQLite's pages do not align floats */
+      out->owned = sqlite3_malloc64((sqlite3_uint64)n);
+      if (!out->owned) {
+        sqlite3_result_error_nomem(ctx);
+        return -1;
+      }
+      memcpy(out->owned, p, (size_t)n);
+      p = out->owned;
+    }
+    out->v = p;
+    int64_t bad = hs_first_nonfinite(out->v, out->d);
+    if (bad >= 0) {
+      fail(ctx, "%s(): %s has a non-finite value at index %lld", fn, what, bad);
+      vec_free(out);
+      return -1;
+    }
+    return 1;
+  }
+  if (type == SQLITE_TEXT) {
+    const char *s = (const char *)sqlite3_value_text(arg);
+    int64_t n = sqlite3_value_bytes(arg), d = 0, bad = -1;
+    int64_t cap = n / 2 + 1;
+    if (cap > HS_MAX_DIMS + 1) cap = HS_MAX_DIMS + 1;
+    out->owned = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)cap);
+    if (!s || !out->owned) {
+      sqlite3_free(out->owned);
+      out->owned = 0;
+      sqlite3_result_error_nomem(ctx);
+      return -1;
+    }
+    int rc = hs_parse_json_vector(s, n, out->owned, cap, &d, &bad);
+    if (rc == HS_OK) {
+      out->v = out->owned;
+      out->d = d;
+      return 1;
+    }
+    if (rc == HS_EMPTY) {
+      fail(ctx, "%s(): %s is an empty vector", fn, what);
+    } else if (rc == HS_NONFINITE) {
+      fail(ctx, "%s(): %s has a non-finite value at index %lld", fn, what, bad);
+    } else if (rc == HS_TOO_LONG) {
+      fail(ctx, "%s(): %s has more than %d dimensions", fn, what, HS_MAX_DIMS);
+    } else {
+      fail(ctx, "%s(): %s is not a JSON array of numbers", fn, what);
+    }
+    vec_free(out);
+    return -1;
+  }
+  fail(ctx, "%s(): %s must be a vector (float32 BLOB or JSON array text), got %s", fn, what,
+       type_name(arg));
+  return -1;
+}
+
+/* Reads a number argument; 0 after reporting an error.  NULL is an error. */
+static int read_number(sqlite3_context *ctx, sqlite3_value *arg, const char *fn, int pos,
+                       const char *name, double *out) {
+  int type = sqlite3_value_type(arg);
+  if (type != SQLITE_INTEGER && type != SQLITE_FLOAT) {
+    fail(ctx, "%s(): %s argument %s must be a number, got %s", fn, ordinal(pos), name,
+         type_name(arg));
+    return 0;
+  }
+  *out = sqlite3_value_double(arg);
+  return 1;
+}
+
+static void cosine_similarity_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  Vec a, b;
+  (void)argc;
+  int ra = read_vector(ctx, argv[0], "cosine_similarity", "1st argument", &a);
+  if (ra < 0) return;
+  int rb = read_vector(ctx, argv[1], "cosine_similarity", "2nd argument", &b);
+  if (rb < 0) {
+    vec_free(&a);
+    return;
+  }
+  if (ra == 0 || rb == 0) {
+    sqlite3_result_null(ctx);
+  } else if (a.d != b.d) {
+    fail(ctx, "cosine_similarity(): 1st argument has %lld dimensions, 2nd argument has %lld",
+         a.d, b.d);
+  } else {
+    sqlite3_result_double(ctx, hs_cosine(a.v, b.v, a.d)); /* Requirement 4 */
+  }
+  vec_free(&a);
+  vec_free(&b);
+}
+
+/* The state of one cosine_topk() aggregate (Requirement 5). */
+typedef struct TopK {
+  int started;     /* the first row has been read */
+  int null_query;  /* the query is NULL: the result is NULL */
+  Vec query;
+  double qq;       /* the query's squared norm */
+  int64_t k, len;
+  Hit *heap;
+} TopK;
+
+static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  TopK *t = sqlite3_aggregate_context(ctx, sizeof(TopK));
+  if (!t) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  if (!t->started) {
+    t->started = 1;
+    int rq = read_vector(ctx, argv[0], "cosine_topk", "1st argument", &t->query);
+    if (rq < 0) return;
+    if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER) {
+      fail(ctx, "cosine_topk(): 2nd argument k must be an integer from 1 to %d, got %s", HS_MAX_K,
+           type_name(argv[1]));
+      return;
+    }
+    t->k = sqlite3_value_int64(argv[1]);
+    if (t->k < 1 || t->k > HS_MAX_K) {
+      fail(ctx, "cosine_topk(): 2nd argument k must be an integer from 1 to %d, got %lld",
+           HS_MAX_K, t->k);
+      return;
+    }
+    if (rq == 0) {
+      t->null_query = 1;
+      return;
+    }
+    if (!t->query.owned) { /* the query must outlive this row */
+      float *copy = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)t->query.d);
+      if (!copy) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+      }
+      memcpy(copy, t->query.v, sizeof(float) * (size_t)t->query.d);
+      t->query.v = t->query.owned = copy;
+    }
+    t->qq = squared_norm(t->query.v, t->query.d, dot2());
+    t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->k);
+    if (!t->heap) {
+      sqlite3_result_error_nomem(ctx);
+      return;
+    }
+  }
+  if (t->null_query || !t->heap) return;
+  if (sqlite3_value_type(argv[3]) == SQLITE_NULL) return;
+  if (sqlite3_value_type(argv[2]) != SQLITE_INTEGER) {
+    fail(ctx, "cosine_topk(): 3rd argument id must be an integer, got %s", type_name(argv[2]));
+    return;
+  }
+  int64_t id = sqlite3_value_int64(argv[2]);
+  char what[64];
+  sqlite3_snprintf(sizeof(what), what, "4th argument of row %lld", id);
+  Vec v;
+  if (read_vector(ctx, argv[3], "cosine_topk", what, &v) < 0) return;
+  if (v.d != t->query.d) {
+    fail(ctx, "cosine_topk(): 1st argument has %lld dimensions, row %lld has %lld", t->query.d, id,
+         v.d);
+  } else {
+    Hit x = {cosine_with(t->qq, t->query.v, v.v, v.d, dot2()), id};
+    heap_push(t->heap, &t->len, t->k, x);
+  }
+  vec_free(&v);
+}
+
+/* Prints a double for JSON: 17 significant digits, '.' whatever the locale. */
+static void append_double(sqlite3_str *out, double x) {
+  char buf[40];
+  snprintf(buf, sizeof(buf), "%.17g", x);
+  for (char *c = buf; *c; c++) {
+    if (*c == ',') *c = '.';
+  }
+  sqlite3_str_appendall(out, buf);
+}
+
+static void topk_final(sqlite3_context *ctx) {
+  TopK *t = sqlite3_aggregate_context(ctx, 0);
+  if (!t) { /* no rows */
+    sqlite3_result_text(ctx, "[]", 2, SQLITE_STATIC);
+    return;
+  }
+  if (t->null_query) {
+    sqlite3_result_null(ctx);
+  } else if (t->heap) {
+    qsort(t->heap, (size_t)t->len, sizeof(Hit), cmp_hits);
+    sqlite3_str *out = sqlite3_str_new(0);
+    sqlite3_str_appendchar(out, 1, '[');
+    for (int64_t i = 0; i < t->len; i++) {
+      sqlite3_str_appendf(out, "%s[%lld,", i ? "," : "", t->heap[i].id);
+      append_double(out, t->heap[i].score);
+      sqlite3_str_appendchar(out, 1, ']');
+    }
+    sqlite3_str_appendchar(out, 1, ']');
+    int n = sqlite3_str_length(out);
+    char *json = sqlite3_str_finish(out);
+    if (!json) {
+      sqlite3_result_error_nomem(ctx);
+    } else {
+      sqlite3_result_text(ctx, json, n, sqlite3_free);
+    }
+  }
+  vec_free(&t->query);
+  sqlite3_free(t->heap);
+  t->heap = 0;
+}
+
+static void bm25_score_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  double rank, saturation = HS_SATURATION;
+  if (argc > 1) {
+    if (!read_number(ctx, argv[1], "bm25_score", 1, "saturation", &saturation)) return;
+    if (!(saturation > 0)) {
+      fail(ctx, "bm25_score(): 2nd argument saturation must be > 0, got %s", num(saturation).s);
+      return;
+    }
+  }
+  if (sqlite3_value_type(argv[0]) == SQLITE_NULL) { /* Requirement 6 */
+    sqlite3_result_double(ctx, 0.0);
+    return;
+  }
+  if (!read_number(ctx, argv[0], "bm25_score", 0, "rank", &rank)) return;
+  sqlite3_result_double(ctx, hs_bm25_score(rank, saturation));
+}
+
+static void hybrid_score_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  static const char *names[] = {"vector_score", "bm25_rank", "vector_weight", "keyword_weight",
+                                "saturation"};
+  double x[5] = {0.0, 0.0, 0.7, 0.3, HS_SATURATION};
+  int rank_is_null = sqlite3_value_type(argv[1]) == SQLITE_NULL;
+  for (int i = 0; i < argc; i++) {
+    if ((i == 0 || i == 1) && sqlite3_value_type(argv[i]) == SQLITE_NULL) continue;
+    if (!read_number(ctx, argv[i], "hybrid_score", i, names[i], &x[i])) return;
+  }
+  for (int i = 2; i < 4; i++) {
+    if (x[i] < 0) {
+      fail(ctx, "hybrid_score(): %s argument %s must be >= 0, got %s", ordinal(i), names[i],
+           num(x[i]).s);
+      return;
+    }
+  }
+  if (!(x[4] > 0)) {
+    fail(ctx, "hybrid_score(): 5th argument saturation must be > 0, got %s", num(x[4]).s);
+    return;
+  }
+  double keyword = rank_is_null ? 0.0 : hs_bm25_score(x[1], x[4]);
+  sqlite3_result_double(ctx, x[2] * x[0] + x[3] * keyword); /* Requirement 7 */
+}
+
+static void temporal_decay_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  double now, half_life = HS_HALF_LIFE;
+  if (argc > 2) {
+    if (!read_number(ctx, argv[2], "temporal_decay", 2, "half_life_days", &half_life)) return;
+    if (!(half_life > 0)) {
+      fail(ctx, "temporal_decay(): 3rd argument half_life_days must be > 0, got %s",
+           num(half_life).s);
+      return;
+    }
+  }
+  int ptype = sqlite3_value_type(argv[0]), ntype = sqlite3_value_type(argv[1]);
+  if (ptype == SQLITE_NULL || ntype == SQLITE_NULL) return; /* Requirement 2 */
+  if (ptype != SQLITE_TEXT) {
+    fail(ctx, "temporal_decay(): 1st argument path must be text, got %s", type_name(argv[0]));
+    return;
+  }
+  if (ntype == SQLITE_INTEGER || ntype == SQLITE_FLOAT) {
+    now = sqlite3_value_double(argv[1]);
+  } else {
+    const char *s = ntype == SQLITE_TEXT ? (const char *)sqlite3_value_text(argv[1]) : 0;
+    if (!s || !hs_parse_time(s, sqlite3_value_bytes(argv[1]), &now)) {
+      fail(ctx, "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got %s",
+           ntype == SQLITE_TEXT ? "unreadable text" : type_name(argv[1]));
+      return;
+    }
+  }
+  int64_t days;
+  const char *path = (const char *)sqlite3_value_text(argv[0]);
+  if (!hs_path_date(path, sqlite3_value_bytes(argv[0]), &days)) {
+    sqlite3_result_double(ctx, 1.0); /* Requirement 8: undated paths never decay */
+    return;
+  }
+  sqlite3_result_double(ctx, hs_decay((now - (double)days * 86400.0) / 86400.0, half_life));
+}
+
+static void vector_blob_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  Vec v;
+  (void)argc;
+  if (read_vector(ctx, argv[0], "vector_blob", "1st argument", &v) <= 0) return;
+  sqlite3_result_blob64(ctx, v.v, sizeof(float) * (sqlite3_uint64)v.d, SQLITE_TRANSIENT);
+  vec_free(&v);
+}
+
+static void vector_json_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  Vec v;
+  char buf[32];
+  (void)argc;
+  if (read_vector(ctx, argv[0], "vector_json", "1st argument", &v) <= 0) return;
+  sqlite3_str *out = sqlite3_str_new(0);
+  sqlite3_str_appendchar(out, 1, '[');
+  for (int64_t i = 0; i < v.d; i++) {
+    if (i) sqlite3_str_appendchar(out, 1, ',');
+    hs_format_float(v.v[i], buf, sizeof(buf));
+    for (char *c = buf; *c; c++) {
+      if (*c == ',') *c = '.';
+    }
+    sqlite3_str_appendall(out, buf);
+  }
+  sqlite3_str_appendchar(out, 1, ']');
+  int n = sqlite3_str_length(out);
+  char *json = sqlite3_str_finish(out);
+  if (!json) {
+    sqlite3_result_error_nomem(ctx);
+  } else {
+    sqlite3_result_text(ctx, json, n, sqlite3_free);
+  }
+  vec_free(&v);
+}
+
+static void version_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  (void)argv;
+  sqlite3_result_text(ctx, HS_VERSION, -1, SQLITE_STATIC);
+}
+
+static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  (void)argv;
+  char *s = sqlite3_mprintf("hybridsql %s; backend extension; simd %s; sqlite %s; headers %s",
+                            HS_VERSION, hs_simd_path(), sqlite3_libversion(), SQLITE_VERSION);
+  if (!s) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  sqlite3_result_text(ctx, s, -1, sqlite3_free);
+}
+
+#define HS_PURE (SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS)
+
+static const struct {
+  const char *name;
+  int nArg;
+  int flags;
+  void (*xFunc)(sqlite3_context *, int, sqlite3_value **);
+  void (*xStep)(sqlite3_context *, int, sqlite3_value **);
+  void (*xFinal)(sqlite3_context *);
+} FUNCTIONS[] = {
+    {"cosine_similarity", 2, HS_PURE, cosine_similarity_func, 0, 0},
+    {"cosine_topk", 4, HS_PURE, 0, topk_step, topk_final},
+    {"bm25_score", 1, HS_PURE, bm25_score_func, 0, 0},
+    {"bm25_score", 2, HS_PURE, bm25_score_func, 0, 0},
+    {"hybrid_score", 2, HS_PURE, hybrid_score_func, 0, 0},
+    {"hybrid_score", 4, HS_PURE, hybrid_score_func, 0, 0},
+    {"hybrid_score", 5, HS_PURE, hybrid_score_func, 0, 0},
+    {"temporal_decay", 2, HS_PURE, temporal_decay_func, 0, 0},
+    {"temporal_decay", 3, HS_PURE, temporal_decay_func, 0, 0},
+    {"vector_blob", 1, HS_PURE, vector_blob_func, 0, 0},
+    {"vector_json", 1, HS_PURE, vector_json_func, 0, 0},
+    {"hybridsql_version", 0, HS_PURE, version_func, 0, 0},
+    {"hybridsql_debug", 0, SQLITE_UTF8 | SQLITE_INNOCUOUS, debug_func, 0, 0},
+};
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  SQLITE_EXTENSION_INIT2(pApi);
+  (void)pzErrMsg;
+  dot2();
+  for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
+    int rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,
+                                        FUNCTIONS[i].flags, 0, FUNCTIONS[i].xFunc,
+                                        FUNCTIONS[i].xStep, FUNCTIONS[i].xFinal, 0);
+    if (rc != SQLITE_OK) return rc;
+  }
+  return SQLITE_OK;
+}
+#endif /* HYBRIDSQL_KERNELS_ONLY */

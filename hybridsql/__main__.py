@@ -1,0 +1,3 @@
+from hybridsql.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""The errors hybridsql raises: one base class, one small subclass per kind of failure."""
+
+
+class HybridSQLError(Exception):
+    """Base class of every error hybridsql raises on purpose."""
+
+
+class ExtensionError(HybridSQLError):
+    """The native SQLite extension could not be found or loaded."""
+
+
+class VectorError(HybridSQLError, ValueError):
+    """A vector is malformed: bad length, bad JSON, NaN or infinity, wrong dimensions."""
+
+
+class EmbeddingError(HybridSQLError):
+    """An embedding provider is misconfigured or failed to answer."""
+
+
+class IndexingError(HybridSQLError):
+    """A file or memory could not be indexed."""
+
+
+class QueryError(HybridSQLError, ValueError):
+    """A search was asked with invalid parameters."""
+
+
+class NotFoundError(HybridSQLError, KeyError):
+    """A memory, session or document that was asked for does not exist."""
