@@ -274,7 +274,7 @@ def path_days(path: str):
 def format_float(x: float) -> str:
     """Requirement 9: the fewest digits (6 to 9) that read back as the same float32."""
     for p in range(6, 10):
-        text = "%.*g" % (p, x)
+        text = f"{x:.{p}g}"
         if struct.unpack("<f", struct.pack("<f", float(text)))[0] == x:
             break
     return text
@@ -429,4 +429,4 @@ class TopK:
         if self.started and self.query is None:
             return None
         hits = sorted(self.heap, key=lambda h: (-h[0], -h[1]))
-        return "[" + ",".join("[%d,%.17g]" % (-i, s) for s, i in hits) + "]"
+        return "[" + ",".join(f"[{-i},{s:.17g}]" for s, i in hits) + "]"

@@ -1,0 +1,28 @@
+"""Shared fixtures: fresh databases with hybridsql loaded, and a memory folder from examples/."""
+
+import os
+import shutil
+
+import pytest
+
+import hybridsql
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples", "memory")
+SCIFACT = os.path.join(os.path.dirname(ROOT), "shared", "data", "scifact")
+
+
+@pytest.fixture
+def fresh_db(tmp_path):
+    """An apsw connection to a new database file with the native extension loaded."""
+    conn = hybridsql.connect(str(tmp_path / "fresh.db"), backend="extension")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def memory_dir(tmp_path):
+    """A writable copy of the example memory folder."""
+    dest = tmp_path / "memory-folder"
+    shutil.copytree(EXAMPLES, dest)
+    return dest

@@ -1,0 +1,352 @@
+"""The SQL functions, through every way in: the sqlite3 shell, apsw, sqlite-utils, Python."""
+
+import json
+import math
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import apsw
+import numpy as np
+import pytest
+import sqlite_utils
+
+import hybridsql
+from hybridsql.errors import ExtensionError
+
+SHELL = shutil.which("sqlite3")
+LN2 = math.log(2)
+
+# (SQL, expected value). A float is compared to 1e-12, a JSON list of [id, score] by ids and
+# scores, anything else exactly.
+VALUES = [
+    ("select cosine_similarity('[1,0]', '[1,1]')", 1 / math.sqrt(2)),
+    ("select cosine_similarity('[1, 2, 3]', vector_blob('[1,2,3]'))", 1.0),
+    ("select cosine_similarity('[1,0]', '[-1,0]')", -1.0),
+    ("select cosine_similarity('[0,0]', '[1,1]')", 0.0),
+    ("select cosine_similarity(NULL, '[1,1]')", None),
+    ("select cosine_similarity(x'0000803f00000000', '[0.5, 0.5]')", 1 / math.sqrt(2)),
+    ("select bm25_score(-4.2)", 4.2 / 14.2),
+    ("select bm25_score(-4.2, 1)", 4.2 / 5.2),
+    ("select bm25_score(NULL)", 0.0),
+    ("select bm25_score(3)", 0.0),
+    ("select bm25_score(-15) > bm25_score(-12)", 1),
+    ("select hybrid_score(0.8, -4.2)", 0.7 * 0.8 + 0.3 * 4.2 / 14.2),
+    ("select hybrid_score(NULL, NULL)", 0.0),
+    ("select hybrid_score(0.5, NULL)", 0.35),
+    ("select hybrid_score(0.5, -10, 1, 0)", 0.5),
+    ("select hybrid_score(0.5, -10, 0.5, 0.5, 10)", 0.5),
+    ("select temporal_decay('memory/2026-10-22.md', '2026-11-21')", 0.5),
+    ("select temporal_decay('MEMORY.md', '2026-11-21')", 1.0),
+    ("select temporal_decay('notes/people.md', 0)", 1.0),
+    ("select temporal_decay('a/b/c/2026-11-21.md', '2026-11-21T12:00:00Z')", math.exp(-LN2 / 60)),
+    ("select temporal_decay('2026-11-21.md', '2026-11-21T02:00:00+02:00')", 1.0),
+    ("select temporal_decay('x\\2026-10-22.md', '2026-11-21 00:00:00.000')", 0.5),
+    ("select temporal_decay('memory/2026-10-22.md', 1795219200)", 0.5),
+    ("select temporal_decay('memory/2026-10-22.md', '2026-11-21', 10)", 0.125),
+    ("select temporal_decay('memory/2026-12-25.md', '2026-11-21')", 1.0),
+    ("select temporal_decay('memory/2026-02-30.md', '2026-11-21')", 1.0),
+    ("select temporal_decay('memory/2026-10-22.md.bak', '2026-11-21')", 1.0),
+    ("select temporal_decay(NULL, '2026-11-21')", None),
+    ("select temporal_decay('MEMORY.md', NULL)", None),
+    ("select vector_json(vector_blob('[0.1, 2, -3.5e-8, 1e30]'))", "[0.1,2,-3.5e-08,1e+30]"),
+    ("select vector_json(x'0000803f')", "[1]"),
+    ("select vector_json(' [ 1 , 2 ] ')", "[1,2]"),
+    ("select hex(vector_blob('[1, -2]'))", "0000803F000000C0"),
+    ("select vector_blob(NULL)", None),
+    ("select hybridsql_version()", "0.1.0"),
+    (
+        ("with t(id, v) as (values (1, '[1,1]'), (2, '[1,0]'), (3, '[1,1]'), (4, NULL))"
+        " select cosine_topk('[1,0]', 2, id, v) from t"),
+        [[2, 1.0], [1, 1 / math.sqrt(2)]],
+    ),
+    (
+        ("with t(id, v) as (values (9, '[1,1]'), (3, '[2,2]'), (5, '[0,1]'))"
+        " select cosine_topk('[1,0]', 5, id, v) from t where id > 1"),
+        [[3, 1 / math.sqrt(2)], [9, 1 / math.sqrt(2)], [5, 0.0]],
+    ),
+    ("with t(id, v) as (values (1, '[1,1]')) select cosine_topk('[1,0]', 2, id, v) from t where id > 1", []),
+    ("with t(id, v) as (values (1, '[1,1]')) select cosine_topk(NULL, 2, id, v) from t", None),
+    (
+        ("with t(id, v) as (values (1, '[1,1]'), (2, '[3,1]')) select count(*)"
+        " from json_each((select cosine_topk('[1,0]', 1, id, v) from t))"),
+        1,
+    ),
+]
+
+# (SQL, exact error text).
+ERRORS = [
+    ("select cosine_similarity('[1,2]', x'00')",
+     "cosine_similarity(): 2nd argument is a BLOB of 1 bytes, not a multiple of 4"),
+    ("select cosine_similarity('[1,2]', '[1,2,3]')",
+     "cosine_similarity(): 1st argument has 2 dimensions, 2nd argument has 3"),
+    ("select cosine_similarity('[1,NaN]', '[1,2]')",
+     "cosine_similarity(): 1st argument is not a JSON array of numbers"),
+    ("select cosine_similarity('[1,2,]', '[1,2]')",
+     "cosine_similarity(): 1st argument is not a JSON array of numbers"),
+    ("select cosine_similarity('[1,1e39]', '[1,2]')",
+     "cosine_similarity(): 1st argument has a non-finite value at index 1"),
+    ("select cosine_similarity(x'0000c07f', '[1]')",
+     "cosine_similarity(): 1st argument has a non-finite value at index 0"),
+    ("select cosine_similarity('[]', '[1]')", "cosine_similarity(): 1st argument is an empty vector"),
+    ("select cosine_similarity(x'', '[1]')", "cosine_similarity(): 1st argument is an empty vector"),
+    ("select cosine_similarity(1, '[1]')",
+     ("cosine_similarity(): 1st argument must be a vector (float32 BLOB or JSON array text), "
+     "got integer")),
+    ("with t(id, v) as (values (17, '[1,2]')) select cosine_topk('[1,2,3]', 5, id, v) from t",
+     "cosine_topk(): 1st argument has 3 dimensions, row 17 has 2"),
+    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 0, id, v) from t",
+     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 0"),
+    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 10001, id, v) from t",
+     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 10001"),
+    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', '5', id, v) from t",
+     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got text"),
+    ("with t(id, v) as (values ('a', '[1,2]')) select cosine_topk('[1,2]', 5, id, v) from t",
+     "cosine_topk(): 3rd argument id must be an integer, got text"),
+    ("with t(id, v) as (values (4, '[1,2')) select cosine_topk('[1,2]', 5, id, v) from t",
+     "cosine_topk(): 4th argument of row 4 is not a JSON array of numbers"),
+    ("select bm25_score('a')", "bm25_score(): 1st argument rank must be a number, got text"),
+    ("select bm25_score(-1, 0)", "bm25_score(): 2nd argument saturation must be > 0, got 0"),
+    ("select hybrid_score(0.5, -1, -1, 0.3)",
+     "hybrid_score(): 3rd argument vector_weight must be >= 0, got -1"),
+    ("select hybrid_score(0.5, -1, 0.7, -0.5)",
+     "hybrid_score(): 4th argument keyword_weight must be >= 0, got -0.5"),
+    ("select hybrid_score('x', -1)",
+     "hybrid_score(): 1st argument vector_score must be a number, got text"),
+    ("select temporal_decay('2026-01-01.md', 'yesterday')",
+     "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text"),
+    ("select temporal_decay('2026-01-01.md', '2026-13-01')",
+     "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text"),
+    ("select temporal_decay('2026-01-01.md', 0, 0)",
+     "temporal_decay(): 3rd argument half_life_days must be > 0, got 0"),
+    ("select temporal_decay(x'00', 0)", "temporal_decay(): 1st argument path must be text, got blob"),
+    ("select vector_json('[1,')", "vector_json(): 1st argument is not a JSON array of numbers"),
+]
+
+FUNCTIONS = {
+    ("cosine_similarity", 2), ("cosine_topk", 4), ("bm25_score", 1), ("bm25_score", 2),
+    ("hybrid_score", 2), ("hybrid_score", 4), ("hybrid_score", 5), ("temporal_decay", 2),
+    ("temporal_decay", 3), ("vector_blob", 1), ("vector_json", 1), ("hybridsql_version", 0),
+    ("hybridsql_debug", 0),
+}
+
+
+def run_shell(sql, env=None):
+    """Runs SQL in the stock sqlite3 shell after .load; (rows as dicts, stderr)."""
+    proc = subprocess.run(
+        [SHELL, ":memory:", "-json", "-cmd", f".load {hybridsql.loadable_path()}", sql],
+        check=False, capture_output=True, text=True, env=env, timeout=60,
+    )
+    rows = json.loads(proc.stdout) if proc.stdout.strip() else []
+    return rows, proc.stderr.strip()
+
+
+def apsw_conn(backend):
+    conn = apsw.Connection(":memory:")
+    assert hybridsql.load(conn, backend) == backend
+    return conn
+
+
+WAYS = ["shell", "apsw", "sqlite-utils", "cffi", "numpy", "python"]
+
+
+def query_one(way, sql):
+    """The single value SQL gives through one way in."""
+    if way == "shell":
+        rows, err = run_shell(sql)
+        if err:
+            raise RuntimeError(err)
+        return next(iter(rows[0].values()))
+    if way == "sqlite-utils":
+        return sqlite_utils.Database(memory=True).execute(sql).fetchone()[0]
+    conn = hybridsql.connect(":memory:") if way == "apsw" else apsw_conn(way)
+    return conn.execute(sql).fetchone()[0]
+
+
+def assert_same(got, want):
+    if isinstance(want, list):
+        got = json.loads(got)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-12)
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, abs=1e-12)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("sql,want", VALUES, ids=[v[0][7:60] for v in VALUES])
+def test_values_agree_everywhere(way, sql, want):
+    if way == "sqlite-utils" and want == []:
+        # Python's sqlite3 returns NULL for an aggregate over no rows without calling it.
+        want = None
+    assert_same(query_one(way, sql), want)
+
+
+@pytest.mark.parametrize("way", ["apsw", "cffi", "numpy", "python"])
+@pytest.mark.parametrize("sql,message", ERRORS, ids=[e[0][7:60] for e in ERRORS])
+def test_exact_error_text(way, sql, message):
+    with pytest.raises(Exception, match="^" + re.escape(message) + "$"):
+        query_one(way, sql)
+
+
+@pytest.mark.parametrize("sql,message", ERRORS, ids=[e[0][7:60] for e in ERRORS])
+def test_shell_reports_the_same_error(sql, message):
+    rows, err = run_shell(sql)
+    assert rows == [] and message in err
+
+
+@pytest.mark.parametrize("sql,message", ERRORS[:3], ids=[e[0][7:60] for e in ERRORS[:3]])
+def test_sqlite_utils_raises_but_loses_the_text(sql, message):
+    """Python's sqlite3 replaces a Python function's error text with its own generic one."""
+    with pytest.raises(sqlite3.OperationalError, match="user-defined function raised exception"):
+        query_one("sqlite-utils", sql)
+
+
+def registered(conn):
+    cursor = conn.cursor() if isinstance(conn, apsw.Connection) else conn
+    return set(cursor.execute("select name, narg from pragma_function_list").fetchall())
+
+
+@pytest.mark.parametrize("backend", ["extension", "cffi", "numpy", "python"])
+def test_exact_list_of_registered_functions(backend):
+    conn = apsw.Connection(":memory:")
+    before = registered(conn)
+    assert hybridsql.load(conn, backend) == backend
+    assert registered(conn) - before == FUNCTIONS
+
+
+def test_native_flags_deterministic_and_innocuous_where_true():
+    conn = hybridsql.connect(":memory:")
+    flags = {
+        (name, narg): flags
+        for name, narg, flags in conn.execute(
+            "select name, narg, flags from pragma_function_list"
+        )
+        if (name, narg) in FUNCTIONS
+    }
+    deterministic, innocuous = 0x800, 0x200000
+    for key, f in flags.items():
+        assert f & innocuous, key
+        assert bool(f & deterministic) == (key != ("hybridsql_debug", 0)), key
+
+
+def test_sqlite3_module_gets_python_functions():
+    conn = sqlite3.connect(":memory:")
+    backend = hybridsql.load(conn)
+    assert backend in ("extension", "cffi", "numpy", "python")
+    assert hybridsql.backend_of(conn) == backend
+    assert conn.execute("select hybrid_score(0.8, -4.2)").fetchone()[0] == pytest.approx(
+        0.6487323943661972
+    )
+
+
+def test_sqlite_utils_command_line_has_every_function(tmp_path):
+    db = str(tmp_path / "u.db")
+    sql = "select hybrid_score(0.8, -4.2) as h, vector_json(vector_blob('[1]')) as v"
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "sqlite-utils"), "query", db, sql],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert json.loads(out) == [{"h": pytest.approx(0.6487323943661972), "v": "[1]"}]
+
+
+def test_cli_path_loads_in_stock_shell(tmp_path):
+    path = subprocess.run(
+        [sys.executable, "-m", "hybridsql", "path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert path == hybridsql.loadable_path()
+    out = subprocess.run(
+        [SHELL, str(tmp_path / "mem.db"), f".load {path}", "select hybrid_score(0.8, -4.2)"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert float(out) == pytest.approx(0.648732394366197)
+
+
+def test_connect_sets_wal_and_busy_timeout(tmp_path):
+    conn = hybridsql.connect(str(tmp_path / "w.db"))
+    assert conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("pragma busy_timeout").fetchone()[0] == 10000
+    assert hybridsql.backend_of(conn) == "extension"
+
+
+def test_load_rejects_unknown_backend():
+    with pytest.raises(ValueError, match="backend must be one of"):
+        hybridsql.load(apsw.Connection(":memory:"), "gpu")
+
+
+def test_extension_backend_is_strict(monkeypatch, tmp_path):
+    monkeypatch.setattr(hybridsql.extension, "__file__", str(tmp_path / "extension.py"))
+    with pytest.raises(ExtensionError, match="the native extension is not built"):
+        hybridsql.load(apsw.Connection(":memory:"), "extension")
+    assert hybridsql.load(apsw.Connection(":memory:")) == "cffi"
+
+
+# -- cosine_topk against brute force -----------------------------------------------------------
+
+
+def random_table(conn, n=3000, d=48, seed=7):
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, d)).astype(np.float32)
+    vectors[5] = 0.0  # a zero vector scores 0.0
+    vectors[11] = vectors[10]  # an exact tie, broken by id
+    conn.execute("create table v(id integer primary key, project int, vector blob)")
+    with conn:
+        conn.executemany(
+            "insert into v values (?, ?, ?)",
+            [(i, i % 10, vectors[i].tobytes()) for i in range(n)],
+        )
+    conn.execute("update v set vector = NULL where id = 99")
+    return vectors
+
+
+def brute_force(vectors, q, k, keep):
+    v64, q64 = vectors.astype(np.float64), q.astype(np.float64)
+    norms = np.linalg.norm(v64, axis=1) * np.linalg.norm(q64)
+    scores = np.divide(v64 @ q64, norms, out=np.zeros(len(v64)), where=norms > 0)
+    rows = [(-scores[i], i) for i in range(len(vectors)) if keep(i)]
+    return [(i, -s) for s, i in sorted(rows)[:k]]
+
+
+@pytest.mark.parametrize("backend", ["extension", "cffi", "numpy", "python"])
+@pytest.mark.parametrize("where,keep", [
+    ("", lambda i: i != 99),
+    ("where project = 3", lambda i: i % 10 == 3),
+    ("where id between 8 and 12", lambda i: 8 <= i <= 12),
+])
+def test_topk_matches_brute_force(backend, where, keep):
+    conn = apsw.Connection(":memory:")
+    hybridsql.load(conn, backend)
+    vectors = random_table(conn)
+    q = vectors[10] + 0.01
+    for k in (1, 10, 50):
+        got = json.loads(conn.execute(
+            f"select cosine_topk(?, ?, id, vector) from v {where}", (q.tobytes(), k)
+        ).fetchone()[0])
+        want = brute_force(vectors, q, k, keep)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+    if where == "":
+        top = json.loads(conn.execute(
+            "select cosine_topk(?, 3, id, vector) from v", (vectors[10].tobytes(),)
+        ).fetchone()[0])
+        assert [i for i, _ in top[:2]] == [10, 11]  # equal scores, lower id first
+
+
+@pytest.mark.parametrize("simd", ["generic", "sse2", "avx2"])
+def test_every_simd_path_gives_the_same_scores(simd):
+    rng = np.random.default_rng(3)
+    q, rows = rng.standard_normal(37), rng.standard_normal((20, 37))
+    values = ", ".join(f"({i}, '{json.dumps(r.tolist())}')" for i, r in enumerate(rows))
+    sql = f"with t(id, v) as (values {values}) select cosine_topk('{json.dumps(q.tolist())}', 20, id, v) from t"
+    out, err = run_shell(sql, env={**os.environ, "HYBRIDSQL_SIMD": simd})
+    assert not err
+    got = json.loads(next(iter(out[0].values())))
+    want = brute_force(rows.astype(np.float32), q.astype(np.float32), 20, lambda i: True)
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-12)
+    debug, _ = run_shell("select hybridsql_debug()", env={**os.environ, "HYBRIDSQL_SIMD": simd})
+    assert f"simd {'avx2+fma' if simd == 'avx2' else simd}" in next(iter(debug[0].values()))
