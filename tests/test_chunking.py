@@ -1,0 +1,297 @@
+"""Tests of the markdown chunker and the token estimate, on examples/ and generated text."""
+
+import dataclasses
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybridsql.chunking import Chunk, chunk_markdown, count_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_FILES = sorted((ROOT / "examples" / "memory").rglob("*.md"))
+SHARED = ROOT.parent / "shared"
+TOKENIZER = SHARED / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
+SCIFACT = SHARED / "data" / "scifact" / "corpus.jsonl"
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def check_chunks(text, chunks, max_tokens):
+    """Assert the invariants every chunking must keep."""
+    lines = LINE_BREAK.split(text)
+    covered = set()
+    previous_start = 0
+    for chunk in chunks:
+        assert 1 <= chunk.start_line <= chunk.end_line <= len(lines)
+        assert chunk.start_line >= previous_start
+        previous_start = chunk.start_line
+        assert chunk.text.strip()
+        assert count_tokens(chunk.text) <= max_tokens
+        whole = "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
+        if chunk.text != whole:
+            assert chunk.start_line == chunk.end_line
+            assert chunk.text in whole
+        assert lines[chunk.start_line - 1].strip() and lines[chunk.end_line - 1].strip()
+        covered.update(range(chunk.start_line, chunk.end_line + 1))
+    assert [n for n, line in enumerate(lines, 1) if line.strip() and n not in covered] == []
+    for a, b in zip(chunks, chunks[1:]):
+        assert b.end_line > a.end_line or a.start_line == b.end_line
+
+
+def section(title, words, level=2):
+    """A markdown section with a heading and about `words` words of prose in short lines."""
+    body = [f"{title.lower()} note {i} about caching and deployments." for i in range(words // 6)]
+    return "#" * level + f" {title}\n\n" + "\n".join(body) + "\n"
+
+
+def test_count_tokens_cjk_counts_one_per_character():
+    assert count_tokens("数据库迁移") == 5
+    assert count_tokens("ログインの問題。") == 8
+    assert count_tokens("「数据库」，ＡＢＣ") == 9
+
+
+def test_count_tokens_counts_punctuation_and_whitespace():
+    assert count_tokens("") == 0
+    assert count_tokens(" \t\n\r\n ") == 0
+    assert count_tokens("a, b.") == 4
+    assert count_tokens("one two") == count_tokens("one\ntwo") == count_tokens("one   two")
+
+
+def test_count_tokens_grows_with_long_words():
+    short = count_tokens("database")
+    assert short == 2
+    assert count_tokens("x" * 2000) == 600
+
+
+def real_tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    if not TOKENIZER.exists():
+        pytest.skip(f"{TOKENIZER} is missing")
+    tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
+    tok.no_truncation()
+    tok.no_padding()
+    return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def ratio(texts, real):
+    return sum(map(count_tokens, texts)) / sum(map(real, texts))
+
+
+def test_estimate_matches_tokenizer_on_english():
+    real = real_tokenizer()
+    if not SCIFACT.exists():
+        pytest.skip(f"{SCIFACT} is missing")
+    with SCIFACT.open() as corpus:
+        docs = [json.loads(line) for _, line in zip(range(500), corpus)]
+    assert 0.95 <= ratio([d["title"] + "\n" + d["text"] for d in docs], real) <= 1.05
+    english = [
+        line
+        for path in EXAMPLE_FILES
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.isascii()
+    ]
+    assert 0.95 <= ratio(english, real) <= 1.05
+
+
+@pytest.mark.parametrize(
+    "script, pattern",
+    [
+        ("Chinese", "[\u4e00-\u9fff]"),
+        ("Japanese", "[\u3040-\u30ff]"),
+        ("Korean", "[\uac00-\ud7a3]"),
+    ],
+)
+def test_estimate_matches_tokenizer_on_cjk(script, pattern):
+    real = real_tokenizer()
+    lines = [
+        line
+        for path in EXAMPLE_FILES
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if re.search(pattern, line)
+    ]
+    assert sum(map(count_tokens, lines)) >= 50, script
+    assert 0.9 <= ratio(lines, real) <= 1.1, script
+
+
+def test_chunk_is_frozen():
+    chunk = Chunk(1, 1, "x", "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        chunk.text = "y"
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\n", " \t\r\n  \n"])
+def test_blank_text_gives_no_chunks(text):
+    assert chunk_markdown(text) == []
+
+
+@pytest.mark.parametrize("max_tokens", [400, 64])
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_example_files_keep_invariants(path, max_tokens):
+    text = path.read_text(encoding="utf-8")
+    chunks = chunk_markdown(text, max_tokens=max_tokens, overlap_tokens=max_tokens // 5)
+    check_chunks(text, chunks, max_tokens)
+
+
+def test_examples_hold_a_long_file():
+    text = (ROOT / "examples/memory/memory/2026-10-29.md").read_text(encoding="utf-8")
+    assert count_tokens(text) > 1500
+    assert len(chunk_markdown(text)) >= 4
+
+
+def test_heading_path_follows_nesting():
+    chunks = chunk_markdown((ROOT / "examples/memory/MEMORY.md").read_text(encoding="utf-8"))
+    [prefs] = [c for c in chunks if "4 spaces in Python, never tabs" in c.text]
+    assert prefs.heading == "MEMORY > Maya's preferences (she is the user; tech lead)"
+    text = section("A", 120, 1) + section("B", 120, 2) + section("C", 120, 3) + section("D", 120, 2)
+    assert [c.heading for c in chunk_markdown(text)] == ["A", "A > B", "A > B > C", "A > D"]
+    assert [c.heading for c in chunk_markdown("no heading yet\n" + text)][:2] == ["", "A > B"]
+
+
+def test_sections_of_fair_size_start_their_own_chunk_without_overlap():
+    text = "".join(section(name, 200) for name in ("Caching", "Deploys", "On-call"))
+    chunks = chunk_markdown(text)
+    assert [c.text.splitlines()[0] for c in chunks] == ["## Caching", "## Deploys", "## On-call"]
+    assert all(a.end_line < b.start_line for a, b in zip(chunks, chunks[1:]))
+
+
+def test_tiny_sections_are_merged():
+    text = "".join(f"## Note {i}\n\nThe build passed.\n\n" for i in range(20))
+    chunks = chunk_markdown(text)
+    assert len(chunks) <= 2
+    assert all(count_tokens(c.text) >= 100 for c in chunks[:-1])
+    check_chunks(text, chunks, 400)
+
+
+def test_long_section_overlaps_by_whole_lines():
+    text = section("Timeline", 1500)
+    lines = text.split("\n")
+    chunks = chunk_markdown(text, max_tokens=200, overlap_tokens=40)
+    assert len(chunks) >= 5
+    for a, b in zip(chunks, chunks[1:]):
+        assert b.start_line <= a.end_line
+        shared = "\n".join(lines[b.start_line - 1 : a.end_line])
+        assert 30 <= count_tokens(shared) <= 40
+    check_chunks(text, chunks, 200)
+    without = chunk_markdown(text, max_tokens=200, overlap_tokens=0)
+    assert all(a.end_line < b.start_line for a, b in zip(without, without[1:]))
+
+
+def test_size_cut_prefers_blank_lines():
+    paragraph = "\n".join(f"line {i} of a paragraph about login errors." for i in range(8))
+    text = "\n\n".join([paragraph] * 12)
+    lines = text.split("\n")
+    chunks = chunk_markdown(text, overlap_tokens=0)
+    assert len(chunks) >= 3
+    assert all(lines[c.end_line].strip() == "" for c in chunks[:-1])
+
+
+def test_headings_inside_code_fences_do_not_cut():
+    code = "\n".join(f"# step {i}\nrun --flag {i}" for i in range(60))
+    for fence in ("```", "~~~~"):
+        text = section("Runbook", 150) + f"{fence}bash\n{code}\n{fence}\n" + section("After", 150)
+        chunks = chunk_markdown(text)
+        assert {c.heading for c in chunks} == {"Runbook", "After"}
+        check_chunks(text, chunks, 400)
+    unclosed = section("Runbook", 150) + "```\n" + code + "\n## Still code\n" + code
+    assert {c.heading for c in chunk_markdown(unclosed)} == {"Runbook"}
+
+
+def test_long_cjk_line_is_split_inside_the_line():
+    sentences = [f"第{i}次数据库迁移在周日凌晨完成，登录问题已经解决。" for i in range(200)]
+    line = "".join(sentences)
+    text = "## 数据库迁移\n\n" + line + "\n\n之后的说明。\n"
+    chunks = chunk_markdown(text, max_tokens=400, overlap_tokens=80)
+    check_chunks(text, chunks, 400)
+    pieces = [c for c in chunks if c.start_line == 3]
+    assert len(pieces) >= count_tokens(line) // 400
+    assert all(c.end_line == 3 and c.heading == "数据库迁移" for c in pieces)
+    assert all(p.text.endswith("。") for p in pieces)
+    offsets = [line.index(p.text) for p in pieces]
+    assert offsets == sorted(offsets) and offsets[0] == 0
+    assert all(
+        b < a + len(p.text) <= b + len(q.text)
+        for a, b, p, q in zip(offsets, offsets[1:], pieces, pieces[1:])
+    )
+    assert offsets[-1] + len(pieces[-1].text) == len(line)
+
+
+def test_minified_line_is_split():
+    line = json.dumps({f"key{i}": "v" * 30 for i in range(2000)}, separators=(",", ":"))
+    chunks = chunk_markdown("x\n" + line + "\n" + "z" * 5000 + "\n", max_tokens=100)
+    check_chunks("x\n" + line + "\n" + "z" * 5000 + "\n", chunks, 100)
+    assert {c.start_line for c in chunks} == {1, 2, 3}
+
+
+def test_crlf_and_cr_give_the_same_chunks():
+    text = (ROOT / "examples/memory/memory/2026-11-03.md").read_text(encoding="utf-8")
+    expected = chunk_markdown(text, max_tokens=100)
+    assert chunk_markdown(text.replace("\n", "\r\n"), max_tokens=100) == expected
+    assert chunk_markdown(text.replace("\n", "\r"), max_tokens=100) == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_tokens": 15}, "chunk_markdown(): max_tokens must be at least 16, got 15"),
+        (
+            {"max_tokens": 100, "overlap_tokens": 100},
+            (
+                "chunk_markdown(): overlap_tokens must be at least 0 and below max_tokens (100), "
+                "got 100"
+            ),
+        ),
+        (
+            {"overlap_tokens": -1},
+            (
+                "chunk_markdown(): overlap_tokens must be at least 0 and below max_tokens (400), "
+                "got -1"
+            ),
+        ),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        chunk_markdown("text", **kwargs)
+
+
+def test_one_megabyte_is_fast_and_deterministic():
+    text = "\n".join(p.read_text(encoding="utf-8") for p in EXAMPLE_FILES)
+    text = text * (1_000_000 // len(text.encode()) + 1)
+    started = time.perf_counter()
+    chunks = chunk_markdown(text)
+    assert time.perf_counter() - started < 2.0
+    assert chunk_markdown(text) == chunks
+
+
+markdownish = st.lists(
+    st.one_of(
+        st.sampled_from(["", " ", "# Title", "## Sub", "### Deep", "```", "~~~", "- item", "\t"]),
+        st.text(alphabet="ab 数据。ロ데#`\t.", max_size=40),
+        st.text(alphabet="xyz数。 ", min_size=200, max_size=600),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=markdownish,
+    newline=st.sampled_from(["\n", "\r\n", "\r"]),
+    max_tokens=st.integers(16, 120),
+    overlap=st.integers(0, 119),
+)
+def test_random_markdown_keeps_invariants(lines, newline, max_tokens, overlap):
+    text = newline.join(lines)
+    overlap = overlap % max_tokens
+    check_chunks(text, chunk_markdown(text, max_tokens, overlap), max_tokens)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=400), max_tokens=st.integers(16, 60), overlap=st.integers(0, 59))
+def test_arbitrary_text_keeps_invariants(text, max_tokens, overlap):
+    overlap = overlap % max_tokens
+    check_chunks(text, chunk_markdown(text, max_tokens, overlap), max_tokens)
