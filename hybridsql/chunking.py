@@ -28,6 +28,7 @@ _DIGIT_COST = (0, 10, 10, 12, 17) + tuple(55 * n // 10 for n in range(5, 21))
 _HANGUL_COST = 23
 _OTHER_COST = 10
 
+# The costliest unit (20 digits) is 11 tokens, so with this floor every unit fits in a chunk.
 _MIN_MAX_TOKENS = 16
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
@@ -94,6 +95,7 @@ def _windows(
             yield start, start + 1
             start += 1
             continue
+        # Grow the window while it fits, stopping at a heading once a quarter full.
         end = start + 1
         while (
             end < n
@@ -102,7 +104,7 @@ def _windows(
         ):
             end += 1
         sized = end < n and acc[end + 1] - acc[start] > budget and costs[end] <= budget
-        if sized:
+        if sized:  # Move the cut back to a soft item, if that keeps half the budget.
             for cut in range(end, start, -1):
                 if acc[cut] - acc[start] < budget // 2:
                     break
@@ -119,12 +121,17 @@ def _windows(
         if not sized or following == n or hard[following] or costs[following] > budget:
             start = end
             continue
-        nxt = end
-        while not hard[nxt] and nxt - 1 > start and acc[end] - acc[nxt - 1] <= overlap:
-            nxt -= 1
-        while nxt < end and acc[following + 1] - acc[nxt] > budget:
-            nxt += 1
-        start = nxt
+        # Overlap: step back over the last items, leaving room for the next new item.
+        next_start = end
+        while (
+            not hard[next_start]
+            and next_start - 1 > start
+            and acc[end] - acc[next_start - 1] <= overlap
+        ):
+            next_start -= 1
+        while next_start < end and acc[following + 1] - acc[next_start] > budget:
+            next_start += 1
+        start = next_start
 
 
 def _scan(lines: list[str]) -> tuple[list[int], list[bool], list[bool], list[str]]:
@@ -174,10 +181,11 @@ def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int
 def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
     """Split markdown into chunks of at most max_tokens estimated tokens.
 
-    Chunks are whole lines, cut preferably before a heading, else after a blank line, else at a
-    line end; a chunk cut for size shares about overlap_tokens of its last lines with the next.
-    A line longer than max_tokens is cut into pieces of itself. Headings inside ``` or ~~~
-    fences do not count. Blank lines at the edges of a chunk are left out of it.
+    Chunks are whole lines. A heading starts a new chunk once the current one holds a quarter of
+    max_tokens (smaller sections are merged); a chunk that must end for size ends after a blank
+    line if it can, else at a line end, and shares about overlap_tokens of its last lines with
+    the next chunk. A line longer than max_tokens is cut into pieces of itself. Headings inside
+    ``` or ~~~ fences do not count. Blank lines at the edges of a chunk are left out of it.
     """
     if max_tokens < _MIN_MAX_TOKENS:
         raise ValueError(
