@@ -1,0 +1,517 @@
+"""Hybrid search: one SQL statement fuses FTS5 bm25 with vector scores, decay and limits.
+
+The statement (see docs/architecture.md) takes vector candidates from ``cosine_topk`` (backend
+``sql``) or from a JSON list computed in numpy or pure Python (backends ``numpy`` and
+``python``), keyword candidates from FTS5, joins both, scores, decays, filters and limits.
+"""
+
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from hybridsql.errors import QueryError
+from hybridsql.schema import has_fts, vectors_version
+
+MODES = ("hybrid", "keyword", "semantic")
+FUSIONS = ("linear", "rrf")
+KEYWORD_NORMS = ("max", "saturation")
+BACKENDS = ("auto", "sql", "numpy", "python")
+RRF_K = 60
+
+_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(rf"[^\W_{_CJK}]+")
+# Function words, left out of keyword queries that have other words: "recipe for chocolate
+# cake" must not match every note that says "for".
+STOPWORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
+
+
+@dataclass
+class SearchOptions:
+    """Everything a search can be told; every field has a command-line flag of the same name."""
+
+    mode: str = "hybrid"
+    vector_weight: float = 0.7
+    keyword_weight: float = 0.3
+    min_score: float = 0.1
+    max_results: int = 10
+    half_life_days: float = 30.0
+    candidate_pool: int = 100
+    fusion: str = "linear"
+    keyword_norm: str = "max"
+    saturation: float = 10.0
+    vector_floor: float = 0.25
+    prefix: bool = False
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+    backend: str = "auto"
+    now: float | None = None
+
+    def check(self) -> None:
+        """Raises QueryError for a value no search can use."""
+        checks = [
+            (self.mode in MODES, f"mode must be one of {', '.join(MODES)}, not {self.mode!r}"),
+            (self.fusion in FUSIONS, f"fusion must be one of {', '.join(FUSIONS)}, not {self.fusion!r}"),
+            (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"),
+            (self.keyword_norm in KEYWORD_NORMS,
+             f"keyword_norm must be one of {', '.join(KEYWORD_NORMS)}, not {self.keyword_norm!r}"),
+            (self.saturation > 0, f"saturation must be > 0, not {self.saturation}"),
+            (self.vector_weight >= 0 and self.keyword_weight >= 0, "weights must be >= 0"),
+            (self.max_results >= 1, f"max_results must be >= 1, not {self.max_results}"),
+            (1 <= self.candidate_pool <= 10000, f"candidate_pool must be 1 to 10000, not {self.candidate_pool}"),
+            (self.half_life_days > 0, f"half_life_days must be > 0, not {self.half_life_days}"),
+            (0 <= self.vector_floor < 1, f"vector_floor must be in [0, 1), not {self.vector_floor}"),
+            (0 <= self.mmr_lambda <= 1, f"mmr_lambda must be in [0, 1], not {self.mmr_lambda}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise QueryError(message)
+
+
+@dataclass
+class SearchResult:
+    """One chunk found: where it is, its text, and how its score was made."""
+
+    id: int
+    kind: str
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    snippet: str
+    score: float
+    relevance: float
+    vector_score: float | None
+    keyword_score: float | None
+    decay: float
+    match_type: str
+    extra: dict = field(default_factory=dict)  # the profile's columns
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResults:
+    """The results of one search, with what ran and why (``notes``)."""
+
+    results: list = field(default_factory=list)
+    mode: str = "hybrid"
+    backend: str = "sql"
+    keyword_tier: str = "fts"
+    notes: list = field(default_factory=list)
+    sql: str = ""
+    params: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self):
+        return len(self.results)
+
+    def __getitem__(self, i):
+        return self.results[i]
+
+
+# -- the keyword side -------------------------------------------------------------------------
+
+
+@dataclass
+class KeywordPlan:
+    """How a user's text becomes keyword search: an FTS5 query on one table, and LIKE terms."""
+
+    table: str | None
+    match: str | None
+    like_terms: list
+
+
+def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordPlan:
+    """Turns text into FTS5 syntax that cannot fail: every term is a quoted string.
+
+    ASCII and other non-CJK text goes to the ``porter unicode61`` table, its words OR-ed so a
+    document with only some of them is still found (a word that FTS5 would split, like
+    ``ERR_CONN_RESET``, becomes a phrase; stopwords are dropped unless nothing else is left). Text with CJK goes to the trigram table, its CJK runs
+    and words AND-ed (runs under three characters cannot use trigrams and are left to LIKE).
+    The LIKE terms (CJK runs of any length, words of three or more characters) serve when FTS5
+    is missing or finds nothing.
+    """
+    cjk_runs = _CJK_RUN.findall(query)
+    pieces = [p for p in re.split(f"[\\s{_CJK}]+", query) if p]
+    words = [w for piece in pieces for w in [_WORD.findall(piece)] if w]
+    content = [w for w in words if not (len(w) == 1 and w[0].lower() in STOPWORDS)]
+    words = content or words
+    like_terms = cjk_runs + [w for piece in words for w in piece if len(w) >= 3]
+    if not fts:
+        return KeywordPlan(None, None, like_terms)
+    if cjk_runs:
+        terms = [t for t in cjk_runs + [" ".join(w) for w in words] if len(t) >= 3]
+        match = " AND ".join(_quote(t) for t in terms) or None
+        return KeywordPlan("chunks_trigram", match, like_terms)
+    star = "*" if prefix else ""
+    terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
+    return KeywordPlan("chunks_fts", " OR ".join(terms) or None, like_terms)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _like_pattern(term: str) -> str:
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+# -- the vector side for the numpy and python backends ----------------------------------------
+
+
+class VectorMatrix:
+    """All vectors of one model as an (N, D) float32 matrix, refreshed when ``vectors`` changes."""
+
+    def __init__(self):
+        self.key = None
+        self.ids = np.empty(0, dtype=np.int64)
+        self.matrix = np.empty((0, 0), dtype=np.float32)
+
+    def get(self, conn, model_id: str):
+        key = (model_id, vectors_version(conn))
+        if key != self.key:
+            rows = conn.execute(
+                "select chunk_id, vector from vectors where model_id = ? order by chunk_id",
+                (model_id,),
+            ).fetchall()
+            self.ids = np.array([r[0] for r in rows], dtype=np.int64)
+            self.matrix = (
+                np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+                if rows else np.empty((0, 0), dtype=np.float32)
+            )
+            self.key = key
+        return self.ids, self.matrix
+
+
+def numpy_topk(matrix, ids, query, k: int):
+    """Top-k by ``matrix @ query`` and argpartition, rescored in float64 so every backend agrees."""
+    if len(ids) == 0:
+        return []
+    q = np.asarray(query, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1)
+    approx = (matrix @ q) / np.where(norms > 0, norms, 1)
+    take = min(len(ids), k + 32)  # a margin for float32 rounding at the boundary
+    idx = np.argpartition(-approx, take - 1)[:take] if take < len(ids) else np.arange(len(ids))
+    m64, q64 = matrix[idx].astype(np.float64), q.astype(np.float64)
+    denom = np.sqrt((m64 * m64).sum(axis=1) * (q64 @ q64))
+    exact = np.clip(np.divide(m64 @ q64, denom, out=np.zeros(len(idx)), where=denom > 0), -1, 1)
+    order = sorted(range(len(idx)), key=lambda j: (-exact[j], ids[idx[j]]))[:k]
+    return [[int(ids[idx[j]]), float(exact[j])] for j in order]
+
+
+def python_topk(rows, query: bytes, k: int):
+    """Top-k with per-row cosine in pure Python (no numpy), the fallback of last resort."""
+    from array import array
+
+    q = array("f", query)
+    qq = math.fsum(x * x for x in q)
+    hits = []
+    for chunk_id, blob in rows:
+        v = array("f", blob)
+        vv = math.fsum(x * x for x in v)
+        dot = math.fsum(x * y for x, y in zip(q, v))
+        score = 0.0 if qq == 0 or vv == 0 else max(-1.0, min(1.0, dot / math.sqrt(qq * vv)))
+        hits.append((-score, chunk_id))
+    hits.sort()
+    return [[i, -s] for s, i in hits[:k]]
+
+
+# -- the statement -----------------------------------------------------------------------------
+
+
+@dataclass
+class Profile:
+    """What a kind of search adds to the statement, all of it fixed SQL written in code.
+
+    ``join`` joins more tables to ``chunks c``; ``filters`` is a condition on them, applied to
+    both candidate lists before their top-k; ``relevance`` scores a candidate from
+    ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
+    options); ``columns`` maps more result columns to their SQL. User values reach it only as
+    parameters.
+    """
+
+    join: str = ""
+    filters: str = ""
+    relevance: str | None = None
+    columns: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+
+
+DOCUMENTS = Profile()
+
+
+def build_statement(
+    plan: KeywordPlan, opts: SearchOptions, vector_source: str | None, profile: Profile = DOCUMENTS
+) -> str:
+    """The one search statement. ``vector_source`` is ``topk`` (cosine_topk in SQL), ``json``
+    (candidates bound as :vector_candidates) or None (keyword-only)."""
+    join, where = profile.join, f"and {profile.filters}" if profile.filters else ""
+    extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
+    extra_names = "".join(f", {name}" for name in profile.columns)
+    parts = []
+    if vector_source == "topk":
+        parts.append(f"""vec(id, vscore) as (
+  select json_extract(value, '$[0]'), json_extract(value, '$[1]')
+  from json_each((
+    select cosine_topk(:query_vector, :pool, v.chunk_id, v.vector)
+    from vectors v join chunks c on c.id = v.chunk_id {join}
+    where v.model_id = :model {where}
+  ))
+)""")
+    elif vector_source == "json":
+        parts.append("""vec(id, vscore) as (
+  select json_extract(value, '$[0]'), json_extract(value, '$[1]')
+  from json_each(:vector_candidates)
+)""")
+    else:
+        parts.append("vec(id, vscore) as (select null, null where 0)")
+    if plan.match and opts.mode != "semantic":
+        table = plan.table
+        parts.append(f"""kw_fts(id, rank) as (
+  select f.rowid, f.rank from {table} f join chunks c on c.id = f.rowid {join}
+  where {table} match :fts_query {where}
+  order by f.rank limit :pool
+)""")
+    else:
+        parts.append("kw_fts(id, rank) as (select null, null where 0)")
+    if plan.like_terms and opts.mode != "semantic":
+        hits = " + ".join(
+            f"(c.text like :like{i} escape '\\')" for i in range(len(plan.like_terms))
+        )
+        parts.append(f"""kw_like(id, rank) as (
+  select id, -hits from (select c.id, {hits} as hits from chunks c {join} where 1 {where})
+  where hits > 0 and not exists (select 1 from kw_fts)
+  order by hits desc, id limit :pool
+)""")
+    else:
+        parts.append("kw_like(id, rank) as (select null, null where 0)")
+    parts.append("""kw(id, rank, krank) as (
+  select id, rank, row_number() over (order by rank, id)
+  from (select * from kw_fts union all select * from kw_like)
+)""")
+    parts.append("""vec_ranked(id, vrank) as (
+  select id, row_number() over (order by vscore desc, id) from vec where vscore >= :vector_floor
+)""")
+    parts.append("""cand(id) as (select id from vec_ranked union select id from kw)""")
+    # The exact cosine of every candidate, also those found by keyword alone.
+    vscore = (
+        "(select cosine_similarity(:query_vector, v.vector) from vectors v"
+        " where v.chunk_id = c.id and v.model_id = :model)"
+        if vector_source else "null"
+    )
+    parts.append(f"""scored as (
+  select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
+         {vscore} as cosine, kw.rank, kw.krank, vec_ranked.vrank,
+         (select min(rank) from kw) as best_rank{extra_sql}
+  from cand join chunks c on c.id = cand.id {join}
+  left join kw on kw.id = cand.id left join vec_ranked on vec_ranked.id = cand.id
+)""")
+    if opts.fusion == "rrf":
+        relevance = (
+            f"(coalesce(:vector_weight / ({RRF_K} + vrank), 0)"
+            f" + coalesce(:keyword_weight / ({RRF_K} + krank), 0))"
+            f" * {RRF_K + 1} / (:vector_weight + :keyword_weight)"
+        )
+    elif profile.relevance:
+        relevance = profile.relevance
+    elif opts.keyword_norm == "saturation":
+        relevance = "hybrid_score(vector_score, rank, :vector_weight, :keyword_weight, :saturation)"
+    else:
+        relevance = "(:vector_weight * vector_score + :keyword_weight * keyword_score)"
+    keyword_score = {
+        "max": "rank / best_rank",
+        "saturation": "bm25_score(rank, :saturation)",
+    }[opts.keyword_norm]
+    parts.append(f"""fused as (
+  select *, {relevance} as relevance,
+         temporal_decay(path, :now, :half_life_days) as decay
+  from (
+    select *,
+           case when cosine >= :vector_floor
+                then (cosine - :vector_floor) / (1 - :vector_floor) else 0.0 end as vector_score,
+           coalesce({keyword_score}, 0.0) as keyword_score
+    from scored
+  )
+)""")
+    return (
+        "with " + ",\n".join(parts) + f"""
+select id, kind, path, start_line, end_line, heading, text, relevance * decay as score,
+       relevance, cosine, keyword_score, decay, vrank is not null as semantic_hit,
+       rank is not null as keyword_hit{extra_names}
+from fused
+where relevance >= :min_score
+order by score desc, id
+limit :limit"""
+    )
+
+
+def explain_sql(sql: str, params: dict) -> str:
+    """The statement with its parameters written in as SQL literals, runnable in the shell."""
+
+    def literal(name):
+        value = params[name]
+        if value is None:
+            return "NULL"
+        if isinstance(value, (bytes, bytearray)):
+            return "x'" + bytes(value).hex() + "'"
+        if isinstance(value, str):
+            return "'" + value.replace("'", "''") + "'"
+        return repr(value)
+
+    return re.sub(r":([a-z_0-9]+)", lambda m: literal(m.group(1)), sql) + ";"
+
+
+# -- the search -------------------------------------------------------------------------------
+
+
+class Searcher:
+    """Runs searches on one connection; keeps the numpy matrix between queries."""
+
+    def __init__(self, conn, embedder=None, sql_vectors: bool = True):
+        self.conn = conn
+        self.embedder = embedder
+        self.sql_vectors = sql_vectors  # whether cosine_topk runs natively on this connection
+        self.matrix = VectorMatrix()
+        self.fts = has_fts(conn)
+
+    def search(
+        self, query: str, opts: SearchOptions | None = None, profile: Profile = DOCUMENTS
+    ) -> SearchResults:
+        opts = opts or SearchOptions()
+        opts.check()
+        if not isinstance(query, str):
+            raise QueryError(f"query must be text, not {type(query).__name__}")
+        mode, notes = opts.mode, []
+        if mode != "keyword" and self.embedder is None:
+            notes.append("no embedding provider is configured: keyword-only search")
+            mode = "keyword"
+        opts = SearchOptions(**{**asdict(opts), "mode": mode})
+        plan = keyword_plan(query, self.fts, opts.prefix)
+        params = {
+            "pool": max(opts.candidate_pool, opts.max_results),
+            "fts_query": plan.match,
+            "vector_floor": opts.vector_floor,
+            "vector_weight": opts.vector_weight,
+            "keyword_weight": opts.keyword_weight,
+            "saturation": opts.saturation,
+            "now": time.time() if opts.now is None else opts.now,
+            "half_life_days": opts.half_life_days,
+            "min_score": opts.min_score,
+            "limit": params_limit(opts),
+            **{f"like{i}": _like_pattern(t) for i, t in enumerate(plan.like_terms)},
+            **profile.params,
+        }
+        source, backend = None, "sql"
+        if mode != "keyword":
+            query_vector = self.embedder.embed_one(query).astype("<f4")
+            params["query_vector"] = query_vector.tobytes()
+            params["model"] = self.embedder.model_id
+            source, backend = self._vector_source(opts, query_vector, params, profile)
+        sql = build_statement(plan, opts, source, profile)
+        used = set(re.findall(r":([a-z_0-9]+)", sql))
+        params = {k: v for k, v in params.items() if k in used}
+        rows = self.conn.execute(sql, params).fetchall()
+        results = [self._result(r, plan, list(profile.columns)) for r in rows]
+        if opts.mmr and results:
+            results = self._mmr(results, params.get("query_vector"), opts)
+        return SearchResults(
+            results=results[: opts.max_results], mode=mode, backend=backend,
+            keyword_tier="fts" if plan.match else "like", notes=notes, sql=sql, params=params,
+        )
+
+    def _vector_source(self, opts, query_vector, params, profile):
+        """Where the vector candidates come from: ``topk`` in SQL, or a JSON list made here."""
+        backend = opts.backend
+        if backend == "auto":
+            backend = "sql" if self.sql_vectors else "numpy"
+        if backend == "sql":
+            return "topk", "sql"
+        if profile.filters:  # only the vectors of rows that pass the filters
+            rows = self.conn.execute(
+                f"select v.chunk_id, v.vector from vectors v join chunks c on c.id = v.chunk_id"
+                f" {profile.join} where v.model_id = :model and {profile.filters}"
+                f" order by v.chunk_id",
+                {"model": params["model"], **profile.params},
+            ).fetchall()
+        elif backend == "python":
+            rows = self.conn.execute(
+                "select chunk_id, vector from vectors where model_id = ? order by chunk_id",
+                (params["model"],),
+            ).fetchall()
+        if backend == "numpy":
+            if profile.filters:
+                ids = np.array([r[0] for r in rows], dtype=np.int64)
+                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
+                matrix = matrix.reshape(len(rows), -1)
+            else:
+                ids, matrix = self.matrix.get(self.conn, params["model"])
+            hits = numpy_topk(matrix, ids, query_vector, params["pool"])
+        else:
+            hits = python_topk(rows, params["query_vector"], params["pool"])
+        params["vector_candidates"] = json.dumps(hits)
+        return "json", backend
+
+    @staticmethod
+    def _result(row, plan, extra_names) -> SearchResult:
+        (id_, kind, path, start, end, heading, text, score, relevance, cosine, kscore, decay,
+         semantic, keyword) = row[:14]
+        match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
+        return SearchResult(
+            id=id_, kind=kind, path=path, start_line=start, end_line=end, heading=heading,
+            text=text, snippet=make_snippet(text, plan.like_terms), score=score,
+            relevance=relevance, vector_score=cosine, keyword_score=kscore if keyword else None,
+            decay=decay, match_type=match, extra=dict(zip(extra_names, row[14:])),
+        )
+
+    def _mmr(self, results, query_vector, opts):
+        """Maximal marginal relevance: trade a little score for results unlike those above."""
+        if query_vector is None:
+            return results
+        ids = [r.id for r in results]
+        marks = ",".join("?" * len(ids))
+        blobs = dict(self.conn.execute(
+            f"select chunk_id, vector from vectors where chunk_id in ({marks})", ids
+        ).fetchall())
+        vecs = {}
+        for i in ids:
+            if i in blobs:
+                v = np.frombuffer(blobs[i], dtype="<f4").astype(np.float64)
+                n = np.linalg.norm(v)
+                vecs[i] = v / n if n else v
+        chosen, rest = [], list(results)
+        while rest and len(chosen) < opts.max_results:
+            def gain(r):
+                sim = max((float(vecs[r.id] @ vecs[c.id]) for c in chosen
+                           if r.id in vecs and c.id in vecs), default=0.0)
+                return opts.mmr_lambda * r.score - (1 - opts.mmr_lambda) * sim
+            best = max(rest, key=gain)
+            chosen.append(best)
+            rest.remove(best)
+        return chosen
+
+
+def params_limit(opts: SearchOptions) -> int:
+    """MMR picks from the whole pool; otherwise the statement stops at max_results."""
+    return max(opts.candidate_pool, opts.max_results) if opts.mmr else opts.max_results
+
+
+def make_snippet(text: str, terms, width: int = 240) -> str:
+    """About ``width`` characters of ``text`` around the first query term, terms in <mark>."""
+    low = text.lower()
+    at = min((p for p in (low.find(t.lower()) for t in terms) if p >= 0), default=0)
+    start = max(0, at - width // 3)
+    piece = text[start:start + width]
+    if terms:
+        pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
+                             re.IGNORECASE)
+        piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", piece)
+    return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")
