@@ -14,12 +14,13 @@ import os
 import sys
 import time
 
+from hybridsql.index import HybridIndex, transaction
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "shared", "data", "scifact")
 DB = os.path.join(HERE, "results", "scifact.db")
 
 sys.path.insert(0, os.path.join(HERE, ".."))
-from hybridsql.index import HybridIndex, transaction
 
 
 def load_jsonl(name):
@@ -62,7 +63,7 @@ def ndcg_at_10(ranked, judged):
 
 
 def evaluate(idx, queries, qrels, **options):
-    opts = dict(min_score=0.0, max_results=10, candidate_pool=100, half_life_days=30.0)
+    opts = {"min_score": 0.0, "max_results": 10, "candidate_pool": 100, "half_life_days": 30.0}
     opts.update(options)
     scores = []
     for q in queries:
@@ -74,10 +75,10 @@ def evaluate(idx, queries, qrels, **options):
 
 
 CONFIGS = {
-    "keyword (FTS5 bm25, porter)": dict(mode="keyword"),
-    "vector (MiniLM cosine)": dict(mode="semantic", vector_floor=0.0),
-    "hybrid, default": dict(),
-    "hybrid, RRF": dict(fusion="rrf"),
+    "keyword (FTS5 bm25, porter)": {"mode": "keyword"},
+    "vector (MiniLM cosine)": {"mode": "semantic", "vector_floor": 0.0},
+    "hybrid, default": {},
+    "hybrid, RRF": {"fusion": "rrf"},
 }
 
 
@@ -94,7 +95,10 @@ def main():
     if args.sweep:
         for floor in (0.0, 0.1, 0.2, 0.25, 0.3):
             for kn in ("max", "saturation"):
-                configs[f"floor {floor}, keyword {kn}"] = dict(vector_floor=floor, keyword_norm=kn)
+                configs[f"floor {floor}, keyword {kn}"] = {
+                    "vector_floor": floor,
+                    "keyword_norm": kn,
+                }
     print(f"SciFact {args.split} split, {len(qrels)} judged queries, nDCG@10\n")
     print("| configuration | nDCG@10 |\n| --- | --- |")
     for name, options in configs.items():

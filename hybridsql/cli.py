@@ -45,9 +45,9 @@ def cmd_index(args) -> int:
 
 
 def cmd_search(args) -> int:
-    opts = SearchOptions(**{
-        f.name: getattr(args, f.name) for f in fields(SearchOptions) if hasattr(args, f.name)
-    })
+    opts = SearchOptions(
+        **{f.name: getattr(args, f.name) for f in fields(SearchOptions) if hasattr(args, f.name)}
+    )
     with open_index(args) as idx:
         found = idx.searcher.search(args.query, opts)
     if args.explain:
@@ -56,21 +56,33 @@ def cmd_search(args) -> int:
         print(explain_sql(found.sql, found.params))
         return 0
     if args.json or not sys.stdout.isatty():
-        print(json.dumps({
-            "query": args.query, "mode": found.mode, "backend": found.backend,
-            "notes": found.notes, "results": [r.as_dict() for r in found],
-        }, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "query": args.query,
+                    "mode": found.mode,
+                    "backend": found.backend,
+                    "notes": found.notes,
+                    "results": [r.as_dict() for r in found],
+                },
+                ensure_ascii=False,
+            )
+        )
         return 0
     for note in found.notes:
         print(f"note: {note}")
     if not found.results:
         print("no results")
     for r in found:
-        where = f"{r.path}:{r.start_line}-{r.end_line}" if r.kind == "document" else f"memory {r.id}"
+        where = (
+            f"{r.path}:{r.start_line}-{r.end_line}" if r.kind == "document" else f"memory {r.id}"
+        )
         vector = "-" if r.vector_score is None else f"{r.vector_score:.3f}"
         keyword = "-" if r.keyword_score is None else f"{r.keyword_score:.3f}"
-        print(f"{r.score:.3f}  {where}  [{r.match_type}: vector {vector}, keyword {keyword}, "
-              f"decay {r.decay:.2f}]")
+        print(
+            f"{r.score:.3f}  {where}  [{r.match_type}: vector {vector}, keyword {keyword}, "
+            f"decay {r.decay:.2f}]"
+        )
         print("       " + r.snippet.replace("\n", " ")[:200])
     return 0
 
@@ -80,16 +92,36 @@ def add_search_options(p) -> None:
     p.add_argument("--mode", choices=MODES, default=d.mode)
     p.add_argument("--vector-weight", dest="vector_weight", type=float, default=d.vector_weight)
     p.add_argument("--keyword-weight", dest="keyword_weight", type=float, default=d.keyword_weight)
-    p.add_argument("--min-score", dest="min_score", type=float, default=d.min_score,
-                   help="drop results whose relevance (before decay) is lower; default %(default)s")
+    p.add_argument(
+        "--min-score",
+        dest="min_score",
+        type=float,
+        default=d.min_score,
+        help="drop results whose relevance (before decay) is lower; default %(default)s",
+    )
     p.add_argument("--max-results", "-n", dest="max_results", type=int, default=d.max_results)
-    p.add_argument("--half-life", dest="half_life_days", type=float, default=d.half_life_days,
-                   help="days for a dated file's score to halve; default %(default)s")
-    p.add_argument("--pool", dest="candidate_pool", type=int, default=d.candidate_pool,
-                   help="candidates taken from each side; default %(default)s")
+    p.add_argument(
+        "--half-life",
+        dest="half_life_days",
+        type=float,
+        default=d.half_life_days,
+        help="days for a dated file's score to halve; default %(default)s",
+    )
+    p.add_argument(
+        "--pool",
+        dest="candidate_pool",
+        type=int,
+        default=d.candidate_pool,
+        help="candidates taken from each side; default %(default)s",
+    )
     p.add_argument("--fusion", choices=FUSIONS, default=d.fusion)
-    p.add_argument("--vector-floor", dest="vector_floor", type=float, default=d.vector_floor,
-                   help="cosine below which a vector match counts as noise; default %(default)s")
+    p.add_argument(
+        "--vector-floor",
+        dest="vector_floor",
+        type=float,
+        default=d.vector_floor,
+        help="cosine below which a vector match counts as noise; default %(default)s",
+    )
     p.add_argument("--prefix", action="store_true", help="match word prefixes (auth*)")
     p.add_argument("--mmr", action="store_true", help="re-rank for diversity (MMR)")
     p.add_argument("--mmr-lambda", dest="mmr_lambda", type=float, default=d.mmr_lambda)
@@ -113,8 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_db(p):
         p.add_argument("--db", required=True, help="the SQLite database file")
-        p.add_argument("--embedder", choices=EMBEDDERS, default=None,
-                       help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)")
+        p.add_argument(
+            "--embedder",
+            choices=EMBEDDERS,
+            default=None,
+            help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
+        )
         p.add_argument("--json", action="store_true", help="print JSON (the default when piped)")
 
     p = sub.add_parser(
@@ -136,8 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("query")
     with_db(p)
-    p.add_argument("--explain", action="store_true",
-                   help="print the SQL statement with its parameters, runnable in sqlite3")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the SQL statement with its parameters, runnable in sqlite3",
+    )
     add_search_options(p)
     p.set_defaults(func=cmd_search)
     return parser

@@ -63,7 +63,7 @@ class PythonMath:
 
     def cosine(self, a, b) -> float:
         x, y = self.floats(a), self.floats(b)
-        return _clamp_cosine(math.fsum(p * q for p, q in zip(x, y)), _sq(x), _sq(y))
+        return _clamp_cosine(math.fsum(p * q for p, q in zip(x, y, strict=False)), _sq(x), _sq(y))
 
 
 class NumpyMath(PythonMath):
@@ -201,15 +201,17 @@ def read_vector(value, fn: str, what: str, vmath):
         status, blob, bad = _parse_json_vector(value)
         if status == "ok":
             return blob
-        raise SQLFunctionError(f"{fn}(): {what} " + {
-            "empty": "is an empty vector",
-            "nonfinite": f"has a non-finite value at index {bad}",
-            "too long": f"has more than {MAX_DIMS} dimensions",
-            "malformed": "is not a JSON array of numbers",
-        }[status])
+        raise SQLFunctionError(
+            f"{fn}(): {what} "
+            + {
+                "empty": "is an empty vector",
+                "nonfinite": f"has a non-finite value at index {bad}",
+                "too long": f"has more than {MAX_DIMS} dimensions",
+                "malformed": "is not a JSON array of numbers",
+            }[status]
+        )
     raise SQLFunctionError(
-        f"{fn}(): {what} must be a vector (float32 BLOB or JSON array text), "
-        f"got {type_name(value)}"
+        f"{fn}(): {what} must be a vector (float32 BLOB or JSON array text), got {type_name(value)}"
     )
 
 
@@ -304,7 +306,9 @@ class Functions:
     def bm25_score(self, rank, saturation=SATURATION):
         saturation = read_number(saturation, "bm25_score", 1, "saturation")
         if not saturation > 0:
-            raise SQLFunctionError(f"bm25_score(): 2nd argument saturation must be > 0, got {saturation:g}")
+            raise SQLFunctionError(
+                f"bm25_score(): 2nd argument saturation must be > 0, got {saturation:g}"
+            )
         if rank is None:
             return 0.0
         return _bm25(read_number(rank, "bm25_score", 0, "rank"), saturation)
@@ -322,7 +326,9 @@ class Functions:
                     f"hybrid_score(): {ORDINALS[i]} argument {names[i]} must be >= 0, got {x[i]:g}"
                 )
         if not x[4] > 0:
-            raise SQLFunctionError(f"hybrid_score(): 5th argument saturation must be > 0, got {x[4]:g}")
+            raise SQLFunctionError(
+                f"hybrid_score(): 5th argument saturation must be > 0, got {x[4]:g}"
+            )
         keyword = 0.0 if args[1] is None else _bm25(x[1], x[4])
         return x[2] * x[0] + x[3] * keyword
 

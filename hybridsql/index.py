@@ -212,14 +212,24 @@ class HybridIndex:
                 conn.execute(
                     "insert into chunks(kind, file_id, path, start_line, end_line, heading, text,"
                     " created_at) values ('document', ?, ?, ?, ?, ?, ?, ?)",
-                    (file_id, rel, chunk.start_line, chunk.end_line, chunk.heading, chunk.text,
-                     mtime),
+                    (
+                        file_id,
+                        rel,
+                        chunk.start_line,
+                        chunk.end_line,
+                        chunk.heading,
+                        chunk.text,
+                        mtime,
+                    ),
                 )
                 if vectors:
                     conn.execute(
                         "insert into vectors values (?, ?, ?)",
-                        (conn.last_insert_rowid(), self.embedder.model_id,
-                         vectors[i].astype("<f4").tobytes()),
+                        (
+                            conn.last_insert_rowid(),
+                            self.embedder.model_id,
+                            vectors[i].astype("<f4").tobytes(),
+                        ),
                     )
 
     def embed_missing(self, batch: int = EMBED_BATCH) -> int:
@@ -240,7 +250,10 @@ class HybridIndex:
             with transaction(self.conn):
                 self.conn.executemany(
                     "insert or replace into vectors values (?, ?, ?)",
-                    [(cid, model, v.astype("<f4").tobytes()) for (cid, _), v in zip(rows, vectors)],
+                    [
+                        (cid, model, v.astype("<f4").tobytes())
+                        for (cid, _), v in zip(rows, vectors, strict=False)
+                    ],
                 )
             done += len(rows)
 

@@ -2,7 +2,8 @@
 
 Memory files and an agent's memories are both rows of ``chunks`` (``kind`` tells which), so one
 search statement serves both. Triggers keep the FTS5 tables and ``vectors`` in step with
-``chunks``, cascade deletes (files to chunks to vectors), and count every change to ``vectors`` in ``meta`` so that cached copies of the
+``chunks``, cascade deletes (files to chunks to vectors), and count every change to
+``vectors`` in ``meta`` so that cached copies of the
 vectors (the numpy matrix) know when to refresh.
 """
 
@@ -103,9 +104,9 @@ def ensure_schema(conn: apsw.Connection) -> bool:
 
 def has_fts(conn: apsw.Connection) -> bool:
     """Whether the FTS5 tables exist in this database."""
-    return bool(conn.execute(
-        "select count(*) from sqlite_schema where name = 'chunks_fts'"
-    ).fetchone()[0])
+    return bool(
+        conn.execute("select count(*) from sqlite_schema where name = 'chunks_fts'").fetchone()[0]
+    )
 
 
 def vectors_version(conn: apsw.Connection) -> int:

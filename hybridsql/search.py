@@ -27,7 +27,17 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 _WORD = re.compile(rf"[^\W_{_CJK}]+")
 # Function words, left out of keyword queries that have other words: "recipe for chocolate
 # cake" must not match every note that says "for".
-STOPWORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
+STOPWORDS = frozenset(
+    """
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further
+had has have having he her here hers herself him himself his how i if in into is it its
+itself just me more most my myself no nor not now of off on once only or other our ours
+ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were
+what when where which while who whom why will with would you your yours yourself yourselves
+""".split()
+)
 
 
 @dataclass
@@ -53,23 +63,29 @@ class SearchOptions:
 
     def check(self) -> None:
         """Raises QueryError for a value no search can use."""
-        checks = [
-            (self.mode in MODES, f"mode must be one of {', '.join(MODES)}, not {self.mode!r}"),
-            (self.fusion in FUSIONS, f"fusion must be one of {', '.join(FUSIONS)}, not {self.fusion!r}"),
-            (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"),
-            (self.keyword_norm in KEYWORD_NORMS,
-             f"keyword_norm must be one of {', '.join(KEYWORD_NORMS)}, not {self.keyword_norm!r}"),
-            (self.saturation > 0, f"saturation must be > 0, not {self.saturation}"),
-            (self.vector_weight >= 0 and self.keyword_weight >= 0, "weights must be >= 0"),
-            (self.max_results >= 1, f"max_results must be >= 1, not {self.max_results}"),
-            (1 <= self.candidate_pool <= 10000, f"candidate_pool must be 1 to 10000, not {self.candidate_pool}"),
-            (self.half_life_days > 0, f"half_life_days must be > 0, not {self.half_life_days}"),
-            (0 <= self.vector_floor < 1, f"vector_floor must be in [0, 1), not {self.vector_floor}"),
-            (0 <= self.mmr_lambda <= 1, f"mmr_lambda must be in [0, 1], not {self.mmr_lambda}"),
+        choices = {
+            "mode": MODES,
+            "fusion": FUSIONS,
+            "keyword_norm": KEYWORD_NORMS,
+            "backend": BACKENDS,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise QueryError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        ranges = [
+            ("vector_weight", self.vector_weight >= 0, ">= 0"),
+            ("keyword_weight", self.keyword_weight >= 0, ">= 0"),
+            ("saturation", self.saturation > 0, "> 0"),
+            ("max_results", self.max_results >= 1, ">= 1"),
+            ("candidate_pool", 1 <= self.candidate_pool <= 10000, "from 1 to 10000"),
+            ("half_life_days", self.half_life_days > 0, "> 0"),
+            ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
+            ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
         ]
-        for ok, message in checks:
+        for name, ok, rule in ranges:
             if not ok:
-                raise QueryError(message)
+                raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
 
 
 @dataclass
@@ -135,8 +151,8 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
 
     ASCII and other non-CJK text goes to the ``porter unicode61`` table, its words OR-ed so a
     document with only some of them is still found (a word that FTS5 would split, like
-    ``ERR_CONN_RESET``, becomes a phrase; stopwords are dropped unless nothing else is left). Text with CJK goes to the trigram table, its CJK runs
-    and words AND-ed (runs under three characters cannot use trigrams and are left to LIKE).
+    ``ERR_CONN_RESET``, becomes a phrase; stopwords are dropped unless nothing else is left).
+    Text with CJK goes to the trigram table, its CJK runs and words AND-ed (runs under three characters cannot use trigrams and are left to LIKE).
     The LIKE terms (CJK runs of any length, words of three or more characters) serve when FTS5
     is missing or finds nothing.
     """
@@ -186,7 +202,8 @@ class VectorMatrix:
             self.ids = np.array([r[0] for r in rows], dtype=np.int64)
             self.matrix = (
                 np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
-                if rows else np.empty((0, 0), dtype=np.float32)
+                if rows
+                else np.empty((0, 0), dtype=np.float32)
             )
             self.key = key
         return self.ids, self.matrix
@@ -218,7 +235,7 @@ def python_topk(rows, query: bytes, k: int):
     for chunk_id, blob in rows:
         v = array("f", blob)
         vv = math.fsum(x * x for x in v)
-        dot = math.fsum(x * y for x, y in zip(q, v))
+        dot = math.fsum(x * y for x, y in zip(q, v, strict=False))
         score = 0.0 if qq == 0 or vv == 0 else max(-1.0, min(1.0, dot / math.sqrt(qq * vv)))
         hits.append((-score, chunk_id))
     hits.sort()
@@ -306,7 +323,8 @@ def build_statement(
     vscore = (
         "(select cosine_similarity(:query_vector, v.vector) from vectors v"
         " where v.chunk_id = c.id and v.model_id = :model)"
-        if vector_source else "null"
+        if vector_source
+        else "null"
     )
     parts.append(f"""scored as (
   select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
@@ -343,7 +361,9 @@ def build_statement(
   )
 )""")
     return (
-        "with " + ",\n".join(parts) + f"""
+        "with "
+        + ",\n".join(parts)
+        + f"""
 select id, kind, path, start_line, end_line, heading, text, relevance * decay as score,
        relevance, cosine, keyword_score, decay, vrank is not null as semantic_hit,
        rank is not null as keyword_hit{extra_names}
@@ -424,8 +444,13 @@ class Searcher:
         if opts.mmr and results:
             results = self._mmr(results, params.get("query_vector"), opts)
         return SearchResults(
-            results=results[: opts.max_results], mode=mode, backend=backend,
-            keyword_tier="fts" if plan.match else "like", notes=notes, sql=sql, params=params,
+            results=results[: opts.max_results],
+            mode=mode,
+            backend=backend,
+            keyword_tier="fts" if plan.match else "like",
+            notes=notes,
+            sql=sql,
+            params=params,
         )
 
     def _vector_source(self, opts, query_vector, params, profile):
@@ -462,14 +487,39 @@ class Searcher:
 
     @staticmethod
     def _result(row, plan, extra_names) -> SearchResult:
-        (id_, kind, path, start, end, heading, text, score, relevance, cosine, kscore, decay,
-         semantic, keyword) = row[:14]
+        (
+            id_,
+            kind,
+            path,
+            start,
+            end,
+            heading,
+            text,
+            score,
+            relevance,
+            cosine,
+            kscore,
+            decay,
+            semantic,
+            keyword,
+        ) = row[:14]
         match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
         return SearchResult(
-            id=id_, kind=kind, path=path, start_line=start, end_line=end, heading=heading,
-            text=text, snippet=make_snippet(text, plan.like_terms), score=score,
-            relevance=relevance, vector_score=cosine, keyword_score=kscore if keyword else None,
-            decay=decay, match_type=match, extra=dict(zip(extra_names, row[14:])),
+            id=id_,
+            kind=kind,
+            path=path,
+            start_line=start,
+            end_line=end,
+            heading=heading,
+            text=text,
+            snippet=make_snippet(text, plan.like_terms),
+            score=score,
+            relevance=relevance,
+            vector_score=cosine,
+            keyword_score=kscore if keyword else None,
+            decay=decay,
+            match_type=match,
+            extra=dict(zip(extra_names, row[14:], strict=False)),
         )
 
     def _mmr(self, results, query_vector, opts):
@@ -478,9 +528,11 @@ class Searcher:
             return results
         ids = [r.id for r in results]
         marks = ",".join("?" * len(ids))
-        blobs = dict(self.conn.execute(
-            f"select chunk_id, vector from vectors where chunk_id in ({marks})", ids
-        ).fetchall())
+        blobs = dict(
+            self.conn.execute(
+                f"select chunk_id, vector from vectors where chunk_id in ({marks})", ids
+            ).fetchall()
+        )
         vecs = {}
         for i in ids:
             if i in blobs:
@@ -489,10 +541,18 @@ class Searcher:
                 vecs[i] = v / n if n else v
         chosen, rest = [], list(results)
         while rest and len(chosen) < opts.max_results:
+
             def gain(r):
-                sim = max((float(vecs[r.id] @ vecs[c.id]) for c in chosen
-                           if r.id in vecs and c.id in vecs), default=0.0)
+                sim = max(
+                    (
+                        float(vecs[r.id] @ vecs[c.id])
+                        for c in chosen
+                        if r.id in vecs and c.id in vecs
+                    ),
+                    default=0.0,
+                )
                 return opts.mmr_lambda * r.score - (1 - opts.mmr_lambda) * sim
+
             best = max(rest, key=gain)
             chosen.append(best)
             rest.remove(best)
@@ -509,9 +569,10 @@ def make_snippet(text: str, terms, width: int = 240) -> str:
     low = text.lower()
     at = min((p for p in (low.find(t.lower()) for t in terms) if p >= 0), default=0)
     start = max(0, at - width // 3)
-    piece = text[start:start + width]
+    piece = text[start : start + width]
     if terms:
-        pattern = re.compile("|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)),
-                             re.IGNORECASE)
+        pattern = re.compile(
+            "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)), re.IGNORECASE
+        )
         piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", piece)
     return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")

@@ -38,7 +38,7 @@ def check_chunks(text, chunks, max_tokens):
         assert lines[chunk.start_line - 1].strip() and lines[chunk.end_line - 1].strip()
         covered.update(range(chunk.start_line, chunk.end_line + 1))
     assert [n for n, line in enumerate(lines, 1) if line.strip() and n not in covered] == []
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         assert b.end_line > a.end_line or a.start_line == b.end_line
 
 
@@ -86,7 +86,7 @@ def test_estimate_matches_tokenizer_on_english():
     if not SCIFACT.exists():
         pytest.skip(f"{SCIFACT} is missing")
     with SCIFACT.open() as corpus:
-        docs = [json.loads(line) for _, line in zip(range(500), corpus)]
+        docs = [json.loads(line) for _, line in zip(range(500), corpus, strict=False)]
     assert 0.95 <= ratio([d["title"] + "\n" + d["text"] for d in docs], real) <= 1.05
     english = [
         line
@@ -155,7 +155,7 @@ def test_sections_of_fair_size_start_their_own_chunk_without_overlap():
     text = "".join(section(name, 200) for name in ("Caching", "Deploys", "On-call"))
     chunks = chunk_markdown(text)
     assert [c.text.splitlines()[0] for c in chunks] == ["## Caching", "## Deploys", "## On-call"]
-    assert all(a.end_line < b.start_line for a, b in zip(chunks, chunks[1:]))
+    assert all(a.end_line < b.start_line for a, b in zip(chunks, chunks[1:], strict=False))
 
 
 def test_tiny_sections_are_merged():
@@ -171,13 +171,13 @@ def test_long_section_overlaps_by_whole_lines():
     lines = text.split("\n")
     chunks = chunk_markdown(text, max_tokens=200, overlap_tokens=40)
     assert len(chunks) >= 5
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         assert b.start_line <= a.end_line
         shared = "\n".join(lines[b.start_line - 1 : a.end_line])
         assert 30 <= count_tokens(shared) <= 40
     check_chunks(text, chunks, 200)
     without = chunk_markdown(text, max_tokens=200, overlap_tokens=0)
-    assert all(a.end_line < b.start_line for a, b in zip(without, without[1:]))
+    assert all(a.end_line < b.start_line for a, b in zip(without, without[1:], strict=False))
 
 
 def test_size_cut_prefers_blank_lines():
@@ -214,7 +214,7 @@ def test_long_cjk_line_is_split_inside_the_line():
     assert offsets == sorted(offsets) and offsets[0] == 0
     assert all(
         b < a + len(p.text) <= b + len(q.text)
-        for a, b, p, q in zip(offsets, offsets[1:], pieces, pieces[1:])
+        for a, b, p, q in zip(offsets, offsets[1:], pieces, pieces[1:], strict=False)
     )
     assert offsets[-1] + len(pieces[-1].text) == len(line)
 

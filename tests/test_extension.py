@@ -59,77 +59,144 @@ VALUES = [
     ("select vector_blob(NULL)", None),
     ("select hybridsql_version()", "0.1.0"),
     (
-        ("with t(id, v) as (values (1, '[1,1]'), (2, '[1,0]'), (3, '[1,1]'), (4, NULL))"
-        " select cosine_topk('[1,0]', 2, id, v) from t"),
+        (
+            "with t(id, v) as (values (1, '[1,1]'), (2, '[1,0]'), (3, '[1,1]'), (4, NULL))"
+            " select cosine_topk('[1,0]', 2, id, v) from t"
+        ),
         [[2, 1.0], [1, 1 / math.sqrt(2)]],
     ),
     (
-        ("with t(id, v) as (values (9, '[1,1]'), (3, '[2,2]'), (5, '[0,1]'))"
-        " select cosine_topk('[1,0]', 5, id, v) from t where id > 1"),
+        (
+            "with t(id, v) as (values (9, '[1,1]'), (3, '[2,2]'), (5, '[0,1]'))"
+            " select cosine_topk('[1,0]', 5, id, v) from t where id > 1"
+        ),
         [[3, 1 / math.sqrt(2)], [9, 1 / math.sqrt(2)], [5, 0.0]],
     ),
-    ("with t(id, v) as (values (1, '[1,1]')) select cosine_topk('[1,0]', 2, id, v) from t where id > 1", []),
+    (
+        "with t(id, v) as (values (1, '[1,1]')) select cosine_topk('[1,0]', 2, id, v) from t where id > 1",
+        [],
+    ),
     ("with t(id, v) as (values (1, '[1,1]')) select cosine_topk(NULL, 2, id, v) from t", None),
     (
-        ("with t(id, v) as (values (1, '[1,1]'), (2, '[3,1]')) select count(*)"
-        " from json_each((select cosine_topk('[1,0]', 1, id, v) from t))"),
+        (
+            "with t(id, v) as (values (1, '[1,1]'), (2, '[3,1]')) select count(*)"
+            " from json_each((select cosine_topk('[1,0]', 1, id, v) from t))"
+        ),
         1,
     ),
 ]
 
 # (SQL, exact error text).
 ERRORS = [
-    ("select cosine_similarity('[1,2]', x'00')",
-     "cosine_similarity(): 2nd argument is a BLOB of 1 bytes, not a multiple of 4"),
-    ("select cosine_similarity('[1,2]', '[1,2,3]')",
-     "cosine_similarity(): 1st argument has 2 dimensions, 2nd argument has 3"),
-    ("select cosine_similarity('[1,NaN]', '[1,2]')",
-     "cosine_similarity(): 1st argument is not a JSON array of numbers"),
-    ("select cosine_similarity('[1,2,]', '[1,2]')",
-     "cosine_similarity(): 1st argument is not a JSON array of numbers"),
-    ("select cosine_similarity('[1,1e39]', '[1,2]')",
-     "cosine_similarity(): 1st argument has a non-finite value at index 1"),
-    ("select cosine_similarity(x'0000c07f', '[1]')",
-     "cosine_similarity(): 1st argument has a non-finite value at index 0"),
-    ("select cosine_similarity('[]', '[1]')", "cosine_similarity(): 1st argument is an empty vector"),
-    ("select cosine_similarity(x'', '[1]')", "cosine_similarity(): 1st argument is an empty vector"),
-    ("select cosine_similarity(1, '[1]')",
-     ("cosine_similarity(): 1st argument must be a vector (float32 BLOB or JSON array text), "
-     "got integer")),
-    ("with t(id, v) as (values (17, '[1,2]')) select cosine_topk('[1,2,3]', 5, id, v) from t",
-     "cosine_topk(): 1st argument has 3 dimensions, row 17 has 2"),
-    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 0, id, v) from t",
-     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 0"),
-    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 10001, id, v) from t",
-     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 10001"),
-    ("with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', '5', id, v) from t",
-     "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got text"),
-    ("with t(id, v) as (values ('a', '[1,2]')) select cosine_topk('[1,2]', 5, id, v) from t",
-     "cosine_topk(): 3rd argument id must be an integer, got text"),
-    ("with t(id, v) as (values (4, '[1,2')) select cosine_topk('[1,2]', 5, id, v) from t",
-     "cosine_topk(): 4th argument of row 4 is not a JSON array of numbers"),
+    (
+        "select cosine_similarity('[1,2]', x'00')",
+        "cosine_similarity(): 2nd argument is a BLOB of 1 bytes, not a multiple of 4",
+    ),
+    (
+        "select cosine_similarity('[1,2]', '[1,2,3]')",
+        "cosine_similarity(): 1st argument has 2 dimensions, 2nd argument has 3",
+    ),
+    (
+        "select cosine_similarity('[1,NaN]', '[1,2]')",
+        "cosine_similarity(): 1st argument is not a JSON array of numbers",
+    ),
+    (
+        "select cosine_similarity('[1,2,]', '[1,2]')",
+        "cosine_similarity(): 1st argument is not a JSON array of numbers",
+    ),
+    (
+        "select cosine_similarity('[1,1e39]', '[1,2]')",
+        "cosine_similarity(): 1st argument has a non-finite value at index 1",
+    ),
+    (
+        "select cosine_similarity(x'0000c07f', '[1]')",
+        "cosine_similarity(): 1st argument has a non-finite value at index 0",
+    ),
+    (
+        "select cosine_similarity('[]', '[1]')",
+        "cosine_similarity(): 1st argument is an empty vector",
+    ),
+    (
+        "select cosine_similarity(x'', '[1]')",
+        "cosine_similarity(): 1st argument is an empty vector",
+    ),
+    (
+        "select cosine_similarity(1, '[1]')",
+        (
+            "cosine_similarity(): 1st argument must be a vector (float32 BLOB or JSON array text), "
+            "got integer"
+        ),
+    ),
+    (
+        "with t(id, v) as (values (17, '[1,2]')) select cosine_topk('[1,2,3]', 5, id, v) from t",
+        "cosine_topk(): 1st argument has 3 dimensions, row 17 has 2",
+    ),
+    (
+        "with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 0, id, v) from t",
+        "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 0",
+    ),
+    (
+        "with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', 10001, id, v) from t",
+        "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got 10001",
+    ),
+    (
+        "with t(id, v) as (values (1, '[1,2]')) select cosine_topk('[1,2]', '5', id, v) from t",
+        "cosine_topk(): 2nd argument k must be an integer from 1 to 10000, got text",
+    ),
+    (
+        "with t(id, v) as (values ('a', '[1,2]')) select cosine_topk('[1,2]', 5, id, v) from t",
+        "cosine_topk(): 3rd argument id must be an integer, got text",
+    ),
+    (
+        "with t(id, v) as (values (4, '[1,2')) select cosine_topk('[1,2]', 5, id, v) from t",
+        "cosine_topk(): 4th argument of row 4 is not a JSON array of numbers",
+    ),
     ("select bm25_score('a')", "bm25_score(): 1st argument rank must be a number, got text"),
     ("select bm25_score(-1, 0)", "bm25_score(): 2nd argument saturation must be > 0, got 0"),
-    ("select hybrid_score(0.5, -1, -1, 0.3)",
-     "hybrid_score(): 3rd argument vector_weight must be >= 0, got -1"),
-    ("select hybrid_score(0.5, -1, 0.7, -0.5)",
-     "hybrid_score(): 4th argument keyword_weight must be >= 0, got -0.5"),
-    ("select hybrid_score('x', -1)",
-     "hybrid_score(): 1st argument vector_score must be a number, got text"),
-    ("select temporal_decay('2026-01-01.md', 'yesterday')",
-     "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text"),
-    ("select temporal_decay('2026-01-01.md', '2026-13-01')",
-     "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text"),
-    ("select temporal_decay('2026-01-01.md', 0, 0)",
-     "temporal_decay(): 3rd argument half_life_days must be > 0, got 0"),
-    ("select temporal_decay(x'00', 0)", "temporal_decay(): 1st argument path must be text, got blob"),
+    (
+        "select hybrid_score(0.5, -1, -1, 0.3)",
+        "hybrid_score(): 3rd argument vector_weight must be >= 0, got -1",
+    ),
+    (
+        "select hybrid_score(0.5, -1, 0.7, -0.5)",
+        "hybrid_score(): 4th argument keyword_weight must be >= 0, got -0.5",
+    ),
+    (
+        "select hybrid_score('x', -1)",
+        "hybrid_score(): 1st argument vector_score must be a number, got text",
+    ),
+    (
+        "select temporal_decay('2026-01-01.md', 'yesterday')",
+        "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text",
+    ),
+    (
+        "select temporal_decay('2026-01-01.md', '2026-13-01')",
+        "temporal_decay(): 2nd argument now must be unix seconds or ISO-8601 text, got unreadable text",
+    ),
+    (
+        "select temporal_decay('2026-01-01.md', 0, 0)",
+        "temporal_decay(): 3rd argument half_life_days must be > 0, got 0",
+    ),
+    (
+        "select temporal_decay(x'00', 0)",
+        "temporal_decay(): 1st argument path must be text, got blob",
+    ),
     ("select vector_json('[1,')", "vector_json(): 1st argument is not a JSON array of numbers"),
 ]
 
 FUNCTIONS = {
-    ("cosine_similarity", 2), ("cosine_topk", 4), ("bm25_score", 1), ("bm25_score", 2),
-    ("hybrid_score", 2), ("hybrid_score", 4), ("hybrid_score", 5), ("temporal_decay", 2),
-    ("temporal_decay", 3), ("vector_blob", 1), ("vector_json", 1), ("hybridsql_version", 0),
+    ("cosine_similarity", 2),
+    ("cosine_topk", 4),
+    ("bm25_score", 1),
+    ("bm25_score", 2),
+    ("hybrid_score", 2),
+    ("hybrid_score", 4),
+    ("hybrid_score", 5),
+    ("temporal_decay", 2),
+    ("temporal_decay", 3),
+    ("vector_blob", 1),
+    ("vector_json", 1),
+    ("hybridsql_version", 0),
     ("hybridsql_debug", 0),
 }
 
@@ -138,7 +205,11 @@ def run_shell(sql, env=None):
     """Runs SQL in the stock sqlite3 shell after .load; (rows as dicts, stderr)."""
     proc = subprocess.run(
         [SHELL, ":memory:", "-json", "-cmd", f".load {hybridsql.loadable_path()}", sql],
-        check=False, capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     rows = json.loads(proc.stdout) if proc.stdout.strip() else []
     return rows, proc.stderr.strip()
@@ -223,9 +294,7 @@ def test_native_flags_deterministic_and_innocuous_where_true():
     conn = hybridsql.connect(":memory:")
     flags = {
         (name, narg): flags
-        for name, narg, flags in conn.execute(
-            "select name, narg, flags from pragma_function_list"
-        )
+        for name, narg, flags in conn.execute("select name, narg, flags from pragma_function_list")
         if (name, narg) in FUNCTIONS
     }
     deterministic, innocuous = 0x800, 0x200000
@@ -249,7 +318,9 @@ def test_sqlite_utils_command_line_has_every_function(tmp_path):
     sql = "select hybrid_score(0.8, -4.2) as h, vector_json(vector_blob('[1]')) as v"
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "sqlite-utils"), "query", db, sql],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert json.loads(out) == [{"h": pytest.approx(0.6487323943661972), "v": "[1]"}]
 
@@ -261,7 +332,9 @@ def test_cli_path_loads_in_stock_shell(tmp_path):
     assert path == hybridsql.loadable_path()
     out = subprocess.run(
         [SHELL, str(tmp_path / "mem.db"), f".load {path}", "select hybrid_score(0.8, -4.2)"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert float(out) == pytest.approx(0.648732394366197)
 
@@ -312,27 +385,34 @@ def brute_force(vectors, q, k, keep):
 
 
 @pytest.mark.parametrize("backend", ["extension", "cffi", "numpy", "python"])
-@pytest.mark.parametrize("where,keep", [
-    ("", lambda i: i != 99),
-    ("where project = 3", lambda i: i % 10 == 3),
-    ("where id between 8 and 12", lambda i: 8 <= i <= 12),
-])
+@pytest.mark.parametrize(
+    "where,keep",
+    [
+        ("", lambda i: i != 99),
+        ("where project = 3", lambda i: i % 10 == 3),
+        ("where id between 8 and 12", lambda i: 8 <= i <= 12),
+    ],
+)
 def test_topk_matches_brute_force(backend, where, keep):
     conn = apsw.Connection(":memory:")
     hybridsql.load(conn, backend)
     vectors = random_table(conn)
     q = vectors[10] + 0.01
     for k in (1, 10, 50):
-        got = json.loads(conn.execute(
-            f"select cosine_topk(?, ?, id, vector) from v {where}", (q.tobytes(), k)
-        ).fetchone()[0])
+        got = json.loads(
+            conn.execute(
+                f"select cosine_topk(?, ?, id, vector) from v {where}", (q.tobytes(), k)
+            ).fetchone()[0]
+        )
         want = brute_force(vectors, q, k, keep)
         assert [i for i, _ in got] == [i for i, _ in want]
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
     if where == "":
-        top = json.loads(conn.execute(
-            "select cosine_topk(?, 3, id, vector) from v", (vectors[10].tobytes(),)
-        ).fetchone()[0])
+        top = json.loads(
+            conn.execute(
+                "select cosine_topk(?, 3, id, vector) from v", (vectors[10].tobytes(),)
+            ).fetchone()[0]
+        )
         assert [i for i, _ in top[:2]] == [10, 11]  # equal scores, lower id first
 
 
