@@ -80,9 +80,8 @@ def main() -> None:
             f"{rate(embedder.embed, long_texts, args.repeat):.0f} texts/s",
         ),
     ]
-    print(
-        f"Local embedder, batch size {args.batch_size}, {os.cpu_count()} CPUs, best of {args.repeat}\n"
-    )
+    setup = f"batch size {args.batch_size}, {os.cpu_count()} CPUs, best of {args.repeat}"
+    print(f"Local embedder, {setup}\n")
     print("| measure | value |\n| --- | --- |")
     for measure, value in rows:
         print(f"| {measure} | {value} |")

@@ -329,11 +329,11 @@ class Embedder:
             return np.empty((0, self.dims), dtype=np.float32)
         with self._lock:
             found = {key: self._cached(key) for key in set(keys)}
-            missing = {key: text for key, text in zip(keys, texts, strict=False) if found[key] is None}
+            missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
             if missing:
-                fresh = self._embed_missing(list(missing.values()))
-                self._store(dict(zip(missing, fresh, strict=False)))
-                found.update(zip(missing, fresh, strict=False))
+                fresh = dict(zip(missing, self._embed_missing(list(missing.values())), strict=True))
+                self._store(fresh)
+                found.update(fresh)
         return np.stack([found[key] for key in keys])
 
     def embed_one(self, text: str) -> np.ndarray:
