@@ -20,6 +20,20 @@ def fresh_db(tmp_path):
     conn.close()
 
 
+@pytest.fixture(scope="session")
+def example_db(tmp_path_factory):
+    """Path of a closed database with examples/memory indexed on the local model.
+
+    Copy it before writing to it; its embedding cache makes re-indexing the examples instant.
+    """
+    from hybridsql.index import HybridIndex
+
+    path = str(tmp_path_factory.mktemp("examples") / "examples.db")
+    with HybridIndex(path, embedder="local") as idx:
+        idx.index_folder(EXAMPLES)
+    return path
+
+
 @pytest.fixture
 def memory_dir(tmp_path):
     """A writable copy of the example memory folder."""
