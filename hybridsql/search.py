@@ -119,7 +119,7 @@ class SearchResults:
     results: list = field(default_factory=list)
     mode: str = "hybrid"
     backend: str = "sql"
-    keyword_tier: str = "fts"
+    keyword_tier: str = "none"  # what found the keyword matches: fts, like or none
     notes: list = field(default_factory=list)
     sql: str = ""
     params: dict = field(default_factory=dict)
@@ -152,9 +152,9 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     ASCII and other non-CJK text goes to the ``porter unicode61`` table, its words OR-ed so a
     document with only some of them is still found (a word that FTS5 would split, like
     ``ERR_CONN_RESET``, becomes a phrase; stopwords are dropped unless nothing else is left).
-    Text with CJK goes to the trigram table, its CJK runs and words AND-ed (runs under three characters cannot use trigrams and are left to LIKE).
-    The LIKE terms (CJK runs of any length, words of three or more characters) serve when FTS5
-    is missing or finds nothing.
+    Text with CJK goes to the trigram table, its CJK runs and words AND-ed (runs under three
+    characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
+    length, words of three or more characters) serve when FTS5 is missing or finds nothing.
     """
     cjk_runs = _CJK_RUN.findall(query)
     pieces = [p for p in re.split(f"[\\s{_CJK}]+", query) if p]
@@ -311,9 +311,9 @@ def build_statement(
 )""")
     else:
         parts.append("kw_like(id, rank) as (select null, null where 0)")
-    parts.append("""kw(id, rank, krank) as (
-  select id, rank, row_number() over (order by rank, id)
-  from (select * from kw_fts union all select * from kw_like)
+    parts.append("""kw(id, rank, krank, tier) as (
+  select id, rank, row_number() over (order by rank, id), tier
+  from (select *, 'fts' as tier from kw_fts union all select *, 'like' from kw_like)
 )""")
     parts.append("""vec_ranked(id, vrank) as (
   select id, row_number() over (order by vscore desc, id) from vec where vscore >= :vector_floor
@@ -328,7 +328,7 @@ def build_statement(
     )
     parts.append(f"""scored as (
   select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
-         {vscore} as cosine, kw.rank, kw.krank, vec_ranked.vrank,
+         {vscore} as cosine, kw.rank, kw.krank, kw.tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
   from cand join chunks c on c.id = cand.id {join}
   left join kw on kw.id = cand.id left join vec_ranked on vec_ranked.id = cand.id
@@ -366,7 +366,7 @@ def build_statement(
         + f"""
 select id, kind, path, start_line, end_line, heading, text, relevance * decay as score,
        relevance, cosine, keyword_score, decay, vrank is not null as semantic_hit,
-       rank is not null as keyword_hit{extra_names}
+       rank is not null as keyword_hit, tier{extra_names}
 from fused
 where relevance >= :min_score
 order by score desc, id
@@ -440,14 +440,15 @@ class Searcher:
         used = set(re.findall(r":([a-z_0-9]+)", sql))
         params = {k: v for k, v in params.items() if k in used}
         rows = self.conn.execute(sql, params).fetchall()
-        results = [self._result(r, plan, list(profile.columns)) for r in rows]
+        terms = highlight_terms(query)
+        results = [self._result(r, terms, list(profile.columns)) for r in rows]
         if opts.mmr and results:
             results = self._mmr(results, params.get("query_vector"), opts)
         return SearchResults(
             results=results[: opts.max_results],
             mode=mode,
             backend=backend,
-            keyword_tier="fts" if plan.match else "like",
+            keyword_tier=next((r[14] for r in rows if r[14]), "none"),
             notes=notes,
             sql=sql,
             params=params,
@@ -486,23 +487,9 @@ class Searcher:
         return "json", backend
 
     @staticmethod
-    def _result(row, plan, extra_names) -> SearchResult:
-        (
-            id_,
-            kind,
-            path,
-            start,
-            end,
-            heading,
-            text,
-            score,
-            relevance,
-            cosine,
-            kscore,
-            decay,
-            semantic,
-            keyword,
-        ) = row[:14]
+    def _result(row, terms, extra_names) -> SearchResult:
+        id_, kind, path, start, end, heading, text, score, relevance = row[:9]
+        cosine, kscore, decay, semantic, keyword = row[9:14]
         match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
         return SearchResult(
             id=id_,
@@ -512,14 +499,14 @@ class Searcher:
             end_line=end,
             heading=heading,
             text=text,
-            snippet=make_snippet(text, plan.like_terms),
+            snippet=make_snippet(text, terms),
             score=score,
             relevance=relevance,
             vector_score=cosine,
             keyword_score=kscore if keyword else None,
             decay=decay,
             match_type=match,
-            extra=dict(zip(extra_names, row[14:], strict=False)),
+            extra=dict(zip(extra_names, row[15:], strict=False)),
         )
 
     def _mmr(self, results, query_vector, opts):
@@ -564,15 +551,28 @@ def params_limit(opts: SearchOptions) -> int:
     return max(opts.candidate_pool, opts.max_results) if opts.mmr else opts.max_results
 
 
+def highlight_terms(query: str) -> list:
+    """What a snippet marks: each word of the query as typed, its parts, and its CJK runs."""
+    pieces = [p.strip(".,;:!?\"'()[]{}") for p in query.split()]
+    parts = [w for p in pieces for w in _WORD.findall(p)] + _CJK_RUN.findall(query)
+    return [t for t in dict.fromkeys(pieces + parts) if t]
+
+
 def make_snippet(text: str, terms, width: int = 240) -> str:
-    """About ``width`` characters of ``text`` around the first query term, terms in <mark>."""
-    low = text.lower()
-    at = min((p for p in (low.find(t.lower()) for t in terms) if p >= 0), default=0)
-    start = max(0, at - width // 3)
-    piece = text[start : start + width]
-    if terms:
-        pattern = re.compile(
-            "|".join(re.escape(t) for t in sorted(terms, key=len, reverse=True)), re.IGNORECASE
-        )
-        piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", piece)
+    """About ``width`` characters of ``text`` around the first query term, terms in <mark>.
+
+    Words match at the start of a word (``migration`` marks ``migrations``); CJK anywhere.
+    """
+    if not terms:
+        return text[:width].strip() + ("…" if len(text) > width else "")
+    pattern = re.compile(
+        "|".join(
+            re.escape(t) if _CJK_RUN.search(t) else rf"(?<!\w){re.escape(t)}"
+            for t in sorted(terms, key=len, reverse=True)
+        ),
+        re.IGNORECASE,
+    )
+    first = pattern.search(text)
+    start = max(0, first.start() - width // 3) if first else 0
+    piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", text[start : start + width])
     return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")

@@ -1,0 +1,334 @@
+"""Hybrid search: the one statement, keyword tiers, decay, limits, noise, and three backends."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from itertools import islice
+
+import pytest
+from conftest import SCIFACT
+
+import hybridsql
+from hybridsql.errors import QueryError
+from hybridsql.index import HybridIndex, transaction
+from hybridsql.search import _like_pattern, keyword_plan
+
+NOW = datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp()
+BACKENDS = ["sql", "numpy", "python"]
+
+
+@pytest.fixture(scope="module")
+def idx(example_db, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("search") / "search.db")
+    shutil.copy(example_db, path)
+    with HybridIndex(path, embedder="local") as index:
+        yield index
+
+
+def paths(found):
+    return [r.path for r in found]
+
+
+# -- the statement ----------------------------------------------------------------------------
+
+
+def test_one_statement_with_cosine_topk_and_bm25(idx):
+    found = idx.search("tabs or spaces", now=NOW)
+    assert found.backend == "sql" and found.mode == "hybrid"
+    sql = found.sql
+    assert sql.count(";") == 0 and sql.lstrip().startswith("with ")
+    for piece in ("cosine_topk(", "chunks_fts match", "temporal_decay(", "limit :limit"):
+        assert piece in sql
+    assert paths(found)[:2] == ["MEMORY.md", "memory/2026-11-14.md"]
+
+
+def test_explain_runs_as_is_in_the_sqlite3_shell(idx, tmp_path):
+    env = {**os.environ, "HYBRIDSQL_EMBEDDER": "local"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybridsql",
+            "search",
+            "database migration",
+            "--db",
+            idx.db_path,
+            "--explain",
+            "--now",
+            str(NOW),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    assert "-- run after: .load " in out
+    shell = subprocess.run(
+        ["sqlite3", "-json", "-cmd", f".load {hybridsql.loadable_path()}", idx.db_path],
+        input=out,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    in_shell = [row["id"] for row in json.loads(shell)]
+    in_python = [r.id for r in idx.search("database migration", now=NOW)]
+    assert in_shell == in_python and len(in_python) > 3
+
+
+def test_result_fields(idx):
+    found = idx.search("ERR_CONN_RESET", now=NOW)
+    r = next(r for r in found if r.path == "memory/2026-08-19.md")
+    assert r.kind == "document"
+    assert 1 <= r.start_line <= r.end_line
+    assert "<mark>ERR_CONN_RESET</mark>" in r.snippet
+    assert r.match_type in ("keyword", "both")
+    assert r.keyword_score == pytest.approx(1.0)
+    expected_decay = 0.5 ** (
+        (NOW - datetime(2026, 8, 19, tzinfo=timezone.utc).timestamp()) / 86400 / 30
+    )
+    assert r.decay == pytest.approx(expected_decay)
+    assert r.score == pytest.approx(r.relevance * r.decay)
+    assert r.relevance == pytest.approx(
+        0.7 * max(0.0, (r.vector_score - 0.25) / 0.75) + 0.3 * r.keyword_score
+    )
+
+
+# -- keyword tiers and hostile text -----------------------------------------------------------
+
+
+def test_keyword_plans():
+    assert keyword_plan("tabs or spaces?").match == '"tabs" OR "spaces"'
+    assert keyword_plan("ERR_CONN_RESET handling").match == '"ERR CONN RESET" OR "handling"'
+    assert keyword_plan("the who").match == '"the" OR "who"'  # nothing but stopwords: keep them
+    cjk = keyword_plan("数据库迁移 rollback 登录")
+    assert cjk.table == "chunks_trigram"
+    assert cjk.match == '"数据库迁移" AND "rollback"'  # 登录 is too short for trigrams
+    assert cjk.like_terms == ["数据库迁移", "登录", "rollback"]
+    assert keyword_plan("auth", prefix=True).match == '"auth"*'
+
+
+@pytest.mark.parametrize(
+    "query,tier,expected",
+    [
+        ("ERR_CONN_RESET", "fts", "memory/2026-08-19.md"),
+        ("数据库迁移", "fts", "memory/2026-11-18.md"),
+        ("登录", "like", "memory/2026-11-18.md"),
+        ("ログイン", "fts", "memory/2026-10-15.md"),
+        ("idempot", "fts", "memory/projects/billing/2026-09-14.md"),  # porter: idempotency
+        ("ledgerl", "like", "memory/projects/billing/2026-10-06.md"),  # inside ledgerline
+    ],
+)
+def test_three_keyword_tiers(idx, query, tier, expected):
+    found = idx.search(query, mode="keyword", now=NOW)
+    assert found.keyword_tier == tier
+    assert expected in paths(found)
+    assert all(r.match_type == "keyword" for r in found)
+
+
+def test_multi_word_queries_find_documents_with_only_some_words(idx):
+    found = idx.search("zzzunknownword ERR_CONN_RESET", mode="keyword", now=NOW)
+    assert "memory/2026-08-19.md" in paths(found)
+
+
+HOSTILE = [
+    '"',
+    '""',
+    "'",
+    "*",
+    "-",
+    ":",
+    "NEAR",
+    "NEAR(a b)",
+    "a AND",
+    "OR OR",
+    "NOT",
+    "(",
+    ")",
+    "((a)",
+    "a:b",
+    "text:foo",
+    '"unbalanced',
+    "^start",
+    "col:*",
+    "+",
+    "a -b",
+    "{a b}",
+    "[x]",
+    "\\",
+    "%",
+    "_",
+    "100%",
+    "\x00",
+    "\u200b",
+    "数据库 OR NOT (",
+    "ERR_CONN_RESET*",
+    "🙂",
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+@pytest.mark.parametrize("mode", ["hybrid", "keyword"])
+def test_fts5_syntax_in_a_query_never_raises(idx, query, mode):
+    idx.search(query, mode=mode, now=NOW)
+
+
+def test_like_patterns_are_escaped(idx):
+    assert _like_pattern("a%b_c\\") == "%a\\%b\\_c\\\\%"
+    assert idx.search("%%% ___", mode="keyword", now=NOW).results == []
+
+
+# -- scores, decay, limits, noise -------------------------------------------------------------
+
+
+def test_undated_files_never_decay_and_dated_ones_do(idx):
+    for r in idx.search("deployment rules", max_results=20, now=NOW):
+        name = r.path.rsplit("/", 1)[-1]
+        if name[:4].isdigit():
+            assert r.decay < 1.0
+        else:
+            assert r.decay == 1.0
+
+
+def test_min_score_applies_before_decay_so_old_notes_stay_findable(idx):
+    # 2026-08-03 is 110 days old: decay 0.08, far under min_score 0.1 after decay.
+    found = idx.search("corrected me about tab indentation in tide-api", now=NOW, max_results=20)
+    old = [r for r in found if r.path == "memory/2026-08-03.md"]
+    assert old and old[0].decay < 0.1 and old[0].score < 0.1 <= old[0].relevance
+
+
+def test_more_results_never_change_the_top_result(idx):
+    for q in ("caching", "on-call handoff", "login loop", "数据库"):
+        one = idx.search(q, max_results=1, now=NOW)
+        many = idx.search(q, max_results=15, now=NOW)
+        assert [r.id for r in one] == [r.id for r in many][:1]
+
+
+@pytest.mark.parametrize("query", ["xkqzv wplmr", "quantum chromodynamics lattice", "zxcvbnm"])
+def test_no_real_match_returns_nothing(idx, query):
+    assert idx.search(query, now=NOW).results == []
+
+
+def test_modes(idx):
+    semantic = idx.search("how should code be indented", mode="semantic", now=NOW)
+    assert semantic.results and all(r.match_type == "semantic" for r in semantic)
+    assert semantic[0].path in ("MEMORY.md", "memory/2026-11-14.md", "memory/2026-08-03.md")
+    keyword = idx.search("indentation", mode="keyword", now=NOW)
+    assert all(r.vector_score is None and r.match_type == "keyword" for r in keyword)
+
+
+def test_rrf_fusion(idx):
+    found = idx.search("tabs or spaces", fusion="rrf", now=NOW)
+    assert found[0].path in ("MEMORY.md", "memory/2026-11-14.md")
+    assert all(0 < r.relevance <= 1 for r in found)
+
+
+def test_mmr_keeps_the_best_first_and_diversifies(idx):
+    plain = idx.search("incident postmortem", max_results=5, now=NOW)
+    mmr = idx.search("incident postmortem", max_results=5, mmr=True, now=NOW)
+    assert mmr[0].id == plain[0].id and len(mmr) == 5
+    assert len({r.path for r in mmr}) >= len({r.path for r in plain})
+
+
+def test_bad_options_are_clear_errors(idx):
+    with pytest.raises(
+        QueryError, match="^mode must be one of hybrid, keyword, semantic, not 'x'$"
+    ):
+        idx.search("a", mode="x")
+    with pytest.raises(QueryError, match=r"^vector_floor must be in \[0, 1\), not 1$"):
+        idx.search("a", vector_floor=1)
+
+
+# -- three backends, one answer ---------------------------------------------------------------
+
+EXAMPLE_QUERIES = [
+    "tabs or spaces",
+    "数据库迁移",
+    "ログイン",
+    "ERR_CONN_RESET",
+    "deploy on friday",
+    "login loop after SSO",
+    "cache stampede",
+    "postgres upgrade",
+    "who is on call",
+]
+
+
+@pytest.mark.parametrize("query", EXAMPLE_QUERIES)
+def test_backends_agree_on_the_examples(idx, query):
+    answers = [idx.search(query, backend=b, max_results=10, now=NOW) for b in BACKENDS]
+    assert [a.backend for a in answers] == BACKENDS
+    ids = [[r.id for r in a] for a in answers]
+    assert ids[0] == ids[1] == ids[2] and ids[0]
+    for a in answers[1:]:
+        assert [r.score for r in a] == pytest.approx([r.score for r in answers[0]], abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def scifact(tmp_path_factory):
+    """300 SciFact abstracts (title and first 300 characters) and 25 test queries."""
+    with open(os.path.join(SCIFACT, "corpus.jsonl")) as f:
+        docs = [json.loads(line) for line in islice(f, 300)]
+    with open(os.path.join(SCIFACT, "queries.jsonl")) as f:
+        queries = [json.loads(line)["text"] for line in islice(f, 25)]
+    index = HybridIndex(str(tmp_path_factory.mktemp("scifact") / "s.db"), embedder="local")
+    with transaction(index.conn):
+        index.conn.executemany(
+            "insert into chunks(kind, path, text, created_at) values ('document', ?, ?, 0)",
+            [(d["_id"], d["title"] + "\n" + d["text"][:300]) for d in docs],
+        )
+    index.embed_missing()
+    yield index, queries
+    index.close()
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic"])
+def test_backends_agree_on_scifact(scifact, mode):
+    index, queries = scifact
+    for q in queries:
+        answers = [
+            index.search(q, backend=b, mode=mode, min_score=0.0, vector_floor=0.0, now=NOW)
+            for b in BACKENDS
+        ]
+        ids = [[r.id for r in a] for a in answers]
+        assert ids[0] == ids[1] == ids[2] and len(ids[0]) == 10, q
+        for a in answers[1:]:
+            assert [r.score for r in a] == pytest.approx([r.score for r in answers[0]], abs=1e-6)
+
+
+def test_numpy_matrix_is_cached_and_refreshed_on_change(scifact, tmp_path):
+    index, _ = scifact
+    index.search("cancer", backend="numpy")
+    matrix = index.searcher.matrix.matrix
+    index.search("stem cells", backend="numpy")
+    assert index.searcher.matrix.matrix is matrix  # no change: the same array
+    other = HybridIndex(index.db_path, embedder="local")  # another connection writes
+    with transaction(other.conn):
+        other.conn.execute(
+            "insert into chunks(kind, path, text, created_at)"
+            " values ('document', 'new', 'Axolotl limb regeneration', 0)"
+        )
+    other.embed_missing()
+    other.close()
+    found = index.search("axolotl limb regeneration", backend="numpy", mode="semantic")
+    assert index.searcher.matrix.matrix is not matrix
+    assert found[0].path == "new"
+
+
+def test_vectors_of_another_model_are_never_mixed_in(scifact, tmp_path):
+    index, queries = scifact
+    path = str(tmp_path / "two-models.db")
+    index.conn.execute("vacuum into ?", (path,))
+    with HybridIndex(path, embedder="local") as copy:
+        with transaction(copy.conn):
+            copy.conn.execute(
+                "update vectors set model_id = 'some-other-model' where chunk_id % 2 = 0"
+            )
+        for backend in BACKENDS:
+            found = copy.search(
+                queries[0], backend=backend, mode="semantic", min_score=0, vector_floor=0
+            )
+            assert found.results and all(r.id % 2 == 1 for r in found)
+        assert copy.embed_missing() == 150  # switching back re-embeds what the other model held
