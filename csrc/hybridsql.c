@@ -4,7 +4,7 @@
 ** A loadable extension (entry point sqlite3_hybridsql_init) that adds:
 **
 **   cosine_similarity(a, b)                  -> REAL in [-1, 1]
-**       cosine of two vectors.  select cosine_similarity('[1,0]', '[1,1]') -> 0.707106781186548
+**       cosine of two vectors.  select cosine_similarity('[1,0]', '[1,1]') -> 0.707106781186547
 **   cosine_topk(query, k, id, vector)        -> TEXT, an aggregate
 **       JSON [[id, score], ...] of the k rows most similar to query.
 **       select cosine_topk(:q, 5, rowid, vector) from chunks where project = 'x'
