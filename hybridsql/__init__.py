@@ -10,16 +10,34 @@ from hybridsql.errors import (
     VectorError,
 )
 from hybridsql.extension import backend_of, connect, load, loadable_path
+from hybridsql.memory import (
+    ExtractedEntry,
+    Memory,
+    MemoryHit,
+    MemoryStore,
+    Ranking,
+    Session,
+    SessionContext,
+    TimelineEntry,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EmbeddingError",
     "ExtensionError",
+    "ExtractedEntry",
     "HybridSQLError",
     "IndexingError",
+    "Memory",
+    "MemoryHit",
+    "MemoryStore",
     "NotFoundError",
     "QueryError",
+    "Ranking",
+    "Session",
+    "SessionContext",
+    "TimelineEntry",
     "VectorError",
     "backend_of",
     "connect",

@@ -179,7 +179,263 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_search_options(p)
     p.set_defaults(func=cmd_search)
+    add_memory_parsers(sub)
     return parser
+
+
+# -- agent memories: ``hybridsql memory ...`` and ``hybridsql mcp`` ---------------------------
+
+
+def open_store(args):
+    from hybridsql.memory import MemoryStore
+
+    return MemoryStore(open_index(args), getattr(args, "memory_dir", None))
+
+
+def print_json(value) -> int:
+    print(json.dumps(value, ensure_ascii=False))
+    return 0
+
+
+def cmd_memory(args) -> int:
+    store = open_store(args)
+    try:
+        return print_json(args.run(store, args))
+    finally:
+        store.index.close()
+
+
+def memory_search(store, args):
+    found = store.search(
+        args.query,
+        project=args.project,
+        sector=args.sector,
+        tier=args.tier,
+        limit=args.limit,
+        min_salience=args.min_salience,
+        include_superseded=args.include_superseded,
+        session_id=args.session,
+        mode=args.mode,
+        recalled_in=args.recalled_in,
+    )
+    hits = [h.as_dict() for h in found]
+    return {"query": args.query, "mode": found.mode, "notes": found.notes, "results": hits}
+
+
+def memory_documents(store, args):
+    found = store.search_documents(args.query, args.project, args.limit)
+    return {"query": args.query, "mode": found.mode, "results": [r.as_dict() for r in found]}
+
+
+def memory_delete(store, args):
+    store.delete(args.id, hard=args.hard)
+    return {"deleted": args.id, "hard": args.hard}
+
+
+def memory_relate(store, args):
+    store.relate(args.from_id, args.to_id, args.relation, args.by)
+    return {"from_id": args.from_id, "to_id": args.to_id, "relation": args.relation}
+
+
+def memory_context(store, args):
+    context = store.session_context(args.id)
+    return None if context is None else context.as_dict()
+
+
+MEMORY_COMMANDS = {
+    # name: (help, example, run)
+    "add": (
+        "store a memory",
+        'hybridsql memory add "Maya wants 4 spaces in Python" --project tide --sector semantic '
+        "--db mem.db",
+        lambda store, a: store.add(
+            a.content, a.project or "", a.sector, a.tier, a.salience, a.session
+        ).as_dict(),
+    ),
+    "search": (
+        "search memories (filters apply before ranking)",
+        'hybridsql memory search "indentation" --project tide --sector semantic --db mem.db',
+        memory_search,
+    ),
+    "documents": (
+        "search the indexed memory files",
+        'hybridsql memory documents "postgres switchover" --project billing --db mem.db',
+        memory_documents,
+    ),
+    "get": (
+        "print one memory",
+        "hybridsql memory get 12 --db mem.db",
+        lambda store, a: store.get(a.id).as_dict(),
+    ),
+    "supersede": (
+        "replace a memory that became wrong with a new one",
+        'hybridsql memory supersede 12 "Maya now wants ruff format defaults" --db mem.db',
+        lambda store, a: store.supersede(a.id, a.content, a.session, a.by).as_dict(),
+    ),
+    "reinforce": (
+        "raise a memory's salience",
+        "hybridsql memory reinforce 12 --amount 0.2 --db mem.db",
+        lambda store, a: store.reinforce(a.id, a.amount, a.session).as_dict(),
+    ),
+    "relate": (
+        "link two memories",
+        "hybridsql memory relate 12 7 --relation RELATED_TO --db mem.db",
+        memory_relate,
+    ),
+    "timeline": (
+        "the memories of a memory's project around it in time",
+        "hybridsql memory timeline 12 --before 3 --after 3 --db mem.db",
+        lambda store, a: [e.as_dict() for e in store.timeline(a.id, a.before, a.after)],
+    ),
+    "delete": (
+        "forget a memory",
+        "hybridsql memory delete 12 --db mem.db",
+        memory_delete,
+    ),
+    "extract": (
+        "append a note to today's memory/YYYY-MM-DD.md and index it",
+        'hybridsql memory extract --topic deploys --title "No Friday deploys" '
+        '--content "Maya: staging only on Fridays." --tag process --memory-dir notes --db mem.db',
+        lambda store, a: store.extract_memory(a.topic, a.title, a.content, a.tag).as_dict(),
+    ),
+}
+
+SESSION_COMMANDS = {
+    "start": (
+        "open a session and print it",
+        "hybridsql memory session start --project tide --db mem.db",
+        lambda store, a: store.start_session(a.project or "").as_dict(),
+    ),
+    "end": (
+        "close a session with a summary",
+        'hybridsql memory session end 3 --summary "moved CI to uv" --db mem.db',
+        lambda store, a: store.end_session(a.id, a.summary).as_dict(),
+    ),
+    "context": (
+        "the latest session that used a memory, and how many memories it holds",
+        "hybridsql memory session context 12 --db mem.db",
+        memory_context,
+    ),
+}
+
+
+def add_memory_parsers(sub) -> None:
+    """The ``memory`` command group and the ``mcp`` command."""
+    from hybridsql.memory import SECTORS
+
+    def db_args(p):
+        p.add_argument("--db", required=True, help="the SQLite database file")
+        p.add_argument(
+            "--embedder",
+            choices=EMBEDDERS,
+            default=None,
+            help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
+        )
+
+    def command(group, name, spec):
+        help_, example, run = spec
+        p = group.add_parser(
+            name,
+            help=help_,
+            description=help_[0].upper() + help_[1:] + ". Prints JSON.",
+            epilog=f"example: {example}",
+        )
+        db_args(p)
+        p.set_defaults(func=cmd_memory, run=run)
+        return p
+
+    memory = sub.add_parser(
+        "memory",
+        help="an agent's memories: add, search, supersede, sessions... (JSON output)",
+        description="Memories an agent writes as it works, searched with the same one-statement "
+        "hybrid search as the memory files. Every command prints JSON.",
+        epilog='example: hybridsql memory search "auth" --project tide --db mem.db',
+    )
+    group = memory.add_subparsers(dest="memory_command", required=True)
+    p = {name: command(group, name, spec) for name, spec in MEMORY_COMMANDS.items()}
+    session_group = group.add_parser(
+        "session",
+        help="start and end sessions; the session context of a memory",
+        description="Sessions group what an agent did while working; memories link to them.",
+        epilog="example: hybridsql memory session start --project tide --db mem.db",
+    ).add_subparsers(dest="session_command", required=True)
+    s = {name: command(session_group, name, spec) for name, spec in SESSION_COMMANDS.items()}
+
+    p["add"].add_argument("content")
+    p["supersede"].add_argument("id", type=int)
+    p["supersede"].add_argument("content")
+    for name in ("get", "reinforce", "timeline", "delete"):
+        p[name].add_argument("id", type=int)
+    s["end"].add_argument("id", type=int)
+    s["context"].add_argument("id", type=int, help="the memory's id")
+    for name in ("search", "documents"):
+        p[name].add_argument("query")
+        p[name].add_argument("--limit", "-n", type=int, default=10)
+    for target in (p["add"], p["search"], p["documents"], s["start"]):
+        target.add_argument("--project", default=None)
+    p["add"].add_argument("--sector", choices=SECTORS, default="semantic")
+    p["add"].add_argument("--tier", default="project")
+    p["add"].add_argument("--salience", type=float, default=0.5)
+    p["search"].add_argument("--sector", choices=SECTORS, default=None)
+    p["search"].add_argument("--tier", default=None)
+    for name in ("add", "supersede", "reinforce", "search"):
+        p[name].add_argument("--session", type=int, default=None, help="a session id")
+    for name in ("supersede", "relate"):
+        p[name].add_argument("--by", default="agent", help="who made the link; default agent")
+    p["reinforce"].add_argument("--amount", type=float, default=0.1)
+    p["search"].add_argument("--min-salience", dest="min_salience", type=float, default=0.0)
+    p["search"].add_argument("--include-superseded", dest="include_superseded", action="store_true")
+    p["search"].add_argument(
+        "--recalled-in",
+        dest="recalled_in",
+        type=int,
+        default=None,
+        help="the session to link the results to as recalled (default: --session)",
+    )
+    p["search"].add_argument("--mode", choices=MODES, default="hybrid")
+    p["relate"].add_argument("from_id", type=int)
+    p["relate"].add_argument("to_id", type=int)
+    p["relate"].add_argument("--relation", default="RELATED_TO")
+    for name in ("before", "after"):
+        p["timeline"].add_argument(f"--{name}", type=int, default=5)
+    p["delete"].add_argument(
+        "--hard", action="store_true", help="remove it from the database, not only mark it"
+    )
+    p["extract"].add_argument("--topic", required=True)
+    p["extract"].add_argument("--title", required=True)
+    p["extract"].add_argument("--content", required=True)
+    p["extract"].add_argument("--tag", action="append", default=[], help="repeat for more tags")
+    p["extract"].add_argument("--memory-dir", dest="memory_dir", required=True)
+    s["end"].add_argument("--summary", default="")
+
+    p = sub.add_parser(
+        "mcp",
+        help="serve the memory store over MCP (stdio)",
+        description="An MCP server on stdin/stdout with the tools search_memory, extract_memory, "
+        "add, supersede, reinforce, timeline and delete. The process is one session. Needs the "
+        "mcp extra: pip install 'hybridsql[mcp]'.",
+        epilog="example: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
+    )
+    db_args(p)
+    p.add_argument(
+        "--memory-dir",
+        dest="memory_dir",
+        default=None,
+        help="the memory folder: indexed at start, where extract_memory writes",
+    )
+    p.add_argument("--project", default="", help="the project of the session and of new memories")
+    p.set_defaults(func=cmd_mcp)
+
+
+def cmd_mcp(args) -> int:
+    try:
+        from hybridsql.mcp_server import serve
+    except ImportError as e:
+        raise HybridSQLError(
+            f"the MCP server needs the mcp extra: pip install 'hybridsql[mcp]' ({e})"
+        ) from e
+    serve(args.db, args.memory_dir, args.project, args.embedder)
+    return 0
 
 
 def main(argv=None) -> int:

@@ -62,6 +62,55 @@ end;
 create trigger if not exists vectors_count_delete after delete on vectors begin
   update meta set value = value + 1 where key = 'vectors_version';
 end;
+
+-- An agent's memories: the content is a chunks row (kind 'memory'), the rest is here.
+create table if not exists memories(
+  chunk_id integer primary key, -- chunks(id), which is also the memory's id
+  project text not null default '',
+  sector text not null
+    check (sector in ('episodic', 'semantic', 'procedural', 'emotional', 'reflective')),
+  tier text not null default 'project',  -- e.g. 'session', 'project', 'global'
+  salience real not null default 0.5 check (salience between 0 and 1),
+  created_at real not null,     -- unix seconds, the same as chunks.created_at
+  valid_until real,             -- set when superseded
+  deleted integer not null default 0
+);
+create index if not exists memories_project on memories(project, created_at);
+
+create table if not exists sessions(
+  id integer primary key,
+  project text not null default '',
+  started_at real not null,
+  ended_at real,
+  summary text not null default ''
+);
+
+-- What a session did with a memory; one row per use.
+create table if not exists session_memories(
+  session_id integer not null,  -- sessions(id)
+  memory_id integer not null,   -- memories(chunk_id)
+  usage text not null check (usage in ('created', 'recalled', 'updated', 'reinforced')),
+  at real not null
+);
+create index if not exists session_memories_memory on session_memories(memory_id, at);
+create index if not exists session_memories_session on session_memories(session_id, memory_id);
+
+create table if not exists memory_links(
+  from_id integer not null,     -- memories(chunk_id)
+  to_id integer not null,       -- memories(chunk_id)
+  relation text not null,       -- e.g. 'RELATED_TO', 'SUPERSEDES' (from_id supersedes to_id)
+  created_by text not null default '',
+  created_at real not null,
+  primary key (from_id, to_id, relation)
+) without rowid;
+create index if not exists memory_links_to on memory_links(to_id);
+
+create trigger if not exists memories_delete after delete on chunks when old.kind = 'memory'
+begin
+  delete from memories where chunk_id = old.id;
+  delete from session_memories where memory_id = old.id;
+  delete from memory_links where from_id = old.id or to_id = old.id;
+end;
 """
 
 FTS = """

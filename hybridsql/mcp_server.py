@@ -1,0 +1,168 @@
+"""The memory store as an MCP server over stdio: ``hybridsql mcp --db FILE --memory-dir DIR``.
+
+Built on the official ``mcp`` SDK (the ``mcp`` extra). One server process is one agent
+session: it opens a session when it starts, links every memory the agent adds, supersedes,
+reinforces or gets back from search_memory to it, and closes it with a count of those uses
+when the client goes away. Every tool answers with JSON; a failure the store foresees (unknown
+id, bad sector) comes back as a tool error with the store's message.
+"""
+
+import sys
+import threading
+from typing import Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from hybridsql.errors import HybridSQLError
+from hybridsql.index import HybridIndex
+from hybridsql.memory import MemoryStore
+
+Sector = Literal["episodic", "semantic", "procedural", "emotional", "reflective"]
+Mode = Literal["hybrid", "semantic", "keyword"]
+
+TOOLS = ("search_memory", "extract_memory", "add", "supersede", "reinforce", "timeline", "delete")
+
+INSTRUCTIONS = """Long-term memory in a SQLite file. search_memory before answering from \
+memory; add what you learn (one fact per memory); supersede a memory that became wrong instead \
+of adding a contradicting one; reinforce what proved useful; extract_memory to write a note to \
+the memory folder that people also read."""
+
+
+def build_server(store: MemoryStore, session_id: int, project: str = "") -> MCPServer:
+    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``."""
+    server = MCPServer("hybridsql", instructions=INSTRUCTIONS)
+    this_session, default_project = session_id, project  # the tools' arguments shadow these
+    lock = threading.Lock()  # sync tools run in worker threads; the store has one connection
+
+    def call(fn, *args, **kwargs):
+        with lock:
+            try:
+                return fn(*args, **kwargs)
+            except HybridSQLError as e:
+                raise ToolError(str(e)) from e
+
+    @server.tool()
+    def search_memory(
+        query: str,
+        project: str | None = None,
+        sector: Sector | None = None,
+        tier: str | None = None,
+        limit: int = 10,
+        min_salience: float = 0.0,
+        include_superseded: bool = False,
+        session_id: int | None = None,
+        mode: Mode = "hybrid",
+        documents: int = 5,
+    ) -> dict:
+        """Search memories by meaning and by keyword (word prefixes match: "auth" finds
+        "authentication"). Returns ranked memories, each with its score, a snippet with the
+        matches in <mark>, the session that created it and, when include_superseded, the memory
+        that superseded it; and up to `documents` matching passages of the memory folder's files.
+        Filters (project, sector, tier, min_salience, session_id: memories that session used)
+        apply before ranking. Superseded memories are left out unless include_superseded."""
+        found = call(
+            store.search,
+            query,
+            project=project,
+            sector=sector,
+            tier=tier,
+            limit=limit,
+            min_salience=min_salience,
+            include_superseded=include_superseded,
+            session_id=session_id,
+            mode=mode,
+            recalled_in=this_session,
+        )
+        docs = call(store.search_documents, query, project, documents) if documents > 0 else []
+        return {
+            "memories": [hit.as_dict() for hit in found],
+            "documents": [
+                {k: r.as_dict()[k] for k in ("path", "start_line", "end_line", "snippet", "score")}
+                for r in docs
+            ],
+            "notes": found.notes,
+        }
+
+    @server.tool()
+    def extract_memory(topic: str, title: str, content: str, tags: list[str] | None = None) -> dict:
+        """Write a note to today's memory/YYYY-MM-DD.md in the memory folder (a `## title`
+        section with topic, tags and time) and index it at once. Use it for what people should
+        also be able to read; returns the file, its lines and the chunk ids indexed."""
+        return call(store.extract_memory, topic, title, content, tags).as_dict()
+
+    @server.tool()
+    def add(
+        content: str,
+        sector: Sector = "semantic",
+        tier: str = "project",
+        salience: float = 0.5,
+        project: str | None = None,
+    ) -> dict:
+        """Remember one thing. sector: semantic (a fact), episodic (an event), procedural (how
+        to do something), emotional (how someone feels about something), reflective (a lesson
+        drawn). tier: session, project or global. salience in [0, 1]: how much it matters.
+        project defaults to the server's project. Returns the stored memory with its id."""
+        memory = call(
+            store.add,
+            content,
+            default_project if project is None else project,
+            sector,
+            tier,
+            salience,
+            this_session,
+        )
+        return memory.as_dict()
+
+    @server.tool()
+    def supersede(memory_id: int, content: str, salience: float | None = None) -> dict:
+        """Replace a memory that is no longer true with a new one (same project, sector and
+        tier). The old one stays, marked superseded; search leaves it out unless asked."""
+        memory = call(
+            store.supersede, memory_id, content, session_id=this_session, salience=salience
+        )
+        return memory.as_dict()
+
+    @server.tool()
+    def reinforce(memory_id: int, amount: float = 0.1) -> dict:
+        """Raise a memory's salience by `amount` (capped at 1) because it proved useful."""
+        return call(store.reinforce, memory_id, amount, this_session).as_dict()
+
+    @server.tool()
+    def timeline(memory_id: int, before: int = 5, after: int = 5) -> dict:
+        """The memories of this memory's project just before and after it in time, oldest first
+        (offset 0 is this memory), each with the session that created it."""
+        entries = call(store.timeline, memory_id, before, after)
+        return {"entries": [e.as_dict() for e in entries]}
+
+    @server.tool()
+    def delete(memory_id: int) -> dict:
+        """Forget a memory: no search or timeline returns it again."""
+        call(store.delete, memory_id)
+        return {"deleted": memory_id}
+
+    return server
+
+
+def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedder=None) -> None:
+    """Indexes ``memory_dir`` (incrementally), then serves MCP on stdin/stdout until EOF."""
+    with HybridIndex(db_path, embedder=embedder) as index:
+        store = MemoryStore(index, memory_dir)
+        if memory_dir is not None:
+            report = index.index_folder(memory_dir)
+            print(
+                f"hybridsql mcp: {memory_dir}: {report.files_indexed} files indexed, "
+                f"{report.files_unchanged} unchanged",
+                file=sys.stderr,
+            )
+        session = store.start_session(project)
+        try:
+            build_server(store, session.id, project).run("stdio")
+        finally:
+            uses = index.conn.execute(
+                "select usage, count(*) from session_memories where session_id = ?"
+                " group by usage order by usage",
+                (session.id,),
+            ).fetchall()
+            summary = ", ".join(f"{usage} {n}" for usage, n in uses) or "no memories used"
+            store.end_session(session.id, f"MCP session: {summary}")

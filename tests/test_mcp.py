@@ -1,0 +1,164 @@
+"""The MCP server, driven by a real MCP client session over stdio: the SDK's stdio client
+launches ``python -m hybridsql mcp ...`` and calls every tool."""
+
+import json
+import sys
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from hybridsql.index import HybridIndex  # noqa: E402
+from hybridsql.mcp_server import TOOLS  # noqa: E402
+from hybridsql.memory import MemoryStore  # noqa: E402
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A small memory folder: one long-lived file and one project note."""
+    root = tmp_path / "agent-memory"
+    (root / "memory" / "projects" / "billing").mkdir(parents=True)
+    (root / "MEMORY.md").write_text(
+        "# MEMORY\n\n## Style\n- Maya wants 4 spaces in Python, never tabs.\n"
+    )
+    (root / "memory" / "projects" / "billing" / "glossary.md").write_text(
+        "# Billing glossary\n\n## Dunning\nDunning is the reminder sequence for unpaid invoices.\n"
+    )
+    return root
+
+
+class Client:
+    """Calls tools and decodes their JSON answers."""
+
+    def __init__(self, session):
+        self.session = session
+
+    async def call(self, tool, **arguments):
+        result = await self.session.call_tool(tool, arguments)
+        text = result.content[0].text
+        if result.is_error:
+            return {"error": text}
+        return json.loads(text)
+
+
+def run_session(db, folder, steps):
+    """Starts the server as a subprocess, runs ``steps(client)`` in one MCP session."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "hybridsql",
+            "mcp",
+            "--db",
+            db,
+            "--memory-dir",
+            str(folder),
+            "--project",
+            "tide",
+            "--embedder",
+            "local",
+        ],
+    )
+
+    async def main():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            return await steps(Client(session), session)
+
+    return anyio.run(main)
+
+
+def test_an_mcp_client_uses_every_tool(tmp_path, folder):
+    db = str(tmp_path / "mcp.db")
+
+    async def steps(client, session):
+        listed = await session.list_tools()
+        seen = {"tools": sorted(t.name for t in listed.tools)}
+        a = await client.call(
+            "add", content="Deploys need a green staging run", sector="procedural", salience=0.6
+        )
+        b = await client.call(
+            "add",
+            content="Billing runs dunning emails every Monday",
+            project="billing",
+            sector="episodic",
+        )
+        seen["added"] = (a, b)
+        seen["search"] = await client.call("search_memory", query="deploy staging")
+        seen["newer"] = await client.call(
+            "supersede", memory_id=a["id"], content="Deploys need a green staging run and a canary"
+        )
+        seen["default"] = await client.call("search_memory", query="deploy staging")
+        seen["all"] = await client.call(
+            "search_memory", query="deploy staging", include_superseded=True, documents=0
+        )
+        seen["reinforced"] = await client.call("reinforce", memory_id=b["id"], amount=0.3)
+        seen["timeline"] = await client.call("timeline", memory_id=seen["newer"]["id"])
+        seen["extracted"] = await client.call(
+            "extract_memory",
+            topic="deploys",
+            title="Canary first",
+            content="Roll out to 5 % of pods first.",
+            tags=["deploy"],
+        )
+        seen["documents"] = await client.call("search_memory", query="canary pods")
+        seen["billing"] = await client.call(
+            "search_memory", query="dunning", project="billing", sector="episodic"
+        )
+        seen["deleted"] = await client.call("delete", memory_id=b["id"])
+        seen["after_delete"] = await client.call("search_memory", query="dunning")
+        seen["unknown"] = await client.call("timeline", memory_id=999)
+        seen["bad_sector"] = await client.call("add", content="x", sector="factual")
+        seen["bad_salience"] = await client.call("add", content="x", salience=3)
+        return seen
+
+    seen = run_session(db, folder, steps)
+    assert seen["tools"] == sorted(TOOLS)
+    a, b = seen["added"]
+    assert (a["project"], a["sector"], a["salience"]) == ("tide", "procedural", 0.6)
+    assert b["project"] == "billing"
+
+    hits = seen["search"]["memories"]
+    assert [h["memory"]["id"] for h in hits] == [a["id"]]
+    assert hits[0]["match_type"] == "both" and "<mark>" in hits[0]["snippet"]
+    assert hits[0]["source_session"] == 1
+    newer = seen["newer"]
+    assert [h["memory"]["id"] for h in seen["default"]["memories"]] == [newer["id"]]
+    everything = seen["all"]["memories"]
+    assert [h["memory"]["id"] for h in everything] == [newer["id"], a["id"]]
+    assert everything[1]["is_superseded"]
+    assert everything[1]["superseded_by"]["id"] == newer["id"]
+    assert everything[1]["related_count"] == 1
+    assert seen["all"]["documents"] == []
+
+    assert seen["reinforced"]["salience"] == pytest.approx(0.8)
+    timeline = seen["timeline"]["entries"]
+    assert [(e["offset"], e["memory"]["id"]) for e in timeline] == [(-1, a["id"]), (0, newer["id"])]
+    assert {e["session"]["id"] for e in timeline} == {1}
+
+    extracted = seen["extracted"]
+    assert extracted["path"].startswith("memory/") and extracted["chunk_ids"]
+    assert "## Canary first" in (folder / extracted["path"]).read_text()
+    documents = seen["documents"]["documents"]
+    assert documents[0]["path"] == extracted["path"] and "<mark>" in documents[0]["snippet"]
+    billing = seen["billing"]
+    assert [h["memory"]["id"] for h in billing["memories"]] == [b["id"]]
+    assert [d["path"] for d in billing["documents"]] == ["memory/projects/billing/glossary.md"]
+
+    assert seen["deleted"] == {"deleted": b["id"]}
+    assert seen["after_delete"]["memories"] == []
+    assert "no memory with id 999" in seen["unknown"]["error"]
+    assert "sector" in seen["bad_sector"]["error"]
+    assert "salience must be in [0, 1], not 3" in seen["bad_salience"]["error"]
+
+    # The server's process was one session: it holds what the tools did, and it was closed.
+    with HybridIndex(db, embedder="none") as idx:
+        store = MemoryStore(idx)
+        session = store.get_session(1)
+        assert session.project == "tide" and session.ended_at is not None
+        assert session.summary == "MCP session: created 3, recalled 6, reinforced 1, updated 1"
+        context = store.session_context(newer["id"])
+        assert (context.session.id, context.usage) == (1, "recalled")
