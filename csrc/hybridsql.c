@@ -17,6 +17,9 @@
 **       select temporal_decay('memory/2026-10-22.md', '2026-11-21') -> 0.5
 **   vector_blob(x), vector_json(x)           -> BLOB, TEXT
 **       convert between the encodings.  select vector_json(vector_blob('[0.1, 2]')) -> [0.1,2]
+**   vector_topk(query, k [, model [, ids [, precision]]])  -> table (id, score)
+**       the fast form of cosine_topk over hybridsql's own `vectors` table.
+**       select id, score from vector_topk(:q, 10, 'all-MiniLM-L6-v2-int8')
 **   hybridsql_version()                      -> TEXT, e.g. 0.1.0
 **   hybridsql_debug()                        -> TEXT, version, SIMD path and SQLite versions
 **
@@ -65,6 +68,18 @@
 ** 9. vector_blob(x) returns the float32 BLOB of vector x; vector_json(x) its
 **    JSON text, each value printed with the fewest digits (6 to 9) that read
 **    back as the same float32.
+** 10. vector_topk(query, k [, model [, ids [, precision]]]) is an eponymous
+**    table-valued function with rows (id, score): the same k rows and scores
+**    as cosine_topk(query, k, chunk_id, vector) over the rows of table
+**    `vectors(chunk_id, model_id, vector)` whose model_id is `model` (every
+**    row when NULL), restricted to the ids in `ids` (JSON array of integers;
+**    unknown ids are ignored) when given.  It scans a packed copy of those
+**    vectors kept per connection and rebuilt when meta.vectors_version, which
+**    triggers bump on every write from any connection, has changed; a copy
+**    read inside an open transaction is used once and dropped.  The first
+**    pass runs in float32 (or int8, precision 'int8', keeping 10 k
+**    candidates) and its pool is rescored exactly as Requirement 4.  A NULL
+**    query gives no rows.
 */
 #include "hybridsql.h"
 
@@ -179,7 +194,74 @@ static void dot2_avx2(const float *a, const float *b, int64_t d, double *ab, dou
 }
 #endif
 
+/* The packed scan's first pass: float32 accumulation, and int8 with int32 sums. */
+typedef float (*DotFFn)(const float *a, const float *b, int64_t d);
+typedef int32_t (*DotI8Fn)(const int8_t *a, const int8_t *b, int64_t d);
+
+static float dotf_generic(const float *a, const float *b, int64_t d) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    for (int j = 0; j < 8; j++) s[j] += a[i + j] * b[i + j];
+  }
+  for (; i < d; i++) s[0] += a[i] * b[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static int32_t doti8_generic(const int8_t *a, const int8_t *b, int64_t d) {
+  int32_t s = 0;
+  for (int64_t i = 0; i < d; i++) s += (int32_t)a[i] * (int32_t)b[i];
+  return s;
+}
+
+#ifdef HS_X86
+__attribute__((target("avx2,fma")))
+static float dotf_avx2(const float *a, const float *b, int64_t d) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  __m256 s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+  }
+  for (; i + 8 <= d; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  __m256 t = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  float sum = _mm_cvtss_f32(h);
+  for (; i < d; i++) sum += a[i] * b[i];
+  return sum;
+}
+
+__attribute__((target("avx2")))
+static int32_t doti8_avx2(const int8_t *a, const int8_t *b, int64_t d) {
+  __m256i acc = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 32 <= d; i += 32) {
+    __m256i va = _mm256_loadu_si256((const __m256i *)(a + i));
+    __m256i vb = _mm256_loadu_si256((const __m256i *)(b + i));
+    __m256i alo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(va));
+    __m256i ahi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(va, 1));
+    __m256i blo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(vb));
+    __m256i bhi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(vb, 1));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(alo, blo));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ahi, bhi));
+  }
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  int32_t sum = _mm_cvtsi128_si32(h);
+  for (; i < d; i++) sum += (int32_t)a[i] * (int32_t)b[i];
+  return sum;
+}
+#endif
+
 static Dot2Fn dot2_fn;
+static DotFFn dotf_fn = dotf_generic;
+static DotI8Fn doti8_fn = doti8_generic;
 static const char *simd_name = "unchosen";
 
 static void choose_simd(void) {
@@ -196,6 +278,8 @@ static void choose_simd(void) {
   } else {
     fn = dot2_avx2;
     name = "avx2+fma";
+    dotf_fn = dotf_avx2;
+    doti8_fn = doti8_avx2;
   }
 #else
   (void)force;
@@ -314,6 +398,76 @@ int64_t hs_topk(const float *q, const float *m, const int64_t *ids, int64_t n, i
     out_ids[i] = heap[i].id;
     out_scores[i] = heap[i].score;
   }
+  free(heap);
+  return len;
+}
+
+/*
+** A packed copy of many vectors (Requirement 10): row r is vecs[r*d .. r*d+d),
+** ids ascending.  q8/q8_scale hold the int8 copy once an int8 search asks.
+*/
+typedef struct Packed {
+  int64_t n, d;
+  int64_t *ids;
+  float *vecs;
+  float *inv_norms;
+  int8_t *q8;
+  float *q8_scale;
+} Packed;
+
+/* int8 with one scale per vector: v ~ q * scale, |q| <= 127. */
+static void quantize(const float *v, int64_t d, int8_t *out, float *scale) {
+  float m = 0;
+  for (int64_t i = 0; i < d; i++) m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
+  *scale = m / 127.0f;
+  float inv = m > 0 ? 127.0f / m : 0.0f;
+  for (int64_t i = 0; i < d; i++) out[i] = (int8_t)lrintf(v[i] * inv);
+}
+
+/* Builds the int8 copy; 0 when out of memory. */
+static int packed_quantize(Packed *p, void *(*alloc)(uint64_t)) {
+  if (p->q8) return 1;
+  p->q8 = alloc((uint64_t)(p->n * p->d > 0 ? p->n * p->d : 1));
+  p->q8_scale = alloc(sizeof(float) * (uint64_t)(p->n > 0 ? p->n : 1));
+  if (!p->q8 || !p->q8_scale) return 0;
+  for (int64_t r = 0; r < p->n; r++) quantize(p->vecs + r * p->d, p->d, p->q8 + r * p->d, &p->q8_scale[r]);
+  return 1;
+}
+
+/*
+** The k best of the packed rows (all, or the `nrows` row numbers in `rows`):
+** a first pass in float32 (or int8) keeps a wider pool, which is rescored
+** exactly as cosine_topk scores (Requirement 4), so both give the same
+** scores.  `out` has room for k hits; returns how many, or -1 when out of
+** memory.
+*/
+static int64_t packed_search(const Packed *p, const float *q, int64_t k, const int64_t *rows,
+                             int64_t nrows, int8_t *q8, Hit *out) {
+  int64_t count = rows ? nrows : p->n, d = p->d, len = 0;
+  int64_t pool = q8 ? (k * 10 > 100 ? k * 10 : 100) : k + 32;
+  if (pool > count) pool = count;
+  if (pool <= 0) return 0;
+  Hit *heap = malloc(sizeof(Hit) * (size_t)pool);
+  if (!heap) return -1;
+  Dot2Fn fn = dot2();
+  double qq = squared_norm(q, d, fn);
+  float inv_q = qq > 0 ? (float)(1.0 / sqrt(qq)) : 0.0f, sq = 0.0f;
+  if (q8) quantize(q, d, q8, &sq);
+  for (int64_t i = 0; i < count; i++) {
+    int64_t r = rows ? rows[i] : i;
+    float approx = q8 ? (float)doti8_fn(q8, p->q8 + r * d, d) * sq * p->q8_scale[r]
+                      : dotf_fn(q, p->vecs + r * d, d);
+    Hit x = {approx * p->inv_norms[r] * inv_q, r}; /* ids ascend with r: ties agree */
+    heap_push(heap, &len, pool, x);
+  }
+  for (int64_t i = 0; i < len; i++) {
+    int64_t r = heap[i].id;
+    heap[i].score = cosine_with(qq, q, p->vecs + r * d, d, fn);
+    heap[i].id = p->ids[r];
+  }
+  qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
+  if (len > k) len = k;
+  memcpy(out, heap, sizeof(Hit) * (size_t)len);
   free(heap);
   return len;
 }
@@ -535,17 +689,14 @@ static Num num(double x) {
   return n;
 }
 
+static void fail_with(sqlite3_context *ctx, char *msg);
+
 static void fail(sqlite3_context *ctx, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char *msg = sqlite3_vmprintf(fmt, ap);
   va_end(ap);
-  if (!msg) {
-    sqlite3_result_error_nomem(ctx);
-    return;
-  }
-  sqlite3_result_error(ctx, msg, -1);
-  sqlite3_free(msg);
+  fail_with(ctx, msg);
 }
 
 /* A vector argument: v points at D floats, in SQLite's memory or in owned. */
@@ -560,13 +711,16 @@ static void vec_free(Vec *x) {
   x->owned = 0;
 }
 
+/* The message parse_vector() returns when out of memory; never freed. */
+static char NOMEM[] = "out of memory";
+
 /*
-** Reads a vector argument (Requirement 1).  Returns 1 with *out set, 0 for
-** NULL, -1 after reporting an error.  `what` names the argument in errors,
+** Reads a vector value (Requirement 1).  Returns NULL with *out set (out->v
+** is NULL for an SQL NULL), or an error message from sqlite3_mprintf (or
+** NOMEM) for the caller to report.  `what` names the value in the message,
 ** e.g. "1st argument" or "4th argument of row 17".
 */
-static int read_vector(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
-                       const char *what, Vec *out) {
+static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, Vec *out) {
   out->v = 0;
   out->d = 0;
   out->owned = 0;
@@ -576,69 +730,77 @@ static int read_vector(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
     const void *p = sqlite3_value_blob(arg);
     int64_t n = sqlite3_value_bytes(arg);
     if (n % 4 != 0) {
-      fail(ctx, "%s(): %s is a BLOB of %lld bytes, not a multiple of 4", fn, what, n);
-      return -1;
+      return sqlite3_mprintf("%s(): %s is a BLOB of %lld bytes, not a multiple of 4", fn, what, n);
     }
-    if (n == 0) {
-      fail(ctx, "%s(): %s is an empty vector", fn, what);
-      return -1;
-    }
-    out->d = n / 4;
-    if (out->d > HS_MAX_DIMS) {
-      fail(ctx, "%s(): %s has %lld dimensions, more than %d", fn, what, out->d, HS_MAX_DIMS);
-      return -1;
+    if (n == 0) return sqlite3_mprintf("%s(): %s is an empty vector", fn, what);
+    if (n / 4 > HS_MAX_DIMS) {
+      return sqlite3_mprintf("%s(): %s has %lld dimensions, more than %d", fn, what, n / 4,
+                             HS_MAX_DIMS);
     }
     if (((uintptr_t)p & 3) != 0) { /* SQLite's pages do not align floats */
       out->owned = sqlite3_malloc64((sqlite3_uint64)n);
-      if (!out->owned) {
-        sqlite3_result_error_nomem(ctx);
-        return -1;
-      }
+      if (!out->owned) return NOMEM;
       memcpy(out->owned, p, (size_t)n);
       p = out->owned;
     }
     out->v = p;
+    out->d = n / 4;
     int64_t bad = hs_first_nonfinite(out->v, out->d);
     if (bad >= 0) {
-      fail(ctx, "%s(): %s has a non-finite value at index %lld", fn, what, bad);
       vec_free(out);
-      return -1;
+      return sqlite3_mprintf("%s(): %s has a non-finite value at index %lld", fn, what, bad);
     }
-    return 1;
+    return 0;
   }
   if (type == SQLITE_TEXT) {
     const char *s = (const char *)sqlite3_value_text(arg);
     int64_t n = sqlite3_value_bytes(arg), d = 0, bad = -1;
     int64_t cap = n / 2 + 1;
-    if (cap > HS_MAX_DIMS + 1) cap = HS_MAX_DIMS + 1;
+    if (cap > HS_MAX_DIMS) cap = HS_MAX_DIMS;
     out->owned = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)cap);
     if (!s || !out->owned) {
-      sqlite3_free(out->owned);
-      out->owned = 0;
-      sqlite3_result_error_nomem(ctx);
-      return -1;
+      vec_free(out);
+      return NOMEM;
     }
     int rc = hs_parse_json_vector(s, n, out->owned, cap, &d, &bad);
     if (rc == HS_OK) {
       out->v = out->owned;
       out->d = d;
-      return 1;
-    }
-    if (rc == HS_EMPTY) {
-      fail(ctx, "%s(): %s is an empty vector", fn, what);
-    } else if (rc == HS_NONFINITE) {
-      fail(ctx, "%s(): %s has a non-finite value at index %lld", fn, what, bad);
-    } else if (rc == HS_TOO_LONG) {
-      fail(ctx, "%s(): %s has more than %d dimensions", fn, what, HS_MAX_DIMS);
-    } else {
-      fail(ctx, "%s(): %s is not a JSON array of numbers", fn, what);
+      return 0;
     }
     vec_free(out);
+    if (rc == HS_EMPTY) return sqlite3_mprintf("%s(): %s is an empty vector", fn, what);
+    if (rc == HS_NONFINITE) {
+      return sqlite3_mprintf("%s(): %s has a non-finite value at index %lld", fn, what, bad);
+    }
+    if (rc == HS_TOO_LONG) {
+      return sqlite3_mprintf("%s(): %s has more than %d dimensions", fn, what, HS_MAX_DIMS);
+    }
+    return sqlite3_mprintf("%s(): %s is not a JSON array of numbers", fn, what);
+  }
+  return sqlite3_mprintf("%s(): %s must be a vector (float32 BLOB or JSON array text), got %s", fn,
+                         what, type_name(arg));
+}
+
+/* Reports a message from parse_vector() on ctx and frees it. */
+static void fail_with(sqlite3_context *ctx, char *msg) {
+  if (!msg || msg == NOMEM) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  sqlite3_result_error(ctx, msg, -1);
+  sqlite3_free(msg);
+}
+
+/* parse_vector() for a function argument: 1 with *out set, 0 for NULL, -1 after an error. */
+static int read_vector(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
+                       const char *what, Vec *out) {
+  char *err = parse_vector(arg, fn, what, out);
+  if (err) {
+    fail_with(ctx, err);
     return -1;
   }
-  fail(ctx, "%s(): %s must be a vector (float32 BLOB or JSON array text), got %s", fn, what,
-       type_name(arg));
-  return -1;
+  return out->v ? 1 : 0;
 }
 
 /* Reads a number argument; 0 after reporting an error.  NULL is an error. */
@@ -918,6 +1080,413 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   sqlite3_result_text(ctx, s, -1, sqlite3_free);
 }
 
+/* ========================================================================
+** vector_topk (Requirement 10): an eponymous table-valued function over a
+** packed copy of the `vectors` table, kept per connection and rebuilt when
+** meta.vectors_version (bumped by triggers on every write, from any
+** connection) differs from the one it was built at.
+*/
+
+static void *alloc64(uint64_t n) { return sqlite3_malloc64(n); }
+
+/* One per connection: the packed copy and what it was built from. */
+typedef struct TopkCache {
+  Packed p;
+  char *model;            /* the model_id it holds; NULL for every row */
+  sqlite3_int64 version;  /* meta.vectors_version it was built at */
+  int valid;              /* built outside a transaction, so from committed rows */
+} TopkCache;
+
+static void packed_clear(Packed *p) {
+  sqlite3_free(p->ids);
+  sqlite3_free(p->vecs);
+  sqlite3_free(p->inv_norms);
+  sqlite3_free(p->q8);
+  sqlite3_free(p->q8_scale);
+  memset(p, 0, sizeof(*p));
+}
+
+static void cache_free(void *arg) {
+  TopkCache *c = arg;
+  packed_clear(&c->p);
+  sqlite3_free(c->model);
+  sqlite3_free(c);
+}
+
+typedef struct TopkVtab {
+  sqlite3_vtab base;
+  sqlite3 *db;
+  TopkCache *cache;
+} TopkVtab;
+
+typedef struct TopkCursor {
+  sqlite3_vtab_cursor base;
+  Hit *hits;
+  int64_t len, i;
+} TopkCursor;
+
+enum { TK_ID, TK_SCORE, TK_QUERY, TK_K, TK_MODEL, TK_IDS, TK_PRECISION };
+
+static int topk_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                        sqlite3_vtab **out, char **err) {
+  (void)argc;
+  (void)argv;
+  (void)err;
+  int rc = sqlite3_declare_vtab(db,
+                                "create table x(id integer, score real, query hidden, k hidden,"
+                                " model hidden, ids hidden, precision hidden)");
+  if (rc != SQLITE_OK) return rc;
+  TopkVtab *vt = sqlite3_malloc(sizeof(TopkVtab));
+  if (!vt) return SQLITE_NOMEM;
+  memset(vt, 0, sizeof(*vt));
+  vt->db = db;
+  vt->cache = aux;
+  sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+  *out = &vt->base;
+  return SQLITE_OK;
+}
+
+static int topk_disconnect(sqlite3_vtab *vt) {
+  sqlite3_free(vt);
+  return SQLITE_OK;
+}
+
+/* The hidden columns that have an = constraint go to xFilter in column order. */
+static int topk_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
+  int at[7] = {-1, -1, -1, -1, -1, -1, -1}, mask = 0, n = 0;
+  (void)vt;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+    if (c->iColumn < TK_QUERY || c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
+    if (!c->usable) return SQLITE_CONSTRAINT;
+    at[c->iColumn] = i;
+  }
+  for (int col = TK_QUERY; col <= TK_PRECISION; col++) {
+    if (at[col] < 0) continue;
+    mask |= 1 << col;
+    info->aConstraintUsage[at[col]].argvIndex = ++n;
+    info->aConstraintUsage[at[col]].omit = 1;
+  }
+  info->idxNum = mask;
+  info->estimatedCost = 10.0;
+  info->estimatedRows = 10;
+  return SQLITE_OK;
+}
+
+static int topk_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **out) {
+  (void)vt;
+  TopkCursor *c = sqlite3_malloc(sizeof(TopkCursor));
+  if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof(*c));
+  *out = &c->base;
+  return SQLITE_OK;
+}
+
+static int topk_close(sqlite3_vtab_cursor *cur) {
+  TopkCursor *c = (TopkCursor *)cur;
+  sqlite3_free(c->hits);
+  sqlite3_free(c);
+  return SQLITE_OK;
+}
+
+/* Sets the vtab's error message; takes ownership of msg (or NOMEM). */
+static int vt_error(sqlite3_vtab *vt, char *msg) {
+  sqlite3_free(vt->zErrMsg);
+  vt->zErrMsg = 0;
+  if (!msg || msg == NOMEM) return SQLITE_NOMEM;
+  vt->zErrMsg = msg;
+  return SQLITE_ERROR;
+}
+
+/* Reads meta.vectors_version; 0 after setting an error. */
+static int read_version(TopkVtab *vt, sqlite3_int64 *version) {
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(vt->db, "select value from meta where key = 'vectors_version'", -1, &st,
+                         0) != SQLITE_OK) {
+    vt_error(&vt->base, sqlite3_mprintf("vector_topk(): this database has no hybridsql index"
+                                        " (no table meta): %s", sqlite3_errmsg(vt->db)));
+    return 0;
+  }
+  int rc = sqlite3_step(st);
+  *version = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  return 1;
+}
+
+/* Rebuilds the packed copy from the vectors of `model` (every row when NULL). */
+static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
+  TopkCache *cache = vt->cache;
+  Packed *p = &cache->p;
+  packed_clear(p);
+  cache->valid = 0;
+  sqlite3_free(cache->model);
+  cache->model = model ? sqlite3_mprintf("%s", model) : 0;
+  if (model && !cache->model) return SQLITE_NOMEM;
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(vt->db,
+                              "select chunk_id, vector from vectors"
+                              " where ?1 is null or model_id = ?1 order by chunk_id",
+                              -1, &st, 0);
+  if (rc != SQLITE_OK) {
+    return vt_error(&vt->base, sqlite3_mprintf("vector_topk(): cannot read table vectors: %s",
+                                               sqlite3_errmsg(vt->db)));
+  }
+  sqlite3_bind_text(st, 1, model, -1, SQLITE_STATIC);
+  int64_t cap = 0, first_id = 0;
+  char *err = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (sqlite3_column_type(st, 1) == SQLITE_NULL) continue;
+    int64_t id = sqlite3_column_int64(st, 0);
+    char what[64];
+    Vec v;
+    sqlite3_snprintf(sizeof(what), what, "the vector of row %lld", id);
+    if ((err = parse_vector(sqlite3_column_value(st, 1), "vector_topk", what, &v))) break;
+    if (p->n == 0) {
+      p->d = v.d;
+      first_id = id;
+    } else if (v.d != p->d) {
+      err = sqlite3_mprintf("vector_topk(): row %lld has %lld dimensions, row %lld has %lld", id,
+                            v.d, first_id, p->d);
+      vec_free(&v);
+      break;
+    }
+    if (p->n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      int64_t *ids = sqlite3_realloc64(p->ids, sizeof(int64_t) * (uint64_t)cap);
+      float *vecs = ids ? sqlite3_realloc64(p->vecs, sizeof(float) * (uint64_t)(cap * p->d)) : 0;
+      float *inv = vecs ? sqlite3_realloc64(p->inv_norms, sizeof(float) * (uint64_t)cap) : 0;
+      if (ids) p->ids = ids;
+      if (vecs) p->vecs = vecs;
+      if (inv) p->inv_norms = inv;
+      if (!inv) {
+        err = NOMEM;
+        vec_free(&v);
+        break;
+      }
+    }
+    memcpy(p->vecs + p->n * p->d, v.v, sizeof(float) * (size_t)p->d);
+    double nn = squared_norm(v.v, v.d, dot2());
+    p->inv_norms[p->n] = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+    p->ids[p->n++] = id;
+    vec_free(&v);
+  }
+  if (!err && rc != SQLITE_DONE) {
+    err = sqlite3_mprintf("vector_topk(): reading vectors failed: %s", sqlite3_errmsg(vt->db));
+  }
+  sqlite3_finalize(st);
+  if (err) {
+    packed_clear(p);
+    return vt_error(&vt->base, err);
+  }
+  cache->version = version;
+  /* Rows read inside a transaction may yet be rolled back: use them once only. */
+  cache->valid = sqlite3_get_autocommit(vt->db);
+  return SQLITE_OK;
+}
+
+/* Parses a JSON array of integer ids into the sorted row numbers they have. */
+static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows, int64_t *nrows) {
+  int64_t cap = n / 2 + 1, len = 0, i = 0;
+  int64_t *out = sqlite3_malloc64(sizeof(int64_t) * (uint64_t)cap);
+  if (!out) return NOMEM;
+  while (i < n && is_ws(s[i])) i++;
+  int ok = i < n && s[i] == '[';
+  i++;
+  while (ok) {
+    while (i < n && is_ws(s[i])) i++;
+    if (i < n && s[i] == ']' && len == 0) break;
+    int64_t start = i, v = 0, neg = i < n && s[i] == '-';
+    if (neg) i++;
+    while (i < n && s[i] >= '0' && s[i] <= '9' && i - start < 19) v = v * 10 + (s[i++] - '0');
+    if (i == start + neg || (i < n && s[i] >= '0' && s[i] <= '9')) {
+      ok = 0;
+      break;
+    }
+    v = neg ? -v : v;
+    int64_t lo = 0, hi = p->n; /* ids are ascending: binary search */
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (p->ids[mid] < v) lo = mid + 1; else hi = mid;
+    }
+    if (lo < p->n && p->ids[lo] == v) out[len++] = lo;
+    while (i < n && is_ws(s[i])) i++;
+    if (i < n && s[i] == ',') {
+      i++;
+      continue;
+    }
+    ok = i < n && s[i] == ']';
+    break;
+  }
+  if (ok) {
+    i++;
+    while (i < n && is_ws(s[i])) i++;
+    ok = i == n;
+  }
+  if (!ok) {
+    sqlite3_free(out);
+    return sqlite3_mprintf("vector_topk(): 4th argument ids must be a JSON array of integers");
+  }
+  /* sort and drop duplicates, so each row is scored once */
+  for (int64_t a = 1; a < len; a++) {
+    int64_t x = out[a], b = a;
+    while (b > 0 && out[b - 1] > x) {
+      out[b] = out[b - 1];
+      b--;
+    }
+    out[b] = x;
+  }
+  int64_t m = 0;
+  for (int64_t a = 0; a < len; a++) {
+    if (m == 0 || out[m - 1] != out[a]) out[m++] = out[a];
+  }
+  *rows = out;
+  *nrows = m;
+  return 0;
+}
+
+static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
+                       sqlite3_value **argv) {
+  TopkCursor *c = (TopkCursor *)cur;
+  TopkVtab *vt = (TopkVtab *)cur->pVtab;
+  sqlite3_value *arg[7] = {0};
+  (void)idxStr;
+  for (int col = TK_QUERY, j = 0; col <= TK_PRECISION && j < argc; col++) {
+    if (idxNum & (1 << col)) arg[col] = argv[j++];
+  }
+  sqlite3_free(c->hits);
+  c->hits = 0;
+  c->len = c->i = 0;
+  if (!arg[TK_QUERY] || !arg[TK_K]) {
+    return vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): needs a query vector and k"));
+  }
+  Vec q;
+  char *err = parse_vector(arg[TK_QUERY], "vector_topk", "1st argument", &q);
+  if (err) return vt_error(cur->pVtab, err);
+  if (!q.v) return SQLITE_OK; /* a NULL query: no rows */
+  int rc = SQLITE_OK;
+  int64_t k = 0, *rows = 0, nrows = 0;
+  int8_t *q8 = 0;
+  const char *model = 0;
+  if (sqlite3_value_type(arg[TK_K]) != SQLITE_INTEGER) {
+    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 2nd argument k must be an integer"
+                                              " from 1 to %d, got %s", HS_MAX_K,
+                                              type_name(arg[TK_K])));
+    goto done;
+  }
+  k = sqlite3_value_int64(arg[TK_K]);
+  if (k < 1 || k > HS_MAX_K) {
+    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 2nd argument k must be an integer"
+                                              " from 1 to %d, got %lld", HS_MAX_K, k));
+    goto done;
+  }
+  if (arg[TK_MODEL] && sqlite3_value_type(arg[TK_MODEL]) != SQLITE_NULL) {
+    if (sqlite3_value_type(arg[TK_MODEL]) != SQLITE_TEXT) {
+      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 3rd argument model must be text,"
+                                                " got %s", type_name(arg[TK_MODEL])));
+      goto done;
+    }
+    model = (const char *)sqlite3_value_text(arg[TK_MODEL]);
+  }
+  int int8 = 0;
+  if (arg[TK_PRECISION] && sqlite3_value_type(arg[TK_PRECISION]) != SQLITE_NULL) {
+    const char *prec = (const char *)sqlite3_value_text(arg[TK_PRECISION]);
+    int8 = prec && strcmp(prec, "int8") == 0;
+    if (!prec || (!int8 && strcmp(prec, "float32") != 0)) {
+      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 5th argument precision must be"
+                                                " 'float32' or 'int8'"));
+      goto done;
+    }
+  }
+  sqlite3_int64 version;
+  if (!read_version(vt, &version)) {
+    rc = SQLITE_ERROR;
+    goto done;
+  }
+  TopkCache *cache = vt->cache;
+  int same_model = (!model && !cache->model) ||
+                   (model && cache->model && strcmp(model, cache->model) == 0);
+  if (!cache->valid || cache->version != version || !same_model) {
+    if ((rc = cache_build(vt, model, version)) != SQLITE_OK) goto done;
+  }
+  Packed *p = &cache->p;
+  if (p->n > 0 && q.d != p->d) {
+    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 1st argument has %lld dimensions,"
+                                              " the vectors have %lld", q.d, p->d));
+    goto done;
+  }
+  if (arg[TK_IDS] && sqlite3_value_type(arg[TK_IDS]) != SQLITE_NULL) {
+    const char *s = (const char *)sqlite3_value_text(arg[TK_IDS]);
+    if (sqlite3_value_type(arg[TK_IDS]) != SQLITE_TEXT || !s) {
+      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 4th argument ids must be a JSON"
+                                                " array of integers"));
+      goto done;
+    }
+    if ((err = parse_ids(p, s, sqlite3_value_bytes(arg[TK_IDS]), &rows, &nrows))) {
+      rc = vt_error(cur->pVtab, err);
+      goto done;
+    }
+  }
+  if (int8) {
+    q8 = sqlite3_malloc64((uint64_t)q.d);
+    if (!q8 || !packed_quantize(p, alloc64)) {
+      rc = SQLITE_NOMEM;
+      goto done;
+    }
+  }
+  c->hits = sqlite3_malloc64(sizeof(Hit) * (uint64_t)k);
+  if (!c->hits) {
+    rc = SQLITE_NOMEM;
+    goto done;
+  }
+  c->len = p->n ? packed_search(p, q.v, k, rows, rows ? nrows : -1, q8, c->hits) : 0;
+  if (c->len < 0) {
+    c->len = 0;
+    rc = SQLITE_NOMEM;
+  }
+done:
+  if (!vt->cache->valid) packed_clear(&vt->cache->p); /* read in a transaction: drop it */
+  vec_free(&q);
+  sqlite3_free(rows);
+  sqlite3_free(q8);
+  return rc;
+}
+
+static int topk_next(sqlite3_vtab_cursor *cur) {
+  ((TopkCursor *)cur)->i++;
+  return SQLITE_OK;
+}
+
+static int topk_eof(sqlite3_vtab_cursor *cur) {
+  TopkCursor *c = (TopkCursor *)cur;
+  return c->i >= c->len;
+}
+
+static int topk_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
+  TopkCursor *c = (TopkCursor *)cur;
+  if (col == TK_ID) sqlite3_result_int64(ctx, c->hits[c->i].id);
+  else if (col == TK_SCORE) sqlite3_result_double(ctx, c->hits[c->i].score);
+  return SQLITE_OK;
+}
+
+static int topk_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *rowid) {
+  *rowid = ((TopkCursor *)cur)->i + 1;
+  return SQLITE_OK;
+}
+
+static sqlite3_module topk_module = {
+    .xCreate = 0, /* eponymous only */
+    .xConnect = topk_connect,
+    .xBestIndex = topk_best_index,
+    .xDisconnect = topk_disconnect,
+    .xOpen = topk_open,
+    .xClose = topk_close,
+    .xFilter = topk_filter,
+    .xNext = topk_next,
+    .xEof = topk_eof,
+    .xColumn = topk_column,
+    .xRowid = topk_rowid,
+};
+
 #define HS_PURE (SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS)
 
 static const struct {
@@ -950,8 +1519,13 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
   SQLITE_EXTENSION_INIT2(pApi);
   (void)pzErrMsg;
   dot2();
+  TopkCache *cache = sqlite3_malloc(sizeof(TopkCache));
+  if (!cache) return SQLITE_NOMEM;
+  memset(cache, 0, sizeof(*cache));
+  int rc = sqlite3_create_module_v2(db, "vector_topk", &topk_module, cache, cache_free);
+  if (rc != SQLITE_OK) return rc;
   for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
-    int rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,
+    rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,
                                         FUNCTIONS[i].flags, 0, FUNCTIONS[i].xFunc,
                                         FUNCTIONS[i].xStep, FUNCTIONS[i].xFinal, 0);
     if (rc != SQLITE_OK) return rc;

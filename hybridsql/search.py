@@ -19,7 +19,7 @@ from hybridsql.schema import has_fts, vectors_version
 MODES = ("hybrid", "keyword", "semantic")
 FUSIONS = ("linear", "rrf")
 KEYWORD_NORMS = ("max", "saturation")
-BACKENDS = ("auto", "sql", "numpy", "python")
+BACKENDS = ("auto", "sql", "aggregate", "numpy", "python")
 RRF_K = 60
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
@@ -269,13 +269,22 @@ DOCUMENTS = Profile()
 def build_statement(
     plan: KeywordPlan, opts: SearchOptions, vector_source: str | None, profile: Profile = DOCUMENTS
 ) -> str:
-    """The one search statement. ``vector_source`` is ``topk`` (cosine_topk in SQL), ``json``
-    (candidates bound as :vector_candidates) or None (keyword-only)."""
+    """The one search statement. ``vector_source`` is ``tvf`` (vector_topk over the packed
+    vectors), ``topk`` (the cosine_topk aggregate), ``json`` (candidates bound as
+    :vector_candidates) or None (keyword-only)."""
     join, where = profile.join, f"and {profile.filters}" if profile.filters else ""
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
     parts = []
-    if vector_source == "topk":
+    if vector_source == "tvf":
+        args = ":query_vector, :pool, :model"
+        if profile.filters:  # the filtered ids, so the top-k is taken among them
+            ids = f"select json_group_array(c.id) from chunks c {join} where {profile.filters}"
+            args += f", ({ids})"
+        parts.append(f"""vec(id, vscore) as (
+  select id, score from vector_topk({args})
+)""")
+    elif vector_source == "topk":
         parts.append(f"""vec(id, vscore) as (
   select json_extract(value, '$[0]'), json_extract(value, '$[1]')
   from json_each((
@@ -459,8 +468,10 @@ class Searcher:
         backend = opts.backend
         if backend == "auto":
             backend = "sql" if self.sql_vectors else "numpy"
-        if backend == "sql":
-            return "topk", "sql"
+        if backend == "sql" and self.sql_vectors:
+            return "tvf", "sql"  # the native extension's packed scan
+        if backend in ("sql", "aggregate"):
+            return "topk", "aggregate"
         if profile.filters:  # only the vectors of rows that pass the filters
             rows = self.conn.execute(
                 f"select v.chunk_id, v.vector from vectors v join chunks c on c.id = v.chunk_id"

@@ -17,7 +17,7 @@ from hybridsql.index import HybridIndex, transaction
 from hybridsql.search import _like_pattern, keyword_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp()
-BACKENDS = ["sql", "numpy", "python"]
+BACKENDS = ["sql", "aggregate", "numpy", "python"]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_one_statement_with_cosine_topk_and_bm25(idx):
     assert found.backend == "sql" and found.mode == "hybrid"
     sql = found.sql
     assert sql.count(";") == 0 and sql.lstrip().startswith("with ")
-    for piece in ("cosine_topk(", "chunks_fts match", "temporal_decay(", "limit :limit"):
+    for piece in ("vector_topk(", "chunks_fts match", "temporal_decay(", "limit :limit"):
         assert piece in sql
     assert paths(found)[:2] == ["MEMORY.md", "memory/2026-11-14.md"]
 
@@ -261,7 +261,7 @@ def test_backends_agree_on_the_examples(idx, query):
     answers = [idx.search(query, backend=b, max_results=10, now=NOW) for b in BACKENDS]
     assert [a.backend for a in answers] == BACKENDS
     ids = [[r.id for r in a] for a in answers]
-    assert ids[0] == ids[1] == ids[2] and ids[0]
+    assert ids[1:] == ids[:-1] and ids[0]
     for a in answers[1:]:
         assert [r.score for r in a] == pytest.approx([r.score for r in answers[0]], abs=1e-6)
 
@@ -293,7 +293,7 @@ def test_backends_agree_on_scifact(scifact, mode):
             for b in BACKENDS
         ]
         ids = [[r.id for r in a] for a in answers]
-        assert ids[0] == ids[1] == ids[2] and len(ids[0]) == 10, q
+        assert ids[1:] == ids[:-1] and len(ids[0]) == 10, q
         for a in answers[1:]:
             assert [r.score for r in a] == pytest.approx([r.score for r in answers[0]], abs=1e-6)
 
