@@ -45,11 +45,10 @@ def cmd_index(args) -> int:
 
 
 def cmd_search(args) -> int:
-    opts = SearchOptions(
-        **{f.name: getattr(args, f.name) for f in fields(SearchOptions) if hasattr(args, f.name)}
-    )
+    names = [f.name for f in fields(SearchOptions)]
+    options = {name: getattr(args, name) for name in names if hasattr(args, name)}
     with open_index(args) as idx:
-        found = idx.searcher.search(args.query, opts)
+        found = idx.search(args.query, **options)
     if args.explain:
         print(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
         print(f"-- run after: .load {loadable_path()}")

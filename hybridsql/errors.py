@@ -27,3 +27,6 @@ class QueryError(HybridSQLError, ValueError):
 
 class NotFoundError(HybridSQLError, KeyError):
     """A memory, session or document that was asked for does not exist."""
+
+    def __str__(self):  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""

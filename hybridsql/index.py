@@ -18,7 +18,7 @@ from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import connect
 from hybridsql.schema import ensure_schema
-from hybridsql.search import Searcher, SearchOptions
+from hybridsql.search import DOCUMENTS, Profile, Searcher, SearchOptions, document_profile
 
 MARKDOWN = (".md", ".markdown")
 SKIP_DIRS = {"node_modules", "__pycache__"}
@@ -132,8 +132,16 @@ class HybridIndex:
         self.close()
 
     def search(self, query: str, **options):
-        """Hybrid search; ``options`` are the fields of SearchOptions."""
-        return self.searcher.search(query, SearchOptions(**options))
+        """Hybrid search of the memory files; ``options`` are the fields of SearchOptions."""
+        return self.searcher.search(query, SearchOptions(**options), self.documents())
+
+    def documents(self) -> Profile:
+        """The documents-only profile; no filter at all while the database holds no memories,
+        so the vector side scans the packed vectors unfiltered."""
+        memories = self.conn.execute(
+            "select exists(select 1 from chunks where kind = 'memory')"
+        ).fetchone()[0]
+        return document_profile() if memories else DOCUMENTS
 
     def index_folder(self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None):
         """Indexes the markdown under ``root``; returns an IndexReport."""

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
 from hybridsql.index import HybridIndex, transaction
-from hybridsql.search import Profile, SearchOptions, SearchResults
+from hybridsql.search import Profile, SearchOptions, SearchResults, document_profile
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
 RELATED_TO = "RELATED_TO"
@@ -252,17 +252,6 @@ def memory_profile(
         relevance=RELEVANCE,
         columns=COLUMNS,
         params=params,
-    )
-
-
-def document_profile(project: str | None = None) -> Profile:
-    """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
-    if project is None:
-        return Profile(filters="c.kind = 'document'")
-    return Profile(
-        filters="c.kind = 'document'"
-        " and instr('/' || c.path, '/projects/' || :doc_project || '/') > 0",
-        params={"doc_project": project},
     )
 
 

@@ -37,6 +37,7 @@ create table if not exists chunks(
   created_at real not null      -- unix seconds
 );
 create index if not exists chunks_file on chunks(file_id);
+create index if not exists chunks_kind on chunks(kind);
 
 create table if not exists vectors(
   chunk_id integer primary key, -- chunks(id)

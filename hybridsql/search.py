@@ -263,7 +263,18 @@ class Profile:
     params: dict = field(default_factory=dict)
 
 
-DOCUMENTS = Profile()
+DOCUMENTS = Profile()  # every chunk, for a database that holds no memories
+
+
+def document_profile(project: str | None = None) -> Profile:
+    """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
+    if project is None:
+        return Profile(filters="c.kind = 'document'")
+    return Profile(
+        filters="c.kind = 'document'"
+        " and instr('/' || c.path, '/projects/' || :doc_project || '/') > 0",
+        params={"doc_project": project},
+    )
 
 
 def build_statement(

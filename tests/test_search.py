@@ -219,6 +219,20 @@ def test_modes(idx):
     assert all(r.vector_score is None and r.match_type == "keyword" for r in keyword)
 
 
+def test_document_search_leaves_memories_out(example_db, tmp_path):
+    from hybridsql.memory import MemoryStore
+
+    path = str(tmp_path / "mixed.db")
+    shutil.copy(example_db, path)
+    with HybridIndex(path, embedder="local") as index:
+        before = index.search("ERR_CONN_RESET keep-alive", now=NOW)
+        assert "vector_topk(:query_vector, :pool, :model)" in before.sql  # no filter needed
+        MemoryStore(index).add("ERR_CONN_RESET came back after the keep-alive change")
+        after = index.search("ERR_CONN_RESET keep-alive", now=NOW)
+        assert after.results and all(r.kind == "document" for r in after)
+        assert [r.id for r in after] == [r.id for r in before]
+
+
 def test_rrf_fusion(idx):
     found = idx.search("tabs or spaces", fusion="rrf", now=NOW)
     assert found[0].path in ("MEMORY.md", "memory/2026-11-14.md")
