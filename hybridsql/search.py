@@ -313,8 +313,10 @@ def build_statement(
         parts.append("vec(id, vscore) as (select null, null where 0)")
     if plan.match and opts.mode != "semantic":
         table = plan.table
-        parts.append(f"""kw_fts(id, rank) as (
-  select f.rowid, f.rank from {table} f join chunks c on c.id = f.rowid {join}
+        # Joined to chunks only to filter: unjoined, FTS5 sorts by rank and stops at the limit.
+        source = f"{table} f join chunks c on c.id = f.rowid {join}" if where else f"{table} f"
+        parts.append(f"""kw_fts(id, rank) as materialized (
+  select f.rowid, f.rank from {source}
   where {table} match :fts_query {where}
   order by f.rank limit :pool
 )""")
@@ -324,18 +326,24 @@ def build_statement(
         hits = " + ".join(
             f"(c.text like :like{i} escape '\\')" for i in range(len(plan.like_terms))
         )
+        # The gate is the outer loop (CROSS JOIN keeps the order): no row when FTS5 found
+        # something, and then the chunks are never read.
         parts.append(f"""kw_like(id, rank) as (
-  select id, -hits from (select c.id, {hits} as hits from chunks c {join} where 1 {where})
-  where hits > 0 and not exists (select 1 from kw_fts)
+  select id, -hits from (
+    select c.id, {hits} as hits
+    from (select 1 where not exists (select 1 from kw_fts)) as gate cross join chunks c {join}
+    where 1 {where}
+  )
+  where hits > 0
   order by hits desc, id limit :pool
 )""")
     else:
         parts.append("kw_like(id, rank) as (select null, null where 0)")
-    parts.append("""kw(id, rank, krank, tier) as (
+    parts.append("""kw(id, rank, krank, tier) as materialized (
   select id, rank, row_number() over (order by rank, id), tier
   from (select *, 'fts' as tier from kw_fts union all select *, 'like' from kw_like)
 )""")
-    parts.append("""vec_ranked(id, vrank) as (
+    parts.append("""vec_ranked(id, vrank) as materialized (
   select id, row_number() over (order by vscore desc, id) from vec where vscore >= :vector_floor
 )""")
     parts.append("""cand(id) as (select id from vec_ranked union select id from kw)""")
