@@ -113,19 +113,33 @@ const char *hs_version(void) { return HS_VERSION; }
 */
 typedef void (*Dot2Fn)(const float *a, const float *b, int64_t d, double *ab, double *bb);
 
-/* ab = a.b and bb = b.b, four partial sums so the compiler can pipeline. */
+/*
+** A float read at any alignment: the dot products take vectors straight from
+** SQLite's pages, which do not align them.  Compilers make this one load.
+*/
+static inline double loadf(const float *p) {
+  float x;
+  memcpy(&x, p, sizeof(x));
+  return x;
+}
+
+/*
+** ab = a.b and bb = b.b, four partial sums so the compiler can pipeline.  a
+** and b may be unaligned.  bb is finite exactly when every value of b is (a
+** float32 squared cannot overflow a double), which spares a separate pass.
+*/
 static void dot2_generic(const float *a, const float *b, int64_t d, double *ab, double *bb) {
   double s[4] = {0, 0, 0, 0}, n[4] = {0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 4 <= d; i += 4) {
     for (int j = 0; j < 4; j++) {
-      double x = a[i + j], y = b[i + j];
+      double x = loadf(a + i + j), y = loadf(b + i + j);
       s[j] += x * y;
       n[j] += y * y;
     }
   }
   for (; i < d; i++) {
-    double x = a[i], y = b[i];
+    double x = loadf(a + i), y = loadf(b + i);
     s[0] += x * y;
     n[0] += y * y;
   }
@@ -152,7 +166,7 @@ static void dot2_sse2(const float *a, const float *b, int64_t d, double *ab, dou
   _mm_storeu_pd(n, _mm_add_pd(n0, n1));
   double sa = s[0] + s[1], na = n[0] + n[1];
   for (; i < d; i++) {
-    double x = a[i], y = b[i];
+    double x = loadf(a + i), y = loadf(b + i);
     sa += x * y;
     na += y * y;
   }
@@ -185,7 +199,7 @@ static void dot2_avx2(const float *a, const float *b, int64_t d, double *ab, dou
   }
   double sa = hsum256(_mm256_add_pd(s0, s1)), na = hsum256(_mm256_add_pd(n0, n1));
   for (; i < d; i++) {
-    double x = a[i], y = b[i];
+    double x = loadf(a + i), y = loadf(b + i);
     sa += x * y;
     na += y * y;
   }
@@ -298,13 +312,18 @@ const char *hs_simd_path(void) {
   return simd_name;
 }
 
+/* Requirement 4 from the dot product and both squared norms. */
+static double cosine_from(double ab, double qq, double bb) {
+  if (qq == 0.0 || bb == 0.0) return 0.0;
+  double c = ab / sqrt(qq * bb);
+  return c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
+}
+
 /* Requirement 4, with the query's squared norm qq already known. */
 static double cosine_with(double qq, const float *q, const float *v, int64_t d, Dot2Fn fn) {
   double ab, bb;
   fn(q, v, d, &ab, &bb);
-  if (qq == 0.0 || bb == 0.0) return 0.0;
-  double c = ab / sqrt(qq * bb);
-  return c > 1.0 ? 1.0 : (c < -1.0 ? -1.0 : c);
+  return cosine_from(ab, qq, bb);
 }
 
 static double squared_norm(const float *v, int64_t d, Dot2Fn fn) {
@@ -326,7 +345,7 @@ void hs_cosine_many(const float *q, const float *m, int64_t n, int64_t d, double
 
 int64_t hs_first_nonfinite(const float *v, int64_t d) {
   for (int64_t i = 0; i < d; i++) {
-    if (!isfinite(v[i])) return i;
+    if (!isfinite(loadf(v + i))) return i;
   }
   return -1;
 }
@@ -737,13 +756,7 @@ static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, 
       return sqlite3_mprintf("%s(): %s has %lld dimensions, more than %d", fn, what, n / 4,
                              HS_MAX_DIMS);
     }
-    if (((uintptr_t)p & 3) != 0) { /* SQLite's pages do not align floats */
-      out->owned = sqlite3_malloc64((sqlite3_uint64)n);
-      if (!out->owned) return NOMEM;
-      memcpy(out->owned, p, (size_t)n);
-      p = out->owned;
-    }
-    out->v = p;
+    out->v = p; /* possibly unaligned: every kernel reads it with loadf() or loadu */
     out->d = n / 4;
     int64_t bad = hs_first_nonfinite(out->v, out->d);
     if (bad >= 0) {
@@ -897,15 +910,29 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     return;
   }
   int64_t id = sqlite3_value_int64(argv[2]);
-  char what[64];
-  sqlite3_snprintf(sizeof(what), what, "4th argument of row %lld", id);
-  Vec v;
-  if (read_vector(ctx, argv[3], "cosine_topk", what, &v) < 0) return;
-  if (v.d != t->query.d) {
-    fail(ctx, "cosine_topk(): 1st argument has %lld dimensions, row %lld has %lld", t->query.d, id,
-         v.d);
+  Vec v = {0, 0, 0};
+  if (sqlite3_value_type(argv[3]) == SQLITE_BLOB) { /* the common case, kept lean */
+    v.v = sqlite3_value_blob(argv[3]);
+    v.d = sqlite3_value_bytes(argv[3]) / 4;
+  }
+  if (!v.v || v.d != t->query.d || sqlite3_value_bytes(argv[3]) % 4 != 0) {
+    char what[64];
+    sqlite3_snprintf(sizeof(what), what, "4th argument of row %lld", id);
+    if (read_vector(ctx, argv[3], "cosine_topk", what, &v) < 0) return;
+    if (v.d != t->query.d) {
+      fail(ctx, "cosine_topk(): 1st argument has %lld dimensions, row %lld has %lld", t->query.d,
+           id, v.d);
+      vec_free(&v);
+      return;
+    }
+  }
+  double ab, bb;
+  dot2_fn(t->query.v, v.v, v.d, &ab, &bb);
+  if (!isfinite(bb)) { /* Requirement 1: a NaN or infinity in this row */
+    fail(ctx, "cosine_topk(): 4th argument of row %lld has a non-finite value at index %lld", id,
+         hs_first_nonfinite(v.v, v.d));
   } else {
-    Hit x = {cosine_with(t->qq, t->query.v, v.v, v.d, dot2()), id};
+    Hit x = {cosine_from(ab, t->qq, bb), id};
     heap_push(t->heap, &t->len, t->k, x);
   }
   vec_free(&v);
@@ -1045,7 +1072,7 @@ static void vector_json_func(sqlite3_context *ctx, int argc, sqlite3_value **arg
   sqlite3_str_appendchar(out, 1, '[');
   for (int64_t i = 0; i < v.d; i++) {
     if (i) sqlite3_str_appendchar(out, 1, ',');
-    hs_format_float(v.v[i], buf, sizeof(buf));
+    hs_format_float((float)loadf(v.v + i), buf, sizeof(buf));
     for (char *c = buf; *c; c++) {
       if (*c == ',') *c = '.';
     }
