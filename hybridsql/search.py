@@ -191,8 +191,10 @@ class VectorMatrix:
         self.key = None
         self.ids = np.empty(0, dtype=np.int64)
         self.matrix = np.empty((0, 0), dtype=np.float32)
+        self.inv_norms = np.empty(0, dtype=np.float32)
 
     def get(self, conn, model_id: str):
+        """(ids, matrix, inverse row norms), read again only when the vectors have changed."""
         key = (model_id, vectors_version(conn))
         if key != self.key:
             rows = conn.execute(
@@ -205,17 +207,26 @@ class VectorMatrix:
                 if rows
                 else np.empty((0, 0), dtype=np.float32)
             )
+            self.inv_norms = inverse_norms(self.matrix)
             self.key = key
-        return self.ids, self.matrix
+        return self.ids, self.matrix, self.inv_norms
 
 
-def numpy_topk(matrix, ids, query, k: int):
-    """Top-k by ``matrix @ query`` and argpartition, rescored in float64 so every backend agrees."""
+def inverse_norms(matrix):
+    """1 / |row| for each row of a float32 matrix, 0 for an all-zero row."""
+    norms = np.linalg.norm(matrix, axis=1)
+    return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
+
+
+def numpy_topk(matrix, ids, query, k: int, inv_norms=None):
+    """Top-k by ``matrix @ query`` and argpartition, rescored in float64 so every backend agrees.
+
+    ``inv_norms`` (from ``inverse_norms``) saves recomputing the row norms on every query.
+    """
     if len(ids) == 0:
         return []
     q = np.asarray(query, dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1)
-    approx = (matrix @ q) / np.where(norms > 0, norms, 1)
+    approx = (matrix @ q) * (inverse_norms(matrix) if inv_norms is None else inv_norms)
     take = min(len(ids), k + 32)  # a margin for float32 rounding at the boundary
     idx = np.argpartition(-approx, take - 1)[:take] if take < len(ids) else np.arange(len(ids))
     m64, q64 = matrix[idx].astype(np.float64), q.astype(np.float64)
@@ -507,10 +518,10 @@ class Searcher:
             if profile.filters:
                 ids = np.array([r[0] for r in rows], dtype=np.int64)
                 matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
-                matrix = matrix.reshape(len(rows), -1)
+                matrix, inv = matrix.reshape(len(rows), -1), None
             else:
-                ids, matrix = self.matrix.get(self.conn, params["model"])
-            hits = numpy_topk(matrix, ids, query_vector, params["pool"])
+                ids, matrix, inv = self.matrix.get(self.conn, params["model"])
+            hits = numpy_topk(matrix, ids, query_vector, params["pool"], inv)
         else:
             hits = python_topk(rows, params["query_vector"], params["pool"])
         params["vector_candidates"] = json.dumps(hits)
