@@ -365,7 +365,7 @@ def build_statement(
         if vector_source
         else "null"
     )
-    parts.append(f"""scored as (
+    parts.append(f"""scored as materialized (
   select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
          {vscore} as cosine, kw.rank, kw.krank, kw.tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
