@@ -114,6 +114,9 @@ def add_search_options(p) -> None:
         help="candidates taken from each side; default %(default)s",
     )
     p.add_argument("--fusion", choices=FUSIONS, default=d.fusion)
+    p.add_argument("--keyword-terms", dest="keyword_terms", type=int, default=d.keyword_terms,
+                   help="keep only the N rarest query words for bm25 (faster on long queries);"
+                   " 0 keeps all, the default")
     p.add_argument(
         "--vector-floor",
         dest="vector_floor",

@@ -53,6 +53,7 @@ class SearchOptions:
     candidate_pool: int = 100
     fusion: str = "linear"
     keyword_norm: str = "max"
+    keyword_terms: int = 0
     saturation: float = 10.0
     vector_floor: float = 0.25
     prefix: bool = False
@@ -79,6 +80,7 @@ class SearchOptions:
             ("saturation", self.saturation > 0, "> 0"),
             ("max_results", self.max_results >= 1, ">= 1"),
             ("candidate_pool", 1 <= self.candidate_pool <= 10000, "from 1 to 10000"),
+            ("keyword_terms", self.keyword_terms >= 0, ">= 0 (0 keeps every term)"),
             ("half_life_days", self.half_life_days > 0, "> 0"),
             ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
             ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
@@ -139,11 +141,15 @@ class SearchResults:
 
 @dataclass
 class KeywordPlan:
-    """How a user's text becomes keyword search: an FTS5 query on one table, and LIKE terms."""
+    """How a user's text becomes keyword search: an FTS5 query on one table, and LIKE terms.
+
+    ``any_of`` holds the OR-ed terms of ``match`` when the statement may keep only the rarest.
+    """
 
     table: str | None
     match: str | None
     like_terms: list
+    any_of: list = field(default_factory=list)
 
 
 def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordPlan:
@@ -170,7 +176,7 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
         return KeywordPlan("chunks_trigram", match, like_terms)
     star = "*" if prefix else ""
     terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
-    return KeywordPlan("chunks_fts", " OR ".join(terms) or None, like_terms)
+    return KeywordPlan("chunks_fts", " OR ".join(terms) or None, like_terms, terms)
 
 
 def _quote(term: str) -> str:
@@ -323,12 +329,28 @@ def build_statement(
     else:
         parts.append("vec(id, vscore) as (select null, null where 0)")
     if plan.match and opts.mode != "semantic":
-        table = plan.table
+        table, match, gate = plan.table, ":fts_query", ""
+        if plan.any_of and opts.keyword_terms:
+            # bm25 scores every row that matches any term, so common words cost the most and
+            # weigh the least: keep the :keyword_terms rarest, counted by FTS5 itself.
+            parts.append(f"""kw_terms(term, df) as materialized (
+  select value, (select count(*) from {table} where {table} match value)
+  from json_each(:fts_terms)
+)""")
+            parts.append("""kw_query(q) as (
+  select group_concat(term, ' OR ') from (
+    select term from kw_terms where df > 0 order by df, term limit :keyword_terms
+  )
+)""")
+            # No row when no term is in the index, so FTS5 is never asked to match NULL.
+            match, gate = "g.q", "(select q from kw_query where q is not null) as g cross join "
         # Joined to chunks only to filter: unjoined, FTS5 sorts by rank and stops at the limit.
-        source = f"{table} f join chunks c on c.id = f.rowid {join}" if where else f"{table} f"
+        source = f"{table} f"
+        if profile.filters:
+            source += f" join chunks c on c.id = f.rowid {join}"
         parts.append(f"""kw_fts(id, rank) as materialized (
-  select f.rowid, f.rank from {source}
-  where {table} match :fts_query {where}
+  select f.rowid, f.rank from {gate}{source}
+  where {table} match {match} {where}
   order by f.rank limit :pool
 )""")
     else:
@@ -458,6 +480,8 @@ class Searcher:
         params = {
             "pool": max(opts.candidate_pool, opts.max_results),
             "fts_query": plan.match,
+            "fts_terms": json.dumps(plan.any_of),
+            "keyword_terms": opts.keyword_terms,
             "vector_floor": opts.vector_floor,
             "vector_weight": opts.vector_weight,
             "keyword_weight": opts.keyword_weight,

@@ -175,6 +175,28 @@ def test_fts5_syntax_in_a_query_never_raises(idx, query, mode):
     idx.search(query, mode=mode, now=NOW)
 
 
+def test_keyword_terms_keeps_the_rarest_words(idx):
+    query = "the deploy runbook mentions ERR_CONN_RESET"
+    every = idx.search(query, mode="keyword", now=NOW)
+    rarest = idx.search(query, mode="keyword", keyword_terms=1, now=NOW)
+    assert "kw_terms" in rarest.sql and "kw_terms" not in every.sql
+    df = {
+        term: idx.conn.execute(
+            "select count(*) from chunks_fts where chunks_fts match ?", (term,)
+        ).fetchone()[0]
+        for term in keyword_plan(query).any_of
+    }
+    term = min((n, t) for t, n in df.items() if n)[1]
+    matching = {
+        r[0]
+        for r in idx.conn.execute("select rowid from chunks_fts where chunks_fts match ?", (term,))
+    }
+    assert rarest.results and {r.id for r in rarest} <= matching
+    assert len(rarest) < len(every)
+    none = idx.search("zzzqqq xyzzy", mode="keyword", keyword_terms=2, now=NOW)
+    assert none.results == [] and none.keyword_tier == "none"
+
+
 def test_like_patterns_are_escaped(idx):
     assert _like_pattern("a%b_c\\") == "%a\\%b\\_c\\\\%"
     assert idx.search("%%% ___", mode="keyword", now=NOW).results == []
