@@ -282,6 +282,13 @@ class Profile:
 
 DOCUMENTS = Profile()  # every chunk, for a database that holds no memories
 
+# The statement's own column names, which a Profile's columns may not reuse.
+RESERVED = frozenset(
+    "id kind path start_line end_line heading text created_at cosine rank krank keyword_tier"
+    " vrank best_rank vector_score keyword_score relevance decay score semantic_hit keyword_hit"
+    " vscore".split()
+)
+
 
 def document_profile(project: str | None = None) -> Profile:
     """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
@@ -300,6 +307,9 @@ def build_statement(
     """The one search statement. ``vector_source`` is ``tvf`` (vector_topk over the packed
     vectors), ``topk`` (the cosine_topk aggregate), ``json`` (candidates bound as
     :vector_candidates) or None (keyword-only)."""
+    clash = RESERVED.intersection(profile.columns)
+    if clash:
+        raise ValueError(f"profile columns would shadow the statement's own: {sorted(clash)}")
     join, where = profile.join, f"and {profile.filters}" if profile.filters else ""
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
@@ -372,9 +382,9 @@ def build_statement(
 )""")
     else:
         parts.append("kw_like(id, rank) as (select null, null where 0)")
-    parts.append("""kw(id, rank, krank, tier) as materialized (
-  select id, rank, row_number() over (order by rank, id), tier
-  from (select *, 'fts' as tier from kw_fts union all select *, 'like' from kw_like)
+    parts.append("""kw(id, rank, krank, keyword_tier) as materialized (
+  select id, rank, row_number() over (order by rank, id), keyword_tier
+  from (select *, 'fts' as keyword_tier from kw_fts union all select *, 'like' from kw_like)
 )""")
     parts.append("""vec_ranked(id, vrank) as materialized (
   select id, row_number() over (order by vscore desc, id) from vec where vscore >= :vector_floor
@@ -389,7 +399,7 @@ def build_statement(
     )
     parts.append(f"""scored as materialized (
   select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
-         {vscore} as cosine, kw.rank, kw.krank, kw.tier, vec_ranked.vrank,
+         {vscore} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
   from cand join chunks c on c.id = cand.id {join}
   left join kw on kw.id = cand.id left join vec_ranked on vec_ranked.id = cand.id
@@ -427,7 +437,7 @@ def build_statement(
         + f"""
 select id, kind, path, start_line, end_line, heading, text, relevance * decay as score,
        relevance, cosine, keyword_score, decay, vrank is not null as semantic_hit,
-       rank is not null as keyword_hit, tier{extra_names}
+       rank is not null as keyword_hit, keyword_tier{extra_names}
 from fused
 where relevance >= :min_score
 order by score desc, id

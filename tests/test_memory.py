@@ -154,6 +154,28 @@ def test_score_is_the_memory_ranking_computed_by_the_one_statement(index):
     assert [(r[0], pytest.approx(r[7])) for r in rows] == [(h.memory.id, h.score) for h in found]
 
 
+def test_search_returns_each_memory_as_stored(store):
+    added = add(
+        store,
+        "Rotate the JWT signing key every 90 days",
+        project="tide",
+        sector="procedural",
+        tier="global",
+        salience=0.7,
+    )
+    for mode in ("hybrid", "keyword", "semantic"):
+        hit = store.search("JWT signing key rotation", mode=mode)[0]
+        got = hit.memory
+        assert (got.id, got.project, got.content, got.sector, got.tier) == (
+            added.id,
+            "tide",
+            added.content,
+            "procedural",
+            "global",
+        )
+        assert got.created_at == added.created_at
+
+
 def test_sector_boost_ranks_equal_memories(store):
     text = "The release train leaves every Tuesday"
     episodic = store.add(text, sector="episodic")

@@ -255,6 +255,13 @@ def test_document_search_leaves_memories_out(example_db, tmp_path):
         assert [r.id for r in after] == [r.id for r in before]
 
 
+def test_profile_columns_cannot_shadow_the_statements_own(idx):
+    from hybridsql.search import Profile
+
+    with pytest.raises(ValueError, match=r"would shadow the statement's own: \['keyword_tier'\]"):
+        idx.searcher.search("x", profile=Profile(columns={"keyword_tier": "1"}))
+
+
 def test_rrf_fusion(idx):
     found = idx.search("tabs or spaces", fusion="rrf", now=NOW)
     assert found[0].path in ("MEMORY.md", "memory/2026-11-14.md")
