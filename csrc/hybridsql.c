@@ -208,6 +208,28 @@ static void dot2_avx2(const float *a, const float *b, int64_t d, double *ab, dou
 }
 #endif
 
+/* cosine_topk's first pass: ab = a.b and bb = b.b in float32, a and b at any alignment. */
+typedef void (*Dot2FFn)(const float *a, const float *b, int64_t d, float *ab, float *bb);
+
+static void dot2f_generic(const float *a, const float *b, int64_t d, float *ab, float *bb) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, n[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    for (int j = 0; j < 8; j++) {
+      float x = (float)loadf(a + i + j), y = (float)loadf(b + i + j);
+      s[j] += x * y;
+      n[j] += y * y;
+    }
+  }
+  for (; i < d; i++) {
+    float x = (float)loadf(a + i), y = (float)loadf(b + i);
+    s[0] += x * y;
+    n[0] += y * y;
+  }
+  *ab = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  *bb = ((n[0] + n[1]) + (n[2] + n[3])) + ((n[4] + n[5]) + (n[6] + n[7]));
+}
+
 /* The packed scan's first pass: float32 accumulation, and int8 with int32 sums. */
 typedef float (*DotFFn)(const float *a, const float *b, int64_t d);
 typedef int32_t (*DotI8Fn)(const int8_t *a, const int8_t *b, int64_t d);
@@ -250,6 +272,37 @@ static float dotf_avx2(const float *a, const float *b, int64_t d) {
   return sum;
 }
 
+__attribute__((target("avx2,fma")))
+static float hsum256_ps(__m256 t) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+__attribute__((target("avx2,fma")))
+static void dot2f_avx2(const float *a, const float *b, int64_t d, float *ab, float *bb) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  __m256 n0 = _mm256_setzero_ps(), n1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    __m256 a0 = _mm256_loadu_ps(a + i), a1 = _mm256_loadu_ps(a + i + 8);
+    __m256 b0 = _mm256_loadu_ps(b + i), b1 = _mm256_loadu_ps(b + i + 8);
+    s0 = _mm256_fmadd_ps(a0, b0, s0);
+    s1 = _mm256_fmadd_ps(a1, b1, s1);
+    n0 = _mm256_fmadd_ps(b0, b0, n0);
+    n1 = _mm256_fmadd_ps(b1, b1, n1);
+  }
+  float sa = hsum256_ps(_mm256_add_ps(s0, s1)), na = hsum256_ps(_mm256_add_ps(n0, n1));
+  for (; i < d; i++) {
+    float x = (float)loadf(a + i), y = (float)loadf(b + i);
+    sa += x * y;
+    na += y * y;
+  }
+  *ab = sa;
+  *bb = na;
+}
+
 __attribute__((target("avx2")))
 static int32_t doti8_avx2(const int8_t *a, const int8_t *b, int64_t d) {
   __m256i acc = _mm256_setzero_si256();
@@ -274,6 +327,7 @@ static int32_t doti8_avx2(const int8_t *a, const int8_t *b, int64_t d) {
 #endif
 
 static Dot2Fn dot2_fn;
+static Dot2FFn dot2f_fn = dot2f_generic;
 static DotFFn dotf_fn = dotf_generic;
 static DotI8Fn doti8_fn = doti8_generic;
 static const char *simd_name = "unchosen";
@@ -292,6 +346,7 @@ static void choose_simd(void) {
   } else {
     fn = dot2_avx2;
     name = "avx2+fma";
+    dot2f_fn = dot2f_avx2;
     dotf_fn = dotf_avx2;
     doti8_fn = doti8_avx2;
   }
@@ -357,6 +412,7 @@ int64_t hs_first_nonfinite(const float *v, int64_t d) {
 typedef struct Hit {
   double score;
   int64_t id;
+  int64_t slot; /* cosine_topk: where the row's vector is kept for rescoring */
 } Hit;
 
 static int better(const Hit *a, const Hit *b) {
@@ -409,7 +465,7 @@ int64_t hs_topk(const float *q, const float *m, const int64_t *ids, int64_t n, i
   double qq = squared_norm(q, d, fn);
   int64_t len = 0;
   for (int64_t i = 0; i < n; i++) {
-    Hit x = {cosine_with(qq, q, m + i * d, d, fn), ids ? ids[i] : i};
+    Hit x = {cosine_with(qq, q, m + i * d, d, fn), ids ? ids[i] : i, 0};
     heap_push(heap, &len, k, x);
   }
   qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
@@ -476,7 +532,7 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
     int64_t r = rows ? rows[i] : i;
     float approx = q8 ? (float)doti8_fn(q8, p->q8 + r * d, d) * sq * p->q8_scale[r]
                       : dotf_fn(q, p->vecs + r * d, d);
-    Hit x = {approx * p->inv_norms[r] * inv_q, r}; /* ids ascend with r: ties agree */
+    Hit x = {approx * p->inv_norms[r] * inv_q, r, 0}; /* ids ascend with r: ties agree */
     heap_push(heap, &len, pool, x);
   }
   for (int64_t i = 0; i < len; i++) {
@@ -852,13 +908,25 @@ static void cosine_similarity_func(sqlite3_context *ctx, int argc, sqlite3_value
 }
 
 /* The state of one cosine_topk() aggregate (Requirement 5). */
+/*
+** The state of one cosine_topk() aggregate (Requirement 5).  Rows are ranked
+** by a float32 cosine first, keeping the pool = k + HS_MARGIN best with a copy
+** of their vectors in `slots`; cosine_topk's final step rescores the pool in
+** double precision (Requirement 4), so the scores are exact.  When a pool of
+** copies would be too large, every row is scored exactly instead (pool = k).
+*/
+#define HS_MARGIN 32
+#define HS_MAX_SLOT_FLOATS (16 * 1024 * 1024)
+
 typedef struct TopK {
   int started;     /* the first row has been read */
   int null_query;  /* the query is NULL: the result is NULL */
   Vec query;
   double qq;       /* the query's squared norm */
-  int64_t k, len;
+  float qqf;       /* the same in float32, for the first pass */
+  int64_t k, pool, len;
   Hit *heap;
+  float *slots;    /* pool vectors of the query's dimensions, or NULL: exact scoring */
 } TopK;
 
 static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -897,8 +965,15 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       t->query.v = t->query.owned = copy;
     }
     t->qq = squared_norm(t->query.v, t->query.d, dot2());
-    t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->k);
-    if (!t->heap) {
+    float ignored;
+    dot2f_fn(t->query.v, t->query.v, t->query.d, &ignored, &t->qqf);
+    t->pool = t->k;
+    if ((t->k + HS_MARGIN) * t->query.d <= HS_MAX_SLOT_FLOATS) {
+      t->pool = t->k + HS_MARGIN;
+      t->slots = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)(t->pool * t->query.d));
+    }
+    t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->pool);
+    if (!t->heap || (t->pool > t->k && !t->slots)) {
       sqlite3_result_error_nomem(ctx);
       return;
     }
@@ -926,15 +1001,34 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       return;
     }
   }
-  double ab, bb;
-  dot2_fn(t->query.v, v.v, v.d, &ab, &bb);
-  if (!isfinite(bb)) { /* Requirement 1: a NaN or infinity in this row */
-    fail(ctx, "cosine_topk(): 4th argument of row %lld has a non-finite value at index %lld", id,
-         hs_first_nonfinite(v.v, v.d));
-  } else {
-    Hit x = {cosine_from(ab, t->qq, bb), id};
-    heap_push(t->heap, &t->len, t->k, x);
+  float abf = 0, bbf = INFINITY;
+  if (t->slots) dot2f_fn(t->query.v, v.v, v.d, &abf, &bbf);
+  Hit x = {0, id, 0};
+  if (isfinite(abf) && isfinite(bbf)) {
+    x.score = t->qqf > 0 && bbf > 0 ? abf / sqrt((double)t->qqf * bbf) : 0.0;
+  } else { /* exact scoring, or a value too large for float32 sums, or a NaN or infinity */
+    double ab, bb;
+    dot2_fn(t->query.v, v.v, v.d, &ab, &bb);
+    if (!isfinite(bb)) { /* Requirement 1 */
+      fail(ctx, "cosine_topk(): 4th argument of row %lld has a non-finite value at index %lld",
+           id, hs_first_nonfinite(v.v, v.d));
+      vec_free(&v);
+      return;
+    }
+    x.score = cosine_from(ab, t->qq, bb);
   }
+  if (t->slots) { /* the row's vector goes where it will stay while in the pool */
+    if (t->len < t->pool) {
+      x.slot = t->len;
+    } else if (better(&x, &t->heap[0])) {
+      x.slot = t->heap[0].slot;
+    } else {
+      vec_free(&v);
+      return;
+    }
+    memcpy(t->slots + x.slot * v.d, v.v, sizeof(float) * (size_t)v.d);
+  }
+  heap_push(t->heap, &t->len, t->pool, x);
   vec_free(&v);
 }
 
@@ -957,7 +1051,12 @@ static void topk_final(sqlite3_context *ctx) {
   if (t->null_query) {
     sqlite3_result_null(ctx);
   } else if (t->heap) {
+    for (int64_t i = 0; t->slots && i < t->len; i++) { /* the exact rescoring */
+      const float *v = t->slots + t->heap[i].slot * t->query.d;
+      t->heap[i].score = cosine_with(t->qq, t->query.v, v, t->query.d, dot2_fn);
+    }
     qsort(t->heap, (size_t)t->len, sizeof(Hit), cmp_hits);
+    if (t->len > t->k) t->len = t->k;
     sqlite3_str *out = sqlite3_str_new(0);
     sqlite3_str_appendchar(out, 1, '[');
     for (int64_t i = 0; i < t->len; i++) {
@@ -976,7 +1075,9 @@ static void topk_final(sqlite3_context *ctx) {
   }
   vec_free(&t->query);
   sqlite3_free(t->heap);
+  sqlite3_free(t->slots);
   t->heap = 0;
+  t->slots = 0;
 }
 
 static void bm25_score_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
