@@ -5,8 +5,9 @@
     python bench/run.py --quick    # N in 10k, 100k x D 384
 
 Writes bench/results/report.md and bench/results/topk.png; docs/benchmarks.md explains them.
-Every time is the median of 20 warm queries; every system's top-10 is checked against an exact
-float64 top-10. The targets are ratios between systems measured here, never wall-clock asserts.
+Every time is the median of 20 warm queries, the systems timed in turn query by query; every
+system's top-10 is checked against an exact float64 top-10. The targets are ratios between
+systems measured here, never wall-clock asserts.
 """
 
 import argparse
@@ -38,18 +39,6 @@ RESULTS = os.path.join(HERE, "results")
 SCIFACT = os.path.join(HERE, "..", "..", "shared", "data", "scifact")
 K, QUERIES, MODEL = 10, 20, "bench"
 MMAP = 1 << 36
-
-
-def median_ms(fn, runs=QUERIES, warm=2):
-    """Median wall time of fn(i) over `runs` calls, after `warm` unmeasured calls."""
-    for i in range(warm):
-        fn(i)
-    times = []
-    for i in range(runs):
-        start = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def percentile(values, p):
@@ -123,12 +112,24 @@ def exact_topk(matrix64, norms, q, k, rows=None):
     return [int(i) for i in order]
 
 
+def interleaved(systems, runs=QUERIES, warm=2):
+    """Median ms of each system, timed query by query in turn so that they all see the same
+    load: on a shared machine the load moves, and ratios between systems must not."""
+    times = {name: [] for name in systems}
+    for i in range(warm + runs):
+        for name, fn in systems.items():
+            start = time.perf_counter()
+            fn(i % runs)
+            if i >= warm:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) * 1000 for name, ts in times.items()}
+
+
 def bench_topk(n, d, log):
     path = build_topk_db(n, d)
     matrix = np.concatenate([b for _, b in vectors(n, d)])
     ids = np.arange(n, dtype=np.int64)
-    rng = np.random.default_rng(99)
-    qs = rng.standard_normal((QUERIES, d)).astype(np.float32)
+    qs = np.random.default_rng(99).standard_normal((QUERIES, d)).astype(np.float32)
     blobs = [q.tobytes() for q in qs]
     project = np.arange(n) % 10 == 3
     prows = np.flatnonzero(project)
@@ -138,145 +139,114 @@ def bench_topk(n, d, log):
     truth_f = [exact_topk(matrix64, norms, q, K, prows) for q in qs]
     matrix64 = None
     gc.collect()
-    row = {"n": n, "d": d, "times": {}, "recall": {}}
 
-    def record(name, ms, got, want):
-        row["times"][name] = ms
+    sql_cases = [
+        ("hybridsql vector_topk float32", "select id from vector_topk(?, 10, 'bench')", truth),
+        (
+            "hybridsql vector_topk int8",
+            "select id from vector_topk(?, 10, 'bench', null, 'int8')",
+            truth,
+        ),
+        (
+            "hybridsql cosine_topk aggregate",
+            "select cosine_topk(?, 10, id, vector) from items",
+            truth,
+        ),
+        (
+            "sqlite-vec vec0 KNN",
+            "select rowid from vec_items where embedding match ? and k = 10",
+            truth,
+        ),
+        (
+            "filtered 10%: hybridsql vector_topk",
+            "select id from vector_topk(?, 10, 'bench',"
+            " (select json_group_array(id) from items where project = 3))",
+            truth_f,
+        ),
+        (
+            "filtered 10%: hybridsql cosine_topk",
+            "select cosine_topk(?, 10, id, vector) from items where project = 3",
+            truth_f,
+        ),
+        (
+            "filtered 10%: sqlite-vec vec0 KNN",
+            "select rowid from vec_items where embedding match ? and k = 10 and project = 3",
+            truth_f,
+        ),
+    ]
+    conns = {False: connect(path, mmap=False), True: connect(path, mmap=True)}
+    systems, answers, wants = {}, {}, {}
+
+    def sql_ids(conn, sql, blob):
+        rows = conn.execute(sql, (blob,)).fetchall()
+        if sql.startswith("select cosine_topk"):
+            return [hit[0] for hit in json.loads(rows[0][0])]
+        return [r[0] for r in rows]
+
+    for mmap, conn in conns.items():
+        for name, sql, want in sql_cases:
+            label = name + (" (mmap)" if mmap else "")
+            systems[label] = lambda i, c=conn, sql=sql: c.execute(sql, (blobs[i],)).fetchall()
+            answers[label] = [sql_ids(conn, sql, b) for b in blobs]
+            wants[label] = want
+
+    inv = inverse_norms(matrix)  # what the search's cached VectorMatrix keeps
+    normed = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    sub = normed[project]
+    qn = qs / np.linalg.norm(qs, axis=1, keepdims=True)
+    faiss.omp_set_num_threads(1)
+    index = faiss.IndexFlatIP(d)
+    index.add(normed)
+
+    def np_topk(m, q, rows=None):
+        s_ = m @ q
+        top = np.argpartition(-s_, K)[:K]
+        top = top[np.argsort(-s_[top])]
+        return top if rows is None else rows[top]
+
+    py = {
+        "hybridsql numpy path": (
+            lambda i: numpy_topk(matrix, ids, qs[i], K, inv),
+            lambda r: [h[0] for h in r],
+            truth,
+        ),
+        "numpy matmul + argpartition": (lambda i: np_topk(normed, qn[i]), list, truth),
+        "filtered 10%: numpy": (lambda i: np_topk(sub, qn[i], prows), list, truth_f),
+        "faiss IndexFlatIP, 1 thread": (
+            lambda i: index.search(qn[i : i + 1], K),
+            lambda r: r[1][0].tolist(),
+            truth,
+        ),
+    }
+    for name, (fn, to_ids, want) in py.items():
+        systems[name] = fn
+        answers[name] = [to_ids(fn(i)) for i in range(QUERIES)]
+        wants[name] = want
+    systems["bandwidth floor (numpy sum)"] = lambda i: matrix.sum()
+    times = interleaved(systems)
+
+    row = {"n": n, "d": d, "times": times, "recall": {}}
+    for name, got in answers.items():
+        want = wants[name]
         row["recall"][name] = float(
             np.mean([len(set(g) & set(w)) / K for g, w in zip(got, want, strict=True)])
         )
-        log(f"  {n:>8} x {d}  {name:<44} {ms:9.2f} ms  recall {row['recall'][name]:.3f}")
-
-    def sql_ids(conn, sql, args_for, json_result=False):
-        out = []
-        for i in range(QUERIES):
-            rows = conn.execute(sql, args_for(i)).fetchall()
-            out.append(
-                [r[0] for r in json.loads(rows[0][0])] if json_result else [r[0] for r in rows]
-            )
-        return out
-
-    for mmap in (False, True):
+    for name, ms in times.items():
+        rec = row["recall"].get(name)
+        log(
+            f"  {n:>8} x {d}  {name:<44} {ms:9.2f} ms"
+            + ("" if rec is None else f"  recall {rec:.3f}")
+        )
+    for mmap, conn in conns.items():
         tag = " (mmap)" if mmap else ""
-        conn = connect(path, mmap)
-        cases = [
-            (
-                "hybridsql vector_topk float32",
-                "select id, score from vector_topk(?, 10, 'bench')",
-                lambda i: (blobs[i],),
-                False,
-                truth,
-            ),
-            (
-                "hybridsql vector_topk int8",
-                "select id, score from vector_topk(?, 10, 'bench', null, 'int8')",
-                lambda i: (blobs[i],),
-                False,
-                truth,
-            ),
-            (
-                "hybridsql cosine_topk aggregate",
-                "select cosine_topk(?, 10, id, vector) from items",
-                lambda i: (blobs[i],),
-                True,
-                truth,
-            ),
-            (
-                "sqlite-vec vec0 KNN",
-                "select rowid, distance from vec_items where embedding match ? and k = 10",
-                lambda i: (blobs[i],),
-                False,
-                truth,
-            ),
-            (
-                "filtered 10%: hybridsql vector_topk",
-                "select id, score from vector_topk(?, 10, 'bench',"
-                " (select json_group_array(id) from items where project = 3))",
-                lambda i: (blobs[i],),
-                False,
-                truth_f,
-            ),
-            (
-                "filtered 10%: hybridsql cosine_topk",
-                "select cosine_topk(?, 10, id, vector) from items where project = 3",
-                lambda i: (blobs[i],),
-                True,
-                truth_f,
-            ),
-            (
-                "filtered 10%: sqlite-vec vec0 KNN",
-                "select rowid, distance from vec_items where embedding match ? and k = 10"
-                " and project = 3",
-                lambda i: (blobs[i],),
-                False,
-                truth_f,
-            ),
-        ]
-        for name, sql, args, is_json, want in cases:
-            ms = median_ms(lambda i, c=conn, sql=sql, args=args: c.execute(sql, args(i)).fetchall())
-            record(name + tag, ms, sql_ids(conn, sql, args, is_json), want)
         start = time.perf_counter()
         conn.execute("update meta set value = value + 1 where key = 'vectors_version'")
         conn.execute("select * from vector_topk(?, 1, 'bench')", (blobs[0],)).fetchall()
         row["times"]["vector_topk packing after a write" + tag] = (
             time.perf_counter() - start
         ) * 1000
-        ms = median_ms(lambda i, c=conn: c.execute("select count(*) from items").fetchall())
-        row["times"]["SQLite select count(*)" + tag] = ms
         conn.close()
-        gc.collect()
-
-    inv = inverse_norms(matrix)  # what the search's cached VectorMatrix keeps
-    record(
-        "hybridsql numpy path",
-        median_ms(lambda i: numpy_topk(matrix, ids, qs[i], K, inv)),
-        [[h[0] for h in numpy_topk(matrix, ids, q, K, inv)] for q in qs],
-        truth,
-    )
-    normed = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-
-    def np_topk(q):
-        s = normed @ (q / np.linalg.norm(q))
-        top = np.argpartition(-s, K)[:K]
-        return top[np.argsort(-s[top])]
-
-    record(
-        "numpy matmul + argpartition",
-        median_ms(lambda i: np_topk(qs[i])),
-        [np_topk(q).tolist() for q in qs],
-        truth,
-    )
-
-    def np_filtered(q):
-        sub = normed[project]
-        s = sub @ (q / np.linalg.norm(q))
-        top = np.argpartition(-s, K)[:K]
-        return prows[top[np.argsort(-s[top])]]
-
-    record(
-        "filtered 10%: numpy",
-        median_ms(lambda i: np_filtered(qs[i])),
-        [np_filtered(q).tolist() for q in qs],
-        truth_f,
-    )
-    faiss.omp_set_num_threads(1)
-    index = faiss.IndexFlatIP(d)
-    index.add(normed)
-    qn = qs / np.linalg.norm(qs, axis=1, keepdims=True)
-    record(
-        "faiss IndexFlatIP, 1 thread",
-        median_ms(lambda i: index.search(qn[i : i + 1], K)),
-        [index.search(qn[i : i + 1], K)[1][0].tolist() for i in range(QUERIES)],
-        truth,
-    )
-    index = normed = None  # free them before the next system
-    gc.collect()
-    row["times"]["bandwidth floor (numpy sum)"] = median_ms(lambda i: matrix.sum())
-    log(
-        f"  {n:>8} x {d}  {'bandwidth floor (numpy sum)':<44} "
-        f"{row['times']['bandwidth floor (numpy sum)']:9.2f} ms"
-    )
-    matrix = None
+    index = normed = sub = matrix = None
     gc.collect()
     return row
 
@@ -571,11 +541,7 @@ def chart(topk_rows, path):
     rows = sorted((r for r in topk_rows if r["d"] == 384), key=lambda r: r["n"])
     if len(rows) < 2:
         return False
-    names = [
-        k
-        for k in rows[0]["times"]
-        if not k.startswith(("filtered", "vector_topk packing", "SQLite select"))
-    ]
+    names = [k for k in rows[0]["times"] if not k.startswith(("filtered", "vector_topk packing"))]
     fig, ax = plt.subplots(figsize=(9, 6))
     for name in names:
         ax.plot([r["n"] for r in rows], [r["times"][name] for r in rows], marker="o", label=name)

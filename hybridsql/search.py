@@ -627,10 +627,13 @@ def params_limit(opts: SearchOptions) -> int:
 
 
 def highlight_terms(query: str) -> list:
-    """What a snippet marks: each word of the query as typed, its parts, and its CJK runs."""
+    """What a snippet marks: each word of the query as typed, its parts, and its CJK runs;
+    stopwords only when the query has nothing else, as in keyword_plan."""
     pieces = [p.strip(".,;:!?\"'()[]{}") for p in query.split()]
     parts = [w for p in pieces for w in _WORD.findall(p)] + _CJK_RUN.findall(query)
-    return [t for t in dict.fromkeys(pieces + parts) if t]
+    terms = [t for t in dict.fromkeys(pieces + parts) if t]
+    content = [t for t in terms if t.lower() not in STOPWORDS]
+    return content or terms
 
 
 def make_snippet(text: str, terms, width: int = 240) -> str:

@@ -14,7 +14,7 @@ from conftest import SCIFACT
 import hybridsql
 from hybridsql.errors import QueryError
 from hybridsql.index import HybridIndex, transaction
-from hybridsql.search import _like_pattern, keyword_plan
+from hybridsql.search import _like_pattern, highlight_terms, keyword_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp()
 BACKENDS = ["sql", "aggregate", "numpy", "python"]
@@ -97,6 +97,14 @@ def test_result_fields(idx):
 
 
 # -- keyword tiers and hostile text -----------------------------------------------------------
+
+
+def test_snippets_mark_the_query_words_not_its_stopwords(idx):
+    found = idx.search("how should python code be indented?", now=NOW)
+    top = found[0]
+    assert "<mark>Python</mark>" in top.snippet and "<mark>be</mark>" not in top.snippet
+    assert highlight_terms("the who") == ["the", "who"]  # nothing but stopwords: keep them
+    assert highlight_terms("is ERR_CONN_RESET back?") == ["ERR_CONN_RESET", "back", "ERR", "CONN", "RESET"]
 
 
 def test_keyword_plans():
