@@ -387,21 +387,37 @@ class Embedder:
             self._lru.popitem(last=False)
 
 
-def register_embed(conn, embedder: Embedder) -> None:
+def register_embed(conn, embedder) -> None:
     """Register ``embed(text)`` -> float32 BLOB (NULL for NULL) on an apsw or sqlite3 connection.
 
-    Nothing is embedded or loaded until the function is first called.
+    ``embedder`` is an Embedder, or a function that makes one when ``embed`` is first called.
+    Nothing is embedded or loaded until then.
     """
+    made = embedder if isinstance(embedder, Embedder) else None
 
     def embed(text):
+        nonlocal made
         if text is None:
             return None
         if not isinstance(text, str):
             kind = _SQL_TYPES.get(type(text), type(text).__name__)
             raise TypeError(f"embed(): 1st argument must be text, got {kind}")
-        return embedder.embed_one(text).astype("<f4").tobytes()
+        if made is None:
+            made = embedder()
+        return made.embed_one(text).astype("<f4").tobytes()
 
     if isinstance(conn, apsw.Connection):
         conn.create_scalar_function("embed", embed, 1)
     else:
         conn.create_function("embed", 1, embed)
+
+
+def default_embedder() -> Embedder:
+    """An Embedder on the provider of ``$HYBRIDSQL_EMBEDDER`` (default auto: the local model)."""
+    provider = resolve_provider(None)
+    if provider is None:
+        raise EmbeddingError(
+            "embed(): no embedding provider: pip install 'hybridsql[local]'"
+            " or set HYBRIDSQL_EMBEDDER"
+        )
+    return Embedder(provider)

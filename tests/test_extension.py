@@ -325,6 +325,38 @@ def test_sqlite_utils_command_line_has_every_function(tmp_path):
     assert json.loads(out) == [{"h": pytest.approx(0.6487323943661972), "v": "[1]"}]
 
 
+def test_sqlite_utils_query_embeds_and_searches(example_db):
+    """embed() comes with the plugin: a vector search from the sqlite-utils command line."""
+    sql = (
+        "select json_extract(value, '$[0]') as id from json_each((select"
+        " cosine_topk(embed('how do I log in'), 5, chunk_id, vector) from vectors))"
+    )
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "sqlite-utils"), "query", example_db, sql],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "HYBRIDSQL_EMBEDDER": "local"},
+    ).stdout
+    with hybridsql.connect(example_db) as conn:
+        from hybridsql.embed import Embedder, LocalProvider, register_embed
+
+        register_embed(conn, Embedder(LocalProvider()))
+        want = [r[0] for r in conn.execute(sql)]
+    assert [row["id"] for row in json.loads(out)] == want and len(want) == 5
+
+
+def test_embed_without_a_provider_is_a_clear_error(monkeypatch):
+    from hybridsql.embed import default_embedder, register_embed
+    from hybridsql.errors import EmbeddingError
+
+    monkeypatch.setenv("HYBRIDSQL_EMBEDDER", "none")
+    conn = apsw.Connection(":memory:")
+    register_embed(conn, default_embedder)
+    assert conn.execute("select embed(NULL)").fetchone()[0] is None
+    message = "embed(): no embedding provider: pip install 'hybridsql[local]' or set HYBRIDSQL_EMBEDDER"
+    with pytest.raises(EmbeddingError, match="^" + re.escape(message) + "$"):
+        conn.execute("select embed('x')").fetchall()
+
+
 def test_cli_path_loads_in_stock_shell(tmp_path):
     path = subprocess.run(
         [sys.executable, "-m", "hybridsql", "path"], capture_output=True, text=True, check=True
