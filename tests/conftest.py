@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -10,6 +11,9 @@ import hybridsql
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "memory")
 SCIFACT = os.path.join(os.path.dirname(ROOT), "shared", "data", "scifact")
+# The installed command. Not `python -m hybridsql`: from the checkout, that would import the
+# source tree (uncompiled in a clean clone) instead of the installed package.
+HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
 
 
 @pytest.fixture

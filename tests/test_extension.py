@@ -13,6 +13,7 @@ import apsw
 import numpy as np
 import pytest
 import sqlite_utils
+from conftest import HYBRIDSQL
 
 import hybridsql
 from hybridsql.errors import ExtensionError
@@ -359,7 +360,7 @@ def test_embed_without_a_provider_is_a_clear_error(monkeypatch):
 
 def test_cli_path_loads_in_stock_shell(tmp_path):
     path = subprocess.run(
-        [sys.executable, "-m", "hybridsql", "path"], capture_output=True, text=True, check=True
+        [HYBRIDSQL, "path"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert path == hybridsql.loadable_path()
     out = subprocess.run(

@@ -4,9 +4,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+from conftest import HYBRIDSQL
 
 from hybridsql.embed import Embedder, LocalProvider
 from hybridsql.index import HybridIndex, discover
@@ -158,7 +158,7 @@ def test_keyword_only_without_a_provider(tmp_path, memory_dir):
 def run_cli(*args, env_extra=None):
     env = {**os.environ, **(env_extra or {})}
     return subprocess.run(
-        [sys.executable, "-m", "hybridsql", *args],
+        [HYBRIDSQL, *args],
         check=False,
         capture_output=True,
         text=True,

@@ -1,18 +1,15 @@
 """The MCP server, driven by a real MCP client session over stdio: the SDK's stdio client
-launches ``python -m hybridsql mcp ...`` and calls every tool."""
+launches the installed ``hybridsql mcp ...`` and calls every tool."""
 
 import json
-import sys
 
 import anyio
 import pytest
+from conftest import HYBRIDSQL
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
-pytest.importorskip("mcp")
-
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-
-from hybridsql.index import HybridIndex  # noqa: E402
-from hybridsql.mcp_server import TOOLS  # noqa: E402
+from hybridsql.index import HybridIndex
+from hybridsql.mcp_server import TOOLS
 from hybridsql.memory import MemoryStore  # noqa: E402
 
 
@@ -47,10 +44,8 @@ class Client:
 def run_session(db, folder, steps):
     """Starts the server as a subprocess, runs ``steps(client)`` in one MCP session."""
     params = StdioServerParameters(
-        command=sys.executable,
+        command=HYBRIDSQL,
         args=[
-            "-m",
-            "hybridsql",
             "mcp",
             "--db",
             db,

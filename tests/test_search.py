@@ -4,12 +4,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from datetime import datetime, timezone
 from itertools import islice
 
 import pytest
-from conftest import SCIFACT
+from conftest import HYBRIDSQL, SCIFACT
 
 import hybridsql
 from hybridsql.errors import QueryError
@@ -49,9 +48,7 @@ def test_explain_runs_as_is_in_the_sqlite3_shell(idx, tmp_path):
     env = {**os.environ, "HYBRIDSQL_EMBEDDER": "local"}
     out = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "hybridsql",
+            HYBRIDSQL,
             "search",
             "database migration",
             "--db",
