@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict, fields
 
@@ -82,8 +83,21 @@ def cmd_search(args) -> int:
             f"{r.score:.3f}  {where}  [{r.match_type}: vector {vector}, keyword {keyword}, "
             f"decay {r.decay:.2f}]"
         )
-        print("       " + r.snippet.replace("\n", " ")[:200])
+        print("       " + terminal_snippet(r.snippet))
     return 0
+
+
+def terminal_snippet(snippet: str, width: int = 200) -> str:
+    """A snippet on one line for a terminal: <mark> as bold, cut at ``width`` visible characters."""
+    out, shown, bold = [], 0, False
+    for piece in re.split(r"(</?mark>)", snippet.replace("\n", " ")):
+        if piece in ("<mark>", "</mark>"):
+            bold = piece == "<mark>"
+            out.append("\x1b[1m" if bold else "\x1b[0m")
+        else:
+            out.append(piece[: width - shown])
+            shown += len(out[-1])
+    return "".join(out) + ("\x1b[0m" if bold else "")
 
 
 def add_search_options(p) -> None:

@@ -175,6 +175,14 @@ def test_cli_index_is_quiet_json_when_piped(tmp_path, memory_dir):
     assert report["files_indexed"] == report["files_seen"] > 20
 
 
+def test_terminal_snippets_are_bold_and_cut_cleanly():
+    from hybridsql.cli import terminal_snippet
+
+    assert terminal_snippet("a <mark>Python</mark>\nrule") == "a \x1b[1mPython\x1b[0m rule"
+    cut = terminal_snippet("x" * 8 + "<mark>code</mark> tail", width=10)
+    assert cut == "x" * 8 + "\x1b[1mco\x1b[0m"
+
+
 def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     out = run_cli("index", str(tmp_path / "missing"), "--db", str(tmp_path / "x.db"))
     assert out.returncode == 1
