@@ -100,6 +100,17 @@ def terminal_snippet(snippet: str, width: int = 200) -> str:
     return "".join(out) + ("\x1b[0m" if bold else "")
 
 
+def add_db_args(p) -> None:
+    """--db and --embedder, which every command that opens an index takes."""
+    p.add_argument("--db", required=True, help="the SQLite database file")
+    p.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        default=None,
+        help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
+    )
+
+
 def add_search_options(p) -> None:
     d = SearchOptions()
     p.add_argument("--mode", choices=MODES, default=d.mode)
@@ -159,15 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_path)
 
-    def with_db(p):
-        p.add_argument("--db", required=True, help="the SQLite database file")
-        p.add_argument(
-            "--embedder",
-            choices=EMBEDDERS,
-            default=None,
-            help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
-        )
-        p.add_argument("--json", action="store_true", help="print JSON (the default when piped)")
 
     p = sub.add_parser(
         "index",
@@ -177,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: hybridsql index examples/memory --db mem.db",
     )
     p.add_argument("dir")
-    with_db(p)
+    add_db_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON (the default when piped)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser(
@@ -187,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='example: hybridsql search "indentation preference" --db mem.db --json',
     )
     p.add_argument("query")
-    with_db(p)
+    add_db_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON (the default when piped)")
     p.add_argument(
         "--explain",
         action="store_true",
@@ -339,15 +343,6 @@ def add_memory_parsers(sub) -> None:
     """The ``memory`` command group and the ``mcp`` command."""
     from hybridsql.memory import SECTORS
 
-    def db_args(p):
-        p.add_argument("--db", required=True, help="the SQLite database file")
-        p.add_argument(
-            "--embedder",
-            choices=EMBEDDERS,
-            default=None,
-            help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
-        )
-
     def command(group, name, spec):
         help_, example, run = spec
         p = group.add_parser(
@@ -356,7 +351,7 @@ def add_memory_parsers(sub) -> None:
             description=help_[0].upper() + help_[1:] + ". Prints JSON.",
             epilog=f"example: {example}",
         )
-        db_args(p)
+        add_db_args(p)
         p.set_defaults(func=cmd_memory, run=run)
         return p
 
@@ -432,7 +427,7 @@ def add_memory_parsers(sub) -> None:
         "mcp extra: pip install 'hybridsql[mcp]'.",
         epilog="example: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
     )
-    db_args(p)
+    add_db_args(p)
     p.add_argument(
         "--memory-dir",
         dest="memory_dir",
