@@ -108,7 +108,10 @@ class HybridIndex:
     def __init__(self, db_path: str, embedder="auto", backend: str = "auto", **provider_options):
         self.db_path = db_path
         self.conn = connect(db_path, backend="auto" if backend in ("sql", "auto") else backend)
-        self.fts = ensure_schema(self.conn)
+        # ensure_schema reads the schema, then writes: under the write lock, so that opening
+        # an index while others write waits on the busy timeout instead of failing 'locked'.
+        with transaction(self.conn):
+            self.fts = ensure_schema(self.conn)
         self.embedder = self._embedder(embedder, provider_options)
         native = self.conn.execute("select hybridsql_debug()").fetchone()[0]
         self.searcher = Searcher(self.conn, self.embedder, "backend extension" in native)
