@@ -23,7 +23,13 @@ from datetime import datetime
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
 from hybridsql.index import HybridIndex, transaction
-from hybridsql.search import Profile, SearchOptions, SearchResults, document_profile
+from hybridsql.search import (
+    Profile,
+    SearchOptions,
+    SearchResults,
+    clean_text,
+    document_profile,
+)
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
 RELATED_TO = "RELATED_TO"
@@ -324,6 +330,7 @@ class MemoryStore:
     ) -> Memory:
         """Stores a memory with its vector; links it to ``session_id`` as created."""
         _check_memory(content, project, sector, tier, salience)
+        content, project, tier = clean_text(content), clean_text(project), clean_text(tier)
         if session_id is not None:
             self.get_session(session_id)
         vector = self._embed(content)
@@ -357,7 +364,8 @@ class MemoryStore:
             by = f" by memory {newer[0]}" if newer else ""
             raise IndexingError(f"memory {memory_id} is already superseded{by}")
         sector = old.sector if sector is None else sector
-        tier = old.tier if tier is None else tier
+        tier = old.tier if tier is None else clean_text(tier)
+        content = clean_text(content) if isinstance(content, str) else content
         salience = old.salience if salience is None else salience
         _check_memory(content, old.project, sector, tier, salience)
         _check_text("created_by", created_by, empty=True)
@@ -462,6 +470,7 @@ class MemoryStore:
         """
         if sector is not None and sector not in SECTORS:
             raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {sector!r}")
+        project, tier = (clean_text(v) if isinstance(v, str) else v for v in (project, tier))
         if not isinstance(limit, int) or limit < 1:
             raise QueryError(f"limit must be an integer >= 1, not {limit!r}")
         if not 0 <= min_salience <= 1:
@@ -543,6 +552,7 @@ class MemoryStore:
             raise IndexingError("no memory folder is configured (memory_dir)")
         title, topic = _one_line("title", title), _one_line("topic", topic)
         _check_text("content", content)
+        content = clean_text(content)
         tags = [_one_line("tag", t) for t in tags or []]
         if any("," in t for t in tags):
             raise IndexingError(f"a tag cannot contain a comma: {tags!r}")
@@ -682,7 +692,7 @@ def _check_text(name: str, value, empty: bool = False) -> None:
 
 def _one_line(name: str, value) -> str:
     _check_text(name, value)
-    return " ".join(value.split())
+    return clean_text(" ".join(value.split()))
 
 
 def _check_memory(content, project, sector, tier, salience) -> None:

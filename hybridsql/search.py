@@ -24,6 +24,9 @@ RRF_K = 60
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_TERMS = 32  # distinct query terms kept, for FTS5 and for LIKE
+MAX_TERM_CHARS = 64  # longer words and CJK runs are cut (a sha256 in hex still fits)
 _WORD = re.compile(rf"[^\W_{_CJK}]+")
 # Function words, left out of keyword queries that have other words: "recipe for chocolate
 # cake" must not match every note that says "for".
@@ -162,12 +165,12 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
     length, words of three or more characters) serve when FTS5 is missing or finds nothing.
     """
-    cjk_runs = _CJK_RUN.findall(query)
+    cjk_runs = bounded(_CJK_RUN.findall(query))
     pieces = [p for p in re.split(f"[\\s{_CJK}]+", query) if p]
-    words = [w for piece in pieces for w in [_WORD.findall(piece)] if w]
+    words = [bounded(w, MAX_TERMS // 4) for piece in pieces for w in [_WORD.findall(piece)] if w]
     content = [w for w in words if not (len(w) == 1 and w[0].lower() in STOPWORDS)]
-    words = content or words
-    like_terms = cjk_runs + [w for piece in words for w in piece if len(w) >= 3]
+    words = list(dict.fromkeys(map(tuple, content or words)))[:MAX_TERMS]
+    like_terms = bounded(cjk_runs + [w for piece in words for w in piece if len(w) >= 3])
     if not fts:
         return KeywordPlan(None, None, like_terms)
     if cjk_runs:
@@ -177,6 +180,18 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     star = "*" if prefix else ""
     terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
     return KeywordPlan("chunks_fts", " OR ".join(terms) or None, like_terms, terms)
+
+
+def bounded(terms, most: int = MAX_TERMS) -> list:
+    """Distinct terms, at most ``most`` of them, each cut to MAX_TERM_CHARS: a pasted page or a
+    megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows."""
+    return list(dict.fromkeys(t[:MAX_TERM_CHARS] for t in terms))[:most]
+
+
+def clean_text(text: str) -> str:
+    """Text as SQLite can take it: lone surrogates (undecodable bytes, as Python decodes argv)
+    become U+FFFD, as they do in indexed files."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _quote(term: str) -> str:
@@ -481,6 +496,7 @@ class Searcher:
         opts.check()
         if not isinstance(query, str):
             raise QueryError(f"query must be text, not {type(query).__name__}")
+        query = clean_text(query)
         mode, notes = opts.mode, []
         if mode != "keyword" and self.embedder is None:
             notes.append("no embedding provider is configured: keyword-only search")
@@ -633,7 +649,7 @@ def highlight_terms(query: str) -> list:
     parts = [w for p in pieces for w in _WORD.findall(p)] + _CJK_RUN.findall(query)
     terms = [t for t in dict.fromkeys(pieces + parts) if t]
     content = [t for t in terms if t.lower() not in STOPWORDS]
-    return content or terms
+    return bounded(content or terms)
 
 
 def make_snippet(text: str, terms, width: int = 240) -> str:
