@@ -480,6 +480,8 @@ int64_t hs_topk(const float *q, const float *m, const int64_t *ids, int64_t n, i
 /*
 ** A packed copy of many vectors (Requirement 10): row r is vecs[r*d .. r*d+d),
 ** ids ascending.  q8/q8_scale hold the int8 copy once an int8 search asks.
+** Its buffers come from malloc, not sqlite3_malloc: SQLite refuses any one
+** allocation over about 2 GB, and 1M x 768 floats is 3 GB.
 */
 typedef struct Packed {
   int64_t n, d;
@@ -500,10 +502,10 @@ static void quantize(const float *v, int64_t d, int8_t *out, float *scale) {
 }
 
 /* Builds the int8 copy; 0 when out of memory. */
-static int packed_quantize(Packed *p, void *(*alloc)(uint64_t)) {
+static int packed_quantize(Packed *p) {
   if (p->q8) return 1;
-  p->q8 = alloc((uint64_t)(p->n * p->d > 0 ? p->n * p->d : 1));
-  p->q8_scale = alloc(sizeof(float) * (uint64_t)(p->n > 0 ? p->n : 1));
+  p->q8 = malloc((size_t)(p->n * p->d > 0 ? p->n * p->d : 1));
+  p->q8_scale = malloc(sizeof(float) * (size_t)(p->n > 0 ? p->n : 1));
   if (!p->q8 || !p->q8_scale) return 0;
   for (int64_t r = 0; r < p->n; r++) quantize(p->vecs + r * p->d, p->d, p->q8 + r * p->d, &p->q8_scale[r]);
   return 1;
@@ -1215,8 +1217,6 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 ** connection) differs from the one it was built at.
 */
 
-static void *alloc64(uint64_t n) { return sqlite3_malloc64(n); }
-
 /* One per connection: the packed copy and what it was built from. */
 typedef struct TopkCache {
   Packed p;
@@ -1226,11 +1226,11 @@ typedef struct TopkCache {
 } TopkCache;
 
 static void packed_clear(Packed *p) {
-  sqlite3_free(p->ids);
-  sqlite3_free(p->vecs);
-  sqlite3_free(p->inv_norms);
-  sqlite3_free(p->q8);
-  sqlite3_free(p->q8_scale);
+  free(p->ids);
+  free(p->vecs);
+  free(p->inv_norms);
+  free(p->q8);
+  free(p->q8_scale);
   memset(p, 0, sizeof(*p));
 }
 
@@ -1380,9 +1380,9 @@ static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
     }
     if (p->n == cap) {
       cap = cap ? cap * 2 : 1024;
-      int64_t *ids = sqlite3_realloc64(p->ids, sizeof(int64_t) * (uint64_t)cap);
-      float *vecs = ids ? sqlite3_realloc64(p->vecs, sizeof(float) * (uint64_t)(cap * p->d)) : 0;
-      float *inv = vecs ? sqlite3_realloc64(p->inv_norms, sizeof(float) * (uint64_t)cap) : 0;
+      int64_t *ids = realloc(p->ids, sizeof(int64_t) * (size_t)cap);
+      float *vecs = ids ? realloc(p->vecs, sizeof(float) * (size_t)(cap * p->d)) : 0;
+      float *inv = vecs ? realloc(p->inv_norms, sizeof(float) * (size_t)cap) : 0;
       if (ids) p->ids = ids;
       if (vecs) p->vecs = vecs;
       if (inv) p->inv_norms = inv;
@@ -1556,7 +1556,7 @@ static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   }
   if (int8) {
     q8 = sqlite3_malloc64((uint64_t)q.d);
-    if (!q8 || !packed_quantize(p, alloc64)) {
+    if (!q8 || !packed_quantize(p)) {
       rc = SQLITE_NOMEM;
       goto done;
     }
