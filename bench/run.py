@@ -577,28 +577,37 @@ def main():
     args = parser.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     sys.path.insert(0, HERE)
-    lines = []
 
     def log(text):
         print(text, flush=True)
 
     sizes = [10_000, 100_000] + ([] if args.quick else [1_000_000])
     dims = [384] + ([] if args.quick else [768])
+    run = f"python bench/run.py{' --quick' if args.quick else ''}"
+    topk_rows, hybrid_rows, indexing, ndcg = [], [], {}, {}
     log("vector top-k")
-    topk_rows = [bench_topk(n, d, log) for d in dims for n in sizes]
+    for d in dims:
+        for n in sizes:
+            topk_rows.append(bench_topk(n, d, log))
+            write_report(run, topk_rows, hybrid_rows, indexing, ndcg)  # a late failure loses less
     log("hybrid end to end")
     hybrid_rows = bench_hybrid([10_000, 100_000], log)
     log("indexing")
     indexing = bench_indexing(log)
     log("quality")
     ndcg = quality(log)
+    print("\n".join(write_report(run, topk_rows, hybrid_rows, indexing, ndcg)))
 
+
+def write_report(run, topk_rows, hybrid_rows, indexing, ndcg):
+    """Writes bench/results/report.md (and the chart) from what has been measured so far."""
+    lines = []
     lines += [
         "# hybridsql benchmark",
         "",
         f"Hardware: {hardware()}",
         "",
-        f"Run: `python bench/run.py{' --quick' if args.quick else ''}` on "
+        f"Run: `{run}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Times are medians of "
         f"{QUERIES} warm queries, k = {K}; recall is the share of an exact float64 top-10 "
         "each system found.",
@@ -652,7 +661,7 @@ def main():
         lines += ["![query time versus N](topk.png)", ""]
     with open(os.path.join(RESULTS, "report.md"), "w") as f:
         f.write("\n".join(lines))
-    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":
