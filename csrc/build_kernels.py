@@ -9,10 +9,7 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-san
 EXTRA = SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
 
 with open(os.path.join(HERE, "hybridsql.h")) as f:
-    # cffi's cdef takes the integer #defines; include guards and #includes stay out.
-    CDEF = "".join(
-        line for line in f if not line.startswith("#") or line.startswith("#define HS_")
-    )
+    CDEF = "".join(line for line in f if not line.startswith("#"))
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

@@ -99,6 +99,12 @@
 #endif
 
 #define HS_VERSION "0.1.0"
+/* Status codes of hs_parse_json_vector(). */
+#define HS_OK 0
+#define HS_MALFORMED 1
+#define HS_EMPTY 2
+#define HS_NONFINITE 3
+#define HS_TOO_LONG 4
 #define HS_MAX_DIMS 65536
 #define HS_MAX_K 10000
 #define HS_SATURATION 10.0
@@ -392,12 +398,6 @@ double hs_cosine(const float *a, const float *b, int64_t d) {
   return cosine_with(squared_norm(a, d, fn), a, b, d, fn);
 }
 
-void hs_cosine_many(const float *q, const float *m, int64_t n, int64_t d, double *out) {
-  Dot2Fn fn = dot2();
-  double qq = squared_norm(q, d, fn);
-  for (int64_t i = 0; i < n; i++) out[i] = cosine_with(qq, q, m + i * d, d, fn);
-}
-
 int64_t hs_first_nonfinite(const float *v, int64_t d) {
   for (int64_t i = 0; i < d; i++) {
     if (!isfinite(loadf(v + i))) return i;
@@ -405,6 +405,7 @@ int64_t hs_first_nonfinite(const float *v, int64_t d) {
   return -1;
 }
 
+#ifndef HYBRIDSQL_KERNELS_ONLY /* the top-k heap and packed scan serve the SQL layer */
 /* ------------------------------------------------------------------------
 ** A bounded min-heap of (score, id): the root is the worst kept row.
 ** "Better" is a higher score, then a lower id (Requirement 5).
@@ -454,27 +455,6 @@ static int cmp_hits(const void *a, const void *b) {
   const Hit *x = a, *y = b;
   if (better(x, y)) return -1;
   return better(y, x) ? 1 : 0;
-}
-
-int64_t hs_topk(const float *q, const float *m, const int64_t *ids, int64_t n, int64_t d,
-                int64_t k, int64_t *out_ids, double *out_scores) {
-  if (k <= 0) return 0;
-  Hit *heap = malloc(sizeof(Hit) * (size_t)(k < n ? k : (n > 0 ? n : 1)));
-  if (!heap) return -1;
-  Dot2Fn fn = dot2();
-  double qq = squared_norm(q, d, fn);
-  int64_t len = 0;
-  for (int64_t i = 0; i < n; i++) {
-    Hit x = {cosine_with(qq, q, m + i * d, d, fn), ids ? ids[i] : i, 0};
-    heap_push(heap, &len, k, x);
-  }
-  qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
-  for (int64_t i = 0; i < len; i++) {
-    out_ids[i] = heap[i].id;
-    out_scores[i] = heap[i].score;
-  }
-  free(heap);
-  return len;
 }
 
 /*
@@ -548,6 +528,7 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
   free(heap);
   return len;
 }
+#endif
 
 /* ------------------------------------------------------------------------
 ** Scores (Requirements 6 and 8).

@@ -24,23 +24,3 @@ def first_nonfinite(blob: bytes) -> int:
 def cosine(a: bytes, b: bytes) -> float:
     """Cosine of two float32 blobs of equal length, in double precision."""
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
-
-
-def topk(query, matrix, ids, k: int):
-    """The k rows of ``matrix`` (n, d float32, C order) most similar to ``query``.
-
-    ``ids`` is an int64 array of n ids. Returns (ids, scores) as lists, best first, ties by id.
-    """
-    n, d = matrix.shape
-    k = min(k, n)
-    out_ids = ffi.new("int64_t[]", max(k, 1))
-    out_scores = ffi.new("double[]", max(k, 1))
-    got = lib.hs_topk(
-        ffi.from_buffer("float[]", query),
-        ffi.from_buffer("float[]", matrix),
-        ffi.from_buffer("int64_t[]", ids),
-        n, d, k, out_ids, out_scores,
-    )
-    if got < 0:
-        raise MemoryError("hs_topk could not allocate its heap")
-    return list(out_ids[0:got]), list(out_scores[0:got])

@@ -139,9 +139,14 @@ def add_search_options(p) -> None:
         help="candidates taken from each side; default %(default)s",
     )
     p.add_argument("--fusion", choices=FUSIONS, default=d.fusion)
-    p.add_argument("--keyword-terms", dest="keyword_terms", type=int, default=d.keyword_terms,
-                   help="keep only the N rarest query words for bm25 (faster on long queries);"
-                   " 0 keeps all, the default")
+    p.add_argument(
+        "--keyword-terms",
+        dest="keyword_terms",
+        type=int,
+        default=d.keyword_terms,
+        help="keep only the N rarest query words for bm25 (faster on long queries);"
+        " 0 keeps all, the default",
+    )
     p.add_argument(
         "--vector-floor",
         dest="vector_floor",
@@ -169,7 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog='example: sqlite3 mem.db ".load $(hybridsql path)" "select hybrid_score(0.8, -4.2)"',
     )
     p.set_defaults(func=cmd_path)
-
 
     p = sub.add_parser(
         "index",
