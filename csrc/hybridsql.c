@@ -1404,10 +1404,14 @@ static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows
   while (ok) {
     while (i < n && is_ws(s[i])) i++;
     if (i < n && s[i] == ']' && len == 0) break;
-    int64_t start = i, v = 0, neg = i < n && s[i] == '-';
+    int64_t start = i, v = 0, neg = i < n && s[i] == '-', over = 0;
     if (neg) i++;
-    while (i < n && s[i] >= '0' && s[i] <= '9' && i - start < 19) v = v * 10 + (s[i++] - '0');
-    if (i == start + neg || (i < n && s[i] >= '0' && s[i] <= '9')) {
+    while (i < n && s[i] >= '0' && s[i] <= '9') { /* an id beyond int64 is an error */
+      int digit = s[i++] - '0';
+      if (v > (INT64_MAX - digit) / 10) over = 1;
+      else v = v * 10 + digit;
+    }
+    if (i == start + neg || over) {
       ok = 0;
       break;
     }
