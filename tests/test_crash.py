@@ -1,13 +1,14 @@
 """Crashes: ``hybridsql index`` killed with SIGKILL at random points, again and again.
 
 A folder of generated memory files is indexed by the real command in a subprocess, which is
-killed at a random moment: while Python starts, while the schema is made, while chunks are
-embedded (by an OpenAI-compatible server in this process, answering with hashes, so embedding is
-instant and its vectors can be checked), inside a file's transaction, while deleted files are
-removed. Between runs files are rewritten, deleted and added, so every run has work to be killed
-in. After every kill the database must be consistent: integrity checks pass, and every file in
-the index is whole, one version of the file that was on disk, chunk for chunk, each vector that
-of its own chunk. At the end one run without a kill must complete the index.
+killed at a random moment between 30 % and 100 % of the time an uninterrupted run takes (aiming
+earlier when runs turn out quicker): while Python starts, while the schema is made, while chunks
+are embedded (by an OpenAI-compatible server in this process, answering with hashes, so that
+embedding is instant and its vectors can be checked), inside a file's transaction, while deleted
+files are removed. Between runs files are rewritten, deleted and added, so that every run has
+work to be killed in. After every kill the database must be consistent: integrity checks pass,
+and every file in the index is whole, one version of the file that was on disk, chunk for chunk,
+each vector that of its own chunk. At the end one run without a kill must complete the index.
 
 The suite kills CRASH_KILLS (24) times; the long run is documented in docs/reliability.md.
 """
@@ -17,7 +18,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +26,7 @@ from pathlib import Path
 import apsw
 import numpy as np
 import pytest
+from conftest import HYBRIDSQL
 
 from hybridsql.chunking import chunk_markdown
 
@@ -136,25 +137,27 @@ class Folder:
         self.add()
 
 
-def run_index(root, db, url, kill_after=None) -> int:
-    """The exit status of `hybridsql index`, killed with SIGKILL after kill_after seconds."""
+def run_index(root, db, url, kill_after=None):
+    """(exit status, seconds) of `hybridsql index`, killed with SIGKILL after kill_after s."""
     env = {
         **os.environ,
         "HYBRIDSQL_OPENAI_BASE_URL": url,
         "HYBRIDSQL_OPENAI_MODEL": MODEL,
         "OPENAI_API_KEY": "",
     }
-    cmd = [sys.executable, "-m", "hybridsql", "index", root, "--db", db, "--embedder", "openai"]
+    cmd = [HYBRIDSQL, "index", root, "--db", db, "--embedder", "openai"]
+    started = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         proc.wait(timeout=kill_after if kill_after is not None else 300)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    seconds = time.monotonic() - started
     err = proc.stderr.read().decode(errors="replace")
     proc.stderr.close()
     assert proc.returncode in (0, -9), f"hybridsql index failed ({proc.returncode}): {err}"
-    return proc.returncode
+    return proc.returncode, seconds
 
 
 def indexed_versions(db) -> dict:
@@ -207,31 +210,28 @@ def test_kill_9_at_random_points_then_the_next_run_completes(tmp_path, embedding
     folder = Folder(root, rng)
     for _ in range(FILES):
         folder.add()
-    os.makedirs(tmp_path / "empty")
-    started = time.monotonic()
-    assert run_index(str(tmp_path / "empty"), str(tmp_path / "scratch.db"), embeddings_url) == 0
-    startup = time.monotonic() - started  # Python, imports, schema: no indexing at all
-    started = time.monotonic()
-    assert run_index(root, db, embeddings_url) == 0
-    full = time.monotonic() - started
+    assert run_index(root, db, embeddings_url)[0] == 0
     check_consistent(db, folder)
+    folder.churn()
+    status, typical = run_index(root, db, embeddings_url)  # the length of a run to kill
+    assert status == 0
 
     kills = finished = partial = 0
     while kills < KILLS:
         folder.churn()
-        # From late in startup to about the time a run of this much churn takes.
-        delay = rng.uniform(0.8 * startup, startup + 1.5 * CHURN * (full - startup))
         before = indexed_versions(db)
-        if run_index(root, db, embeddings_url, kill_after=delay) == -9:
+        status, seconds = run_index(root, db, embeddings_url, rng.uniform(0.3, 1.0) * typical)
+        if status == -9:
             kills += 1
             after = indexed_versions(db)
             partial += before != after != folder.current()
-        else:
+        else:  # the run was quicker than the kill: aim earlier from now on
             finished += 1
+            typical = (typical + seconds) / 2
         check_consistent(db, folder)
-        assert kills + finished < 3 * KILLS, "the runs end before any kill: make them longer"
+        assert kills + finished < 3 * KILLS, "the runs end before any kill"
 
-    assert run_index(root, db, embeddings_url) == 0
+    assert run_index(root, db, embeddings_url)[0] == 0
     indexed = check_consistent(db, folder)
     on_disk = folder.on_disk()
     assert indexed == len(on_disk)
@@ -245,6 +245,6 @@ def test_kill_9_at_random_points_then_the_next_run_completes(tmp_path, embedding
     conn.close()
     print(
         f"\n{kills} kills survived ({partial} mid-index: some files done, others not), "
-        f"{finished} runs ended before their kill; startup "
-        f"{startup:.2f}s, full index {full:.2f}s; {indexed} files consistent after each"
+        f"{finished} runs ended before their kill (a run took {typical:.2f}s); "
+        f"{indexed} files consistent after each"
     )

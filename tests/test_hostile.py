@@ -15,11 +15,13 @@ import math
 import os
 import random
 import shutil
+import subprocess
 from collections import Counter
 
 import pytest
 
 from hybridsql.errors import HybridSQLError
+from hybridsql.extension import loadable_path
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
 from hybridsql.search import (
@@ -269,3 +271,25 @@ def test_invalid_utf8_in_keyword_mode_is_answered(index):
     idx, _ = index
     found = idx.search(INVALID, mode="keyword")
     assert found.keyword_tier == "fts" and len(found) > 0
+
+
+def test_vector_topk_ids_beyond_int64_select_nothing():
+    """vector_topk's ids were read into int64 digit by digit: a 19-digit id overflowed
+    (undefined behaviour, which UBSan aborts on) and wrapped onto another row's id. In a
+    subprocess, so that an abort in the sanitizer build fails this test, not the suite."""
+    wrapped = 9999999999999999999 - 2**64
+    sql = (
+        "create table meta(key primary key, value);"
+        "insert into meta values ('vectors_version', 1);"
+        "create table vectors(chunk_id integer primary key, model_id text, vector blob);"
+        f"insert into vectors values ({wrapped}, 'm', vector_blob('[1, 0]'));"
+        "select count(*) from vector_topk('[1, 0]', 5, null, '[9999999999999999999]');"
+    )
+    shell = subprocess.run(
+        ["sqlite3", ":memory:", f".load {loadable_path()}", sql],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    refused = shell.returncode == 1 and "vector_topk(): 4th argument ids" in shell.stderr
+    assert refused or (shell.returncode == 0 and shell.stdout.strip() == "0"), shell.stderr

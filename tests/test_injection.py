@@ -14,12 +14,12 @@ import ast
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import apsw
 import numpy as np
 import pytest
+from conftest import HYBRIDSQL
 
 from hybridsql.errors import HybridSQLError
 from hybridsql.index import HybridIndex
@@ -125,7 +125,7 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
 def test_hostile_values_through_the_cli_come_back_verbatim(tmp_path):
     """The command line: values arrive in argv and leave in JSON, the schema untouched."""
     db = str(tmp_path / "cli.db")
-    base = [sys.executable, "-m", "hybridsql", "memory"]
+    base = [HYBRIDSQL, "memory"]
     for value in HOSTILE[:-1]:  # argv cannot carry a NUL
         added = subprocess.run(
             [

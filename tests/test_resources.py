@@ -14,14 +14,14 @@ apart, in docs/reliability.md.
 import json
 import os
 import random
+import re
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 import apsw
 import pytest
+from conftest import HYBRIDSQL
 
 FULL = os.environ.get("HYBRIDSQL_RESOURCES_FULL") == "1"
 MB = 2**20
@@ -29,6 +29,9 @@ HUGE = 200 * MB if FULL else 25 * MB  # over MAX_FILE_BYTES (20 MB): skipped unr
 NEAR = int(19.5 * MB) if FULL else 4 * MB  # under it: indexed
 SMALL = 100_000 if FULL else 2_000
 RSS_LIMIT_MB = 1024 if FULL else 400
+# Under the sanitizer build (LD_PRELOAD of libasan) ASan's quarantine and shadow memory make RSS
+# meaningless: it is measured and printed, not bounded.
+SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
 WORDS = "deploy billing postgres migration ledgerline harbor gateway python tabs spaces".split()
 
 
@@ -90,21 +93,28 @@ def make_folder(root) -> dict:
     }
 
 
+# Runs a command and prints its peak RSS. A process forked from this one (pytest, with the local
+# model loaded) would count this process's pages in its own ru_maxrss, so the command is
+# spawned by a small interpreter, whose wait4() sees the command's peak alone.
+MEASURE = (
+    "import os, sys\n"
+    "pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ)\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(f'peak_rss_kb {usage.ru_maxrss}', file=sys.stderr)\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
 def index(root, db, timeout=3600):
     """(report, peak RSS in MB, seconds) of `hybridsql index` on root, killed after timeout."""
-    cmd = [sys.executable, "-m", "hybridsql", "index", root, "--db", db, "--embedder", "none"]
+    cmd = [sys.executable, "-c", MEASURE, HYBRIDSQL, "index", root, "--db", db]
     started = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
-        watchdog = threading.Timer(timeout, proc.kill)
-        watchdog.start()
-        _, status, usage = os.wait4(proc.pid, 0)  # wait4: this child's own peak RSS
-        watchdog.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        assert proc.returncode == 0, f"exit {proc.returncode}: {err.read()[-2000:]!r}"
-        return json.loads(out.read()), usage.ru_maxrss / 1024, time.monotonic() - started
+    proc = subprocess.run(
+        [*cmd, "--embedder", "none"], check=False, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    rss_kb = int(re.search(r"peak_rss_kb (\d+)", proc.stderr).group(1))
+    return json.loads(proc.stdout), rss_kb / 1024, time.monotonic() - started
 
 
 def test_a_hostile_folder_is_indexed_or_skipped_in_bounded_memory(tmp_path):
@@ -130,15 +140,17 @@ def test_a_hostile_folder_is_indexed_or_skipped_in_bounded_memory(tmp_path):
         f"\n{report['files_seen']} files ({HUGE // MB} MB one skipped, {NEAR / MB:g} MB ones and "
         f"{SMALL} small ones indexed) in {seconds:.1f}s, peak RSS {rss:.0f} MB"
     )
-    assert rss < RSS_LIMIT_MB
+    assert SANITIZED or rss < RSS_LIMIT_MB
 
     again, rss_again, seconds_again = index(root, db)
     assert again["files_unchanged"] == expect["indexed"] and again["files_indexed"] == 0
     print(f"unchanged: {seconds_again:.1f}s, peak RSS {rss_again:.0f} MB")
-    assert rss_again < RSS_LIMIT_MB
+    assert SANITIZED or rss_again < RSS_LIMIT_MB
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="open() of a FIFO blocks for ever")
+@pytest.mark.xfail(
+    strict=True, raises=subprocess.TimeoutExpired, reason="open() of a FIFO blocks for ever"
+)
 def test_a_named_pipe_is_skipped_not_waited_on(tmp_path):
     """A FIFO called notes.md (os.walk lists it; only symlinks are passed over)."""
     root = tmp_path / "folder"

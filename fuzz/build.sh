@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds fuzz/build/fuzz_sql: csrc/hybridsql.c with libFuzzer coverage, ASan and UBSan, linked
+# with the harness (instrumented by the sanitizers only, so its input decoding costs little)
+# and the system libsqlite3. Needs clang and libsqlite3-dev. UBSan's checks are recoverable
+# only so that fuzz/ubsan.supp can name known bugs; run.sh halts on every other report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p fuzz/build
+FLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize-recover=undefined -Wall -Wextra -Werror
+       -DSQLITE_CORE -Icsrc)
+clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c csrc/hybridsql.c \
+  -o fuzz/build/hybridsql.o
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/build/fuzz_sql.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o fuzz/build/hybridsql.o \
+  -lsqlite3 -lm -o fuzz/build/fuzz_sql

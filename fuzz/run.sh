@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the fuzzers (see fuzz/README.md). Seeds come from fuzz/corpus/<harness>/, read-only; new
+# inputs go to fuzz/build/corpus-<harness>/, crashes to fuzz/build/crash-<harness>-*.
+#   fuzz/run.sh short                    CI: 30 s of sql, 15 s of keyword_plan and functions
+#   fuzz/run.sh HARNESS RUNS [SECONDS]   one harness (sql, keyword_plan, functions) for RUNS
+#                                        executions or SECONDS (default 3600), whichever is first
+# sql needs fuzz/build.sh first; the atheris harnesses need `pip install atheris` and hybridsql.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/fuzz/ubsan.supp"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+
+fuzz() {  # harness runs seconds
+  local name=$1 work=fuzz/build/corpus-$1
+  mkdir -p "$work"
+  local cmd=(fuzz/build/fuzz_sql)
+  [ "$name" = sql ] || cmd=(python3 "fuzz/fuzz_$name.py")
+  "${cmd[@]}" -runs="$2" -max_total_time="$3" -print_final_stats=1 -timeout=60 \
+    -rss_limit_mb=4096 -artifact_prefix="fuzz/build/crash-$name-" "$work" "fuzz/corpus/$name"
+}
+
+if [ "$1" = short ]; then
+  fuzz sql -1 30
+  fuzz keyword_plan -1 15
+  fuzz functions -1 15
+else
+  fuzz "$1" "$2" "${3:-3600}"
+fi
