@@ -122,10 +122,15 @@ def run_workers(db, root, seconds, writers=WRITERS, readers=READERS):
         args = ["reader", db, str(seconds), f"r{r}"]
         procs.append(subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE))
     reports = []
-    for p in procs:
-        out, _ = p.communicate(timeout=seconds + 300)
-        assert p.returncode == 0, f"a worker died with {p.returncode}"
-        reports.append(json.loads(out))
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=seconds + 300)
+            assert p.returncode == 0, f"a worker died with {p.returncode}"
+            reports.append(json.loads(out))
+    finally:
+        for p in procs:  # none left behind when one fails
+            p.kill()
+            p.wait()
     return reports[:writers], reports[writers:]
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -109,12 +110,22 @@ def index(root, db, timeout=3600):
     """(report, peak RSS in MB, seconds) of `hybridsql index` on root, killed after timeout."""
     cmd = [sys.executable, "-c", MEASURE, HYBRIDSQL, "index", root, "--db", db]
     started = time.monotonic()
-    proc = subprocess.run(
-        [*cmd, "--embedder", "none"], check=False, capture_output=True, text=True, timeout=timeout
+    proc = subprocess.Popen(
+        [*cmd, "--embedder", "none"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
-    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
-    rss_kb = int(re.search(r"peak_rss_kb (\d+)", proc.stderr).group(1))
-    return json.loads(proc.stdout), rss_kb / 1024, time.monotonic() - started
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the command as well as the small interpreter
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, f"exit {proc.returncode}: {err[-2000:]}"
+    rss_kb = int(re.search(r"peak_rss_kb (\d+)", err).group(1))
+    return json.loads(out), rss_kb / 1024, time.monotonic() - started
 
 
 def test_a_hostile_folder_is_indexed_or_skipped_in_bounded_memory(tmp_path):
