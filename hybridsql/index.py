@@ -7,6 +7,7 @@ own transaction, so an interrupted run leaves a consistent index that the next r
 
 import hashlib
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,14 @@ from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import connect
 from hybridsql.schema import ensure_schema
-from hybridsql.search import DOCUMENTS, Profile, Searcher, SearchOptions, document_profile
+from hybridsql.search import (
+    DOCUMENTS,
+    Profile,
+    Searcher,
+    SearchOptions,
+    clean_text,
+    document_profile,
+)
 
 MARKDOWN = (".md", ".markdown")
 SKIP_DIRS = {"node_modules", "__pycache__"}
@@ -44,14 +52,15 @@ class IndexReport:
 def discover(root: str):
     """Markdown files under ``root`` (MEMORY.md, memory/**, any *.md), as sorted relative paths.
 
-    Hidden folders, node_modules and symbolic links are passed over.
+    Hidden folders, node_modules, symbolic links and anything but regular files (a named pipe
+    would block the read for ever) are passed over.
     """
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         for name in files:
             full = os.path.join(folder, name)
-            if name.lower().endswith(MARKDOWN) and not os.path.islink(full):
+            if name.lower().endswith(MARKDOWN) and stat.S_ISREG(os.lstat(full).st_mode):
                 found.append(os.path.relpath(full, root).replace(os.sep, "/"))
     return sorted(found)
 
@@ -152,40 +161,46 @@ class HybridIndex:
             raise IndexingError(f"{root} is not a folder")
         started = time.monotonic()
         root = os.path.abspath(root)
+        # Names are stored as contents are: undecodable bytes (lone surrogates from os.walk)
+        # become U+FFFD; files are still read by their real names.
+        stored_root = clean_text(root)
         report = IndexReport()
         paths = discover(root)
         report.files_seen = len(paths)
         known = {
             path: (file_id, sha)
             for file_id, path, sha in self.conn.execute(
-                "select id, path, sha256 from files where root = ?", (root,)
+                "select id, path, sha256 from files where root = ?", (stored_root,)
             )
         }
         bar = progress or Progress(len(paths))
         pending = []
         for n, rel in enumerate(paths, 1):
-            bar.update(n, rel)
+            name = clean_text(rel)
+            bar.update(n, name)
             try:
                 got, reason = read_markdown(os.path.join(root, rel), max_file_bytes)
             except OSError as e:
                 got, reason = None, f"unreadable: {e.strerror}"
             if got is None:
-                report.skipped.append([rel, reason])
+                report.skipped.append([name, reason])
                 continue
             text, sha, size, warning = got
+            if name != rel:
+                report.warnings.append([name, "the file name is not UTF-8"])
             if warning:
-                report.warnings.append([rel, warning])
-            if rel in known and known[rel][1] == sha:
+                report.warnings.append([name, warning])
+            if name in known and known[name][1] == sha:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text)
             mtime = os.path.getmtime(os.path.join(root, rel))
-            pending.append((rel, sha, size, mtime, chunks))
+            pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
-                self._write_files(root, pending, report)
+                self._write_files(stored_root, pending, report)
                 pending = []
-        self._write_files(root, pending, report)
-        seen = set(paths)
+        self._write_files(stored_root, pending, report)
+        seen = {clean_text(p) for p in paths}
         for path, (file_id, _) in known.items():
             if path not in seen:
                 with self.conn:
