@@ -141,10 +141,10 @@ def bench_topk(n, d, log):
     gc.collect()
 
     sql_cases = [
-        ("hybridsql vector_topk float32", "select id from vector_topk(?, 10, 'bench')", truth),
+        ("hybridsql vector_topk int8", "select id from vector_topk(?, 10, 'bench')", truth),
         (
-            "hybridsql vector_topk int8",
-            "select id from vector_topk(?, 10, 'bench', null, 'int8')",
+            "hybridsql vector_topk float32",
+            "select id from vector_topk(?, 10, 'bench', null, 'float32')",
             truth,
         ),
         (
@@ -485,38 +485,24 @@ def targets(topk_rows, hybrid_rows):
     for tag in (" (mmap)", "") if cell else ():
         t, setting = cell["times"], "mmap" if tag else "no mmap"
         vec0 = t["sqlite-vec vec0 KNN" + tag]
-        f32 = t["hybridsql vector_topk float32" + tag]
         agg = t["hybridsql cosine_topk aggregate" + tag]
         floor = t["bandwidth floor (numpy sum)"]
-        # The fastest SQL path: vector_topk, float32 or int8 (exactly rescored) when its recall
-        # holds; the float32 path is also reported alone.
+        # The fastest SQL path: vector_topk with its default int8 first pass (exact).
         i8 = t["hybridsql vector_topk int8" + tag]
-        i8_ok = cell["recall"]["hybridsql vector_topk int8" + tag] >= 0.98
-        fast, name = (i8, "int8") if i8_ok and i8 < f32 else (f32, "float32")
+        row(f"vector_topk <= 0.25 x vec0 KNN ({setting})", ratio(i8, vec0), i8 <= 0.25 * vec0)
         row(
-            f"fastest SQL path ({name}) <= 0.25 x vec0 KNN ({setting})",
-            ratio(fast, vec0),
-            fast <= 0.25 * vec0,
-        )
-        row(
-            f"fastest SQL path ({name}) <= 2.5 x bandwidth floor ({setting})",
-            ratio(fast, floor),
-            fast <= 2.5 * floor,
-        )
-        row(
-            f"float32 vector_topk <= 0.25 x vec0 KNN ({setting})",
-            ratio(f32, vec0),
-            f32 <= 0.25 * vec0,
+            f"vector_topk <= 2.5 x bandwidth floor ({setting})",
+            ratio(i8, floor),
+            i8 <= 2.5 * floor,
         )
         row(f"cosine_topk aggregate <= 1.0 x vec0 KNN ({setting})", ratio(agg, vec0), agg <= vec0)
-        for name, unfiltered in (("vector_topk", f32), ("cosine_topk", agg)):
+        for name, unfiltered in (("vector_topk", i8), ("cosine_topk", agg)):
             f10 = t[f"filtered 10%: hybridsql {name}" + tag]
             row(
                 f"filtered 10% <= 0.5 x unfiltered, {name} ({setting})",
                 ratio(f10, unfiltered),
                 f10 <= 0.5 * unfiltered,
             )
-        i8 = t["hybridsql vector_topk int8" + tag]
         rec = cell["recall"]["hybridsql vector_topk int8" + tag]
         row(
             f"int8 >= 3 x faster than float32 cosine_topk, recall@10 >= 0.98 ({setting})",
@@ -527,11 +513,9 @@ def targets(topk_rows, hybrid_rows):
     if big:
         t = big["times"]
         agg = min(t["hybridsql cosine_topk aggregate"], t["hybridsql cosine_topk aggregate (mmap)"])
-        f32 = min(t["hybridsql vector_topk float32"], t["hybridsql vector_topk float32 (mmap)"])
         i8 = min(t["hybridsql vector_topk int8"], t["hybridsql vector_topk int8 (mmap)"])
+        row("1M x 384 vector_topk under 150 ms", f"{i8:.0f} ms", i8 < 150)
         row("1M x 384 cosine_topk aggregate under 150 ms", f"{agg:.0f} ms", agg < 150)
-        row("1M x 384 vector_topk float32 under 150 ms", f"{f32:.0f} ms", f32 < 150)
-        row("1M x 384 vector_topk int8 under 150 ms", f"{i8:.0f} ms", i8 < 150)
     h = next((r for r in hybrid_rows if r["n"] == 100_000), None)
     if h:
         ours, theirs = h["hybridsql p50"], h["two-query p50"]

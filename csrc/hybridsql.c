@@ -77,8 +77,10 @@
 **    vectors kept per connection and rebuilt when meta.vectors_version, which
 **    triggers bump on every write from any connection, has changed; a copy
 **    read inside an open transaction is used once and dropped.  The first
-**    pass runs in float32 (or int8, precision 'int8', keeping 10 k
-**    candidates) and its pool is rescored exactly as Requirement 4.  A NULL
+**    pass runs on an int8 copy (precision 'int8', the default) with a bound
+**    on each row's error, so that every row that could be in the top k is
+**    rescored as Requirement 4 and the answer is exact; precision 'float32'
+**    runs it in float32 and rescores the best k + 32 rows.  A NULL
 **    query gives no rows.
 */
 #include "hybridsql.h"
@@ -88,6 +90,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #error "hybridsql stores vectors as little-endian float32 and supports little-endian hosts only"
@@ -413,7 +419,6 @@ int64_t hs_first_nonfinite(const float *v, int64_t d) {
 typedef struct Hit {
   double score;
   int64_t id;
-  int64_t slot; /* cosine_topk: where the row's vector is kept for rescoring */
 } Hit;
 
 static int better(const Hit *a, const Hit *b) {
@@ -459,7 +464,7 @@ static int cmp_hits(const void *a, const void *b) {
 
 /*
 ** A packed copy of many vectors (Requirement 10): row r is vecs[r*d .. r*d+d),
-** ids ascending.  q8/q8_scale hold the int8 copy once an int8 search asks.
+** ids ascending, with an int8 copy made when an int8 search first asks.
 ** Its buffers come from malloc, not sqlite3_malloc: SQLite refuses any one
 ** allocation over about 2 GB, and 1M x 768 floats is 3 GB.
 */
@@ -468,64 +473,139 @@ typedef struct Packed {
   int64_t *ids;
   float *vecs;
   float *inv_norms;
-  int8_t *q8;
-  float *q8_scale;
+  int8_t *q8;      /* the int8 copy, made when an int8 search first asks */
+  float *q8_mul;   /* per row: int8 dot product to cosine */
+  int32_t *q8_l1;  /* per row: L1 norm of the int8 values */
 } Packed;
 
-/* int8 with one scale per vector: v ~ q * scale, |q| <= 127. */
-static void quantize(const float *v, int64_t d, int8_t *out, float *scale) {
-  float m = 0;
-  for (int64_t i = 0; i < d; i++) m = fabsf(v[i]) > m ? fabsf(v[i]) : m;
-  *scale = m / 127.0f;
-  float inv = m > 0 ? 127.0f / m : 0.0f;
-  for (int64_t i = 0; i < d; i++) out[i] = (int8_t)lrintf(v[i] * inv);
+/*
+** Buffers of the packed copy, `size` bytes; 0 when out of memory.  On Linux a
+** big one is aligned to 2 MB and advised for transparent huge pages, as numpy
+** does: a scan of 4 KB pages misses the TLB every page, which halved the
+** float32 scan's speed (bench/run.py).  free() releases either kind.
+*/
+static void *big_alloc(size_t size) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const size_t huge = (size_t)2 << 20;
+  if (size >= 2 * huge) {
+    void *p = 0;
+    if (posix_memalign(&p, huge, size) != 0) return 0;
+    madvise(p, size, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
+    return p;
+  }
+#endif
+  return malloc(size ? size : 1);
+}
+
+/* Grows a big_alloc buffer from `used` bytes to `size`, as realloc does. */
+static void *big_grow(void *old, size_t used, size_t size) {
+  void *p = big_alloc(size);
+  if (!p) return 0;
+  if (used) memcpy(p, old, used);
+  free(old);
+  return p;
+}
+
+/*
+** int8 with one scale per vector: v[i] ~ out[i] * m / 127, m = max |v[i]|,
+** so |out[i]| <= 127 and each value is off by at most half a step.  Returns
+** the L1 norm of out; *mul is m / (127 |v|), the factor from an int8 dot
+** product to a cosine, computed in double so that no tiny or huge vector
+** overflows it.
+*/
+static int32_t quantize(const float *v, int64_t d, int8_t *out, float *mul) {
+  double m = 0, nn = 0;
+  for (int64_t i = 0; i < d; i++) {
+    double x = v[i];
+    m = fabs(x) > m ? fabs(x) : m;
+    nn += x * x;
+  }
+  double inv = m > 0 ? 127.0 / m : 0.0;
+  int32_t l1 = 0;
+  for (int64_t i = 0; i < d; i++) {
+    out[i] = (int8_t)lrint(v[i] * inv);
+    l1 += out[i] < 0 ? -out[i] : out[i];
+  }
+  *mul = nn > 0 ? (float)(m / (127.0 * sqrt(nn))) : 0.0f;
+  return l1;
 }
 
 /* Builds the int8 copy; 0 when out of memory. */
 static int packed_quantize(Packed *p) {
   if (p->q8) return 1;
-  p->q8 = malloc((size_t)(p->n * p->d > 0 ? p->n * p->d : 1));
-  p->q8_scale = malloc(sizeof(float) * (size_t)(p->n > 0 ? p->n : 1));
-  if (!p->q8 || !p->q8_scale) return 0;
-  for (int64_t r = 0; r < p->n; r++) quantize(p->vecs + r * p->d, p->d, p->q8 + r * p->d, &p->q8_scale[r]);
+  p->q8 = big_alloc((size_t)(p->n * p->d));
+  p->q8_mul = big_alloc(sizeof(float) * (size_t)p->n);
+  p->q8_l1 = big_alloc(sizeof(int32_t) * (size_t)p->n);
+  if (!p->q8 || !p->q8_mul || !p->q8_l1) return 0;
+  for (int64_t r = 0; r < p->n; r++) {
+    p->q8_l1[r] = quantize(p->vecs + r * p->d, p->d, p->q8 + r * p->d, &p->q8_mul[r]);
+  }
   return 1;
 }
 
 /*
-** The k best of the packed rows (all, or the `nrows` row numbers in `rows`):
-** a first pass in float32 (or int8) keeps a wider pool, which is rescored
-** exactly as cosine_topk scores (Requirement 4), so both give the same
-** scores.  `out` has room for k hits; returns how many, or -1 when out of
-** memory.
+** How far a float32 cosine can be from the exact one, for d dimensions: the
+** dot product and both norms are sums of d products, each sum off by at most
+** about d * 2^-24 of the sum of its terms' magnitudes (Higham), which for a
+** cosine is at most 1.  Four times that is a safe margin.  It holds while no
+** product underflows or overflows, for vectors whose squared norm is within
+** [HS_SAFE_LO, HS_SAFE_HI]; other vectors are scored exactly.
+*/
+#define HS_SAFE_LO 1e-20
+#define HS_SAFE_HI 1e20
+static double float32_error(int64_t d) { return (double)(d + 16) * 0x1p-22 + 1e-9; }
+
+static int safe_norm(double nn) { return nn >= HS_SAFE_LO && nn <= HS_SAFE_HI; }
+
+/*
+** The k best of the packed rows (all, or the `nrows` row numbers in `rows`),
+** scored exactly as cosine_topk scores them (Requirement 4), into `out` (room
+** for k hits); returns how many, or -1 when out of memory.
+**
+** A first pass bounds each row's cosine cheaply, in float32 or on the int8
+** copy; a row is scored exactly only when its upper bound reaches the k-th
+** best exact score so far.  A skipped row scores below that, so it cannot be
+** in the top k: the answer is exact whatever the data.  Typically a few
+** hundred rows are scored exactly; near-duplicate vectors make it more.
+**
+** int8: with q = sq (q8 + a) and v = sv (v8 + b), |a|, |b| <= 1/2 per value,
+** q.v = sq sv (q8.v8 + e) with |e| <= (|q8|_1 + |v8|_1) / 2 + d / 4.
 */
 static int64_t packed_search(const Packed *p, const float *q, int64_t k, const int64_t *rows,
-                             int64_t nrows, int8_t *q8, Hit *out) {
+                             int64_t nrows, int int8, Hit *out) {
   int64_t count = rows ? nrows : p->n, d = p->d, len = 0;
-  int64_t pool = q8 ? (k * 10 > 100 ? k * 10 : 100) : k + 32;
-  if (pool > count) pool = count;
-  if (pool <= 0) return 0;
-  Hit *heap = malloc(sizeof(Hit) * (size_t)pool);
-  if (!heap) return -1;
+  if (count <= 0 || k <= 0) return 0;
+  Hit *heap = malloc(sizeof(Hit) * (size_t)k);
+  int8_t *q8 = int8 ? malloc((size_t)d) : 0;
+  if (!heap || (int8 && !q8)) {
+    free(heap), free(q8);
+    return -1;
+  }
   Dot2Fn fn = dot2();
-  double qq = squared_norm(q, d, fn);
-  float inv_q = qq > 0 ? (float)(1.0 / sqrt(qq)) : 0.0f, sq = 0.0f;
-  if (q8) quantize(q, d, q8, &sq);
+  double qq = squared_norm(q, d, fn), bar = -INFINITY, qerr = 0;
+  float qmul = 0, inv_q = safe_norm(qq) ? (float)(1.0 / sqrt(qq)) : NAN; /* NaN: exact */
+  if (int8) qerr = quantize(q, d, q8, &qmul) / 2.0 + (double)d / 4.0;
+  const double f32err = float32_error(d), slack = 1e-6;
   for (int64_t i = 0; i < count; i++) {
     int64_t r = rows ? rows[i] : i;
-    float approx = q8 ? (float)doti8_fn(q8, p->q8 + r * d, d) * sq * p->q8_scale[r]
-                      : dotf_fn(q, p->vecs + r * d, d);
-    Hit x = {approx * p->inv_norms[r] * inv_q, r, 0}; /* ids ascend with r: ties agree */
-    heap_push(heap, &len, pool, x);
+    double approx, err;
+    if (int8) {
+      double mul = (double)qmul * p->q8_mul[r];
+      approx = mul * doti8_fn(q8, p->q8 + r * d, d);
+      err = mul * (qerr + p->q8_l1[r] / 2.0) + slack;
+    } else {
+      approx = (double)(dotf_fn(q, p->vecs + r * d, d) * p->inv_norms[r] * inv_q);
+      err = f32err;
+    }
+    if (approx + err < bar) continue; /* false for a NaN: scored exactly */
+    Hit x = {cosine_with(qq, q, p->vecs + r * d, d, fn), r}; /* ids ascend with r */
+    heap_push(heap, &len, k, x);
+    if (len == k) bar = heap[0].score;
   }
-  for (int64_t i = 0; i < len; i++) {
-    int64_t r = heap[i].id;
-    heap[i].score = cosine_with(qq, q, p->vecs + r * d, d, fn);
-    heap[i].id = p->ids[r];
-  }
+  for (int64_t i = 0; i < len; i++) heap[i].id = p->ids[heap[i].id];
   qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
-  if (len > k) len = k;
   memcpy(out, heap, sizeof(Hit) * (size_t)len);
-  free(heap);
+  free(heap), free(q8);
   return len;
 }
 #endif
@@ -890,26 +970,21 @@ static void cosine_similarity_func(sqlite3_context *ctx, int argc, sqlite3_value
   vec_free(&b);
 }
 
-/* The state of one cosine_topk() aggregate (Requirement 5). */
 /*
-** The state of one cosine_topk() aggregate (Requirement 5).  Rows are ranked
-** by a float32 cosine first, keeping the pool = k + HS_MARGIN best with a copy
-** of their vectors in `slots`; cosine_topk's final step rescores the pool in
-** double precision (Requirement 4), so the scores are exact.  When a pool of
-** copies would be too large, every row is scored exactly instead (pool = k).
+** The state of one cosine_topk() aggregate (Requirement 5): a heap of the k
+** best rows by exact score.  As in packed_search, a row is first scored in
+** float32 with a bound on its error, and scored exactly only when it could
+** beat the k-th best so far.
 */
-#define HS_MARGIN 32
-#define HS_MAX_SLOT_FLOATS (16 * 1024 * 1024)
-
 typedef struct TopK {
   int started;     /* the first row has been read */
   int null_query;  /* the query is NULL: the result is NULL */
   Vec query;
   double qq;       /* the query's squared norm */
-  float qqf;       /* the same in float32, for the first pass */
-  int64_t k, pool, len;
+  float qqf;       /* the same in float32, for the first pass; NaN when not safe */
+  double bar;      /* the k-th best exact score so far, -inf until k rows */
+  int64_t k, len;
   Hit *heap;
-  float *slots;    /* pool vectors of the query's dimensions, or NULL: exact scoring */
 } TopK;
 
 static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -950,13 +1025,10 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     t->qq = squared_norm(t->query.v, t->query.d, dot2());
     float ignored;
     dot2f_fn(t->query.v, t->query.v, t->query.d, &ignored, &t->qqf);
-    t->pool = t->k;
-    if ((t->k + HS_MARGIN) * t->query.d <= HS_MAX_SLOT_FLOATS) {
-      t->pool = t->k + HS_MARGIN;
-      t->slots = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)(t->pool * t->query.d));
-    }
-    t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->pool);
-    if (!t->heap || (t->pool > t->k && !t->slots)) {
+    if (!safe_norm(t->qq)) t->qqf = NAN; /* every row scored exactly */
+    t->bar = -INFINITY;
+    t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->k);
+    if (!t->heap) {
       sqlite3_result_error_nomem(ctx);
       return;
     }
@@ -984,34 +1056,26 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       return;
     }
   }
-  float abf = 0, bbf = INFINITY;
-  if (t->slots) dot2f_fn(t->query.v, v.v, v.d, &abf, &bbf);
-  Hit x = {0, id, 0};
-  if (isfinite(abf) && isfinite(bbf)) {
-    x.score = t->qqf > 0 && bbf > 0 ? abf / sqrt((double)t->qqf * bbf) : 0.0;
-  } else { /* exact scoring, or a value too large for float32 sums, or a NaN or infinity */
-    double ab, bb;
-    dot2_fn(t->query.v, v.v, v.d, &ab, &bb);
-    if (!isfinite(bb)) { /* Requirement 1 */
-      fail(ctx, "cosine_topk(): 4th argument of row %lld has a non-finite value at index %lld",
-           id, hs_first_nonfinite(v.v, v.d));
+  float abf, bbf;
+  dot2f_fn(t->query.v, v.v, v.d, &abf, &bbf);
+  if (isfinite(abf) && safe_norm(bbf) && !isnan(t->qqf)) { /* the float32 first pass */
+    double approx = abf / sqrt((double)t->qqf * bbf);
+    if (approx + float32_error(v.d) < t->bar) {
       vec_free(&v);
       return;
     }
-    x.score = cosine_from(ab, t->qq, bb);
   }
-  if (t->slots) { /* the row's vector goes where it will stay while in the pool */
-    if (t->len < t->pool) {
-      x.slot = t->len;
-    } else if (better(&x, &t->heap[0])) {
-      x.slot = t->heap[0].slot;
-    } else {
-      vec_free(&v);
-      return;
-    }
-    memcpy(t->slots + x.slot * v.d, v.v, sizeof(float) * (size_t)v.d);
+  double ab, bb;
+  dot2_fn(t->query.v, v.v, v.d, &ab, &bb);
+  if (!isfinite(bb)) { /* Requirement 1 */
+    fail(ctx, "cosine_topk(): 4th argument of row %lld has a non-finite value at index %lld", id,
+         hs_first_nonfinite(v.v, v.d));
+    vec_free(&v);
+    return;
   }
-  heap_push(t->heap, &t->len, t->pool, x);
+  Hit x = {cosine_from(ab, t->qq, bb), id};
+  heap_push(t->heap, &t->len, t->k, x);
+  if (t->len == t->k) t->bar = t->heap[0].score;
   vec_free(&v);
 }
 
@@ -1034,12 +1098,7 @@ static void topk_final(sqlite3_context *ctx) {
   if (t->null_query) {
     sqlite3_result_null(ctx);
   } else if (t->heap) {
-    for (int64_t i = 0; t->slots && i < t->len; i++) { /* the exact rescoring */
-      const float *v = t->slots + t->heap[i].slot * t->query.d;
-      t->heap[i].score = cosine_with(t->qq, t->query.v, v, t->query.d, dot2_fn);
-    }
     qsort(t->heap, (size_t)t->len, sizeof(Hit), cmp_hits);
-    if (t->len > t->k) t->len = t->k;
     sqlite3_str *out = sqlite3_str_new(0);
     sqlite3_str_appendchar(out, 1, '[');
     for (int64_t i = 0; i < t->len; i++) {
@@ -1058,9 +1117,7 @@ static void topk_final(sqlite3_context *ctx) {
   }
   vec_free(&t->query);
   sqlite3_free(t->heap);
-  sqlite3_free(t->slots);
   t->heap = 0;
-  t->slots = 0;
 }
 
 static void bm25_score_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -1211,7 +1268,8 @@ static void packed_clear(Packed *p) {
   free(p->vecs);
   free(p->inv_norms);
   free(p->q8);
-  free(p->q8_scale);
+  free(p->q8_mul);
+  free(p->q8_l1);
   memset(p, 0, sizeof(*p));
 }
 
@@ -1362,7 +1420,10 @@ static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
     if (p->n == cap) {
       cap = cap ? cap * 2 : 1024;
       int64_t *ids = realloc(p->ids, sizeof(int64_t) * (size_t)cap);
-      float *vecs = ids ? realloc(p->vecs, sizeof(float) * (size_t)(cap * p->d)) : 0;
+      float *vecs =
+          ids ? big_grow(p->vecs, sizeof(float) * (size_t)(p->n * p->d),
+                         sizeof(float) * (size_t)(cap * p->d))
+              : 0;
       float *inv = vecs ? realloc(p->inv_norms, sizeof(float) * (size_t)cap) : 0;
       if (ids) p->ids = ids;
       if (vecs) p->vecs = vecs;
@@ -1375,7 +1436,7 @@ static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
     }
     memcpy(p->vecs + p->n * p->d, v.v, sizeof(float) * (size_t)p->d);
     double nn = squared_norm(v.v, v.d, dot2());
-    p->inv_norms[p->n] = nn > 0 ? (float)(1.0 / sqrt(nn)) : 0.0f;
+    p->inv_norms[p->n] = safe_norm(nn) ? (float)(1.0 / sqrt(nn)) : NAN; /* NaN: exact */
     p->ids[p->n++] = id;
     vec_free(&v);
   }
@@ -1478,7 +1539,6 @@ static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   if (!q.v) return SQLITE_OK; /* a NULL query: no rows */
   int rc = SQLITE_OK;
   int64_t k = 0, *rows = 0, nrows = 0;
-  int8_t *q8 = 0;
   const char *model = 0;
   if (sqlite3_value_type(arg[TK_K]) != SQLITE_INTEGER) {
     rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 2nd argument k must be an integer"
@@ -1500,7 +1560,7 @@ static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
     }
     model = (const char *)sqlite3_value_text(arg[TK_MODEL]);
   }
-  int int8 = 0;
+  int int8 = 1; /* the default: exact, and the faster pass */
   if (arg[TK_PRECISION] && sqlite3_value_type(arg[TK_PRECISION]) != SQLITE_NULL) {
     const char *prec = (const char *)sqlite3_value_text(arg[TK_PRECISION]);
     int8 = prec && strcmp(prec, "int8") == 0;
@@ -1540,8 +1600,7 @@ static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
     }
   }
   if (int8) {
-    q8 = sqlite3_malloc64((uint64_t)q.d);
-    if (!q8 || !packed_quantize(p)) {
+    if (!packed_quantize(p)) {
       rc = SQLITE_NOMEM;
       goto done;
     }
@@ -1551,7 +1610,7 @@ static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
     rc = SQLITE_NOMEM;
     goto done;
   }
-  c->len = p->n ? packed_search(p, q.v, k, rows, rows ? nrows : -1, q8, c->hits) : 0;
+  c->len = p->n ? packed_search(p, q.v, k, rows, rows ? nrows : -1, int8, c->hits) : 0;
   if (c->len < 0) {
     c->len = 0;
     rc = SQLITE_NOMEM;
@@ -1560,7 +1619,6 @@ done:
   if (!vt->cache->valid) packed_clear(&vt->cache->p); /* read in a transaction: drop it */
   vec_free(&q);
   sqlite3_free(rows);
-  sqlite3_free(q8);
   return rc;
 }
 
