@@ -334,7 +334,9 @@ def test_sqlite_utils_query_embeds_and_searches(example_db):
     )
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "sqlite-utils"), "query", example_db, sql],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
         env={**os.environ, "HYBRIDSQL_EMBEDDER": "local"},
     ).stdout
     with hybridsql.connect(example_db) as conn:
@@ -353,7 +355,9 @@ def test_embed_without_a_provider_is_a_clear_error(monkeypatch):
     conn = apsw.Connection(":memory:")
     register_embed(conn, default_embedder)
     assert conn.execute("select embed(NULL)").fetchone()[0] is None
-    message = "embed(): no embedding provider: pip install 'hybridsql[local]' or set HYBRIDSQL_EMBEDDER"
+    message = (
+        "embed(): no embedding provider: pip install 'hybridsql[local]' or set HYBRIDSQL_EMBEDDER"
+    )
     with pytest.raises(EmbeddingError, match="^" + re.escape(message) + "$"):
         conn.execute("select embed('x')").fetchall()
 

@@ -205,7 +205,10 @@ FAST_ERRORS = [
         "vector_topk(): 5th argument precision must be 'float32' or 'int8'",
     ),
     ("select * from vector_topk", "vector_topk(): needs a query vector and k"),
-    ("select * from vector_topk(:q, 3, 'm', '[9999999999999999999]')", "vector_topk(): 4th argument ids must be a JSON array of integers"),
+    (
+        "select * from vector_topk(:q, 3, 'm', '[9999999999999999999]')",
+        "vector_topk(): 4th argument ids must be a JSON array of integers",
+    ),
 ]
 
 

@@ -101,7 +101,13 @@ def test_snippets_mark_the_query_words_not_its_stopwords(idx):
     top = found[0]
     assert "<mark>Python</mark>" in top.snippet and "<mark>be</mark>" not in top.snippet
     assert highlight_terms("the who") == ["the", "who"]  # nothing but stopwords: keep them
-    assert highlight_terms("is ERR_CONN_RESET back?") == ["ERR_CONN_RESET", "back", "ERR", "CONN", "RESET"]
+    assert highlight_terms("is ERR_CONN_RESET back?") == [
+        "ERR_CONN_RESET",
+        "back",
+        "ERR",
+        "CONN",
+        "RESET",
+    ]
 
 
 def test_keyword_plans():
