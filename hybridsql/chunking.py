@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -82,7 +83,7 @@ def _windows(
     window repeats up to overlap worth of its last items, never reaching back past a hard item.
     """
     n = len(costs)
-    acc = [0]
+    acc = array("q", [0])  # 8 bytes an item: a 20 MB line has millions of units
     for cost in costs:
         acc.append(acc[-1] + cost)
     start = 0
@@ -167,14 +168,22 @@ def _scan(lines: list[str]) -> tuple[list[int], list[bool], list[bool], list[str
 
 
 def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int) -> list[Chunk]:
-    """Cut one over-budget line into overlapping pieces, preferring to end at a sentence end."""
-    units = list(_units(line))
-    after_end = [False] + [line[end - 1] in _SENTENCE_END for _, end, _ in units[:-1]]
+    """Cut one over-budget line into overlapping pieces, preferring to end at a sentence end.
+
+    The units are kept in arrays, not tuples: a 20 MB line without a break is millions of
+    units, and tuples of them took 1.4 GB (tests/test_resources.py).
+    """
+    starts, ends, costs = array("i"), array("i"), array("i")
+    for start, end, cost in _units(line):
+        starts.append(start)
+        ends.append(end)
+        costs.append(cost)
+    after_end = bytearray(len(costs))  # 1 where the unit follows a sentence end
+    for i in range(1, len(costs)):
+        after_end[i] = line[ends[i - 1] - 1] in _SENTENCE_END
     return [
-        Chunk(line_no, line_no, line[units[first][0] : units[last - 1][1]], heading)
-        for first, last in _windows(
-            [cost for _, _, cost in units], budget, overlap, [False] * len(units), after_end
-        )
+        Chunk(line_no, line_no, line[starts[first] : ends[last - 1]], heading)
+        for first, last in _windows(costs, budget, overlap, bytes(len(costs)), after_end)
     ]
 
 
