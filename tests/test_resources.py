@@ -28,7 +28,7 @@ MB = 2**20
 HUGE = 200 * MB if FULL else 25 * MB  # over MAX_FILE_BYTES (20 MB): skipped unread
 NEAR = int(19.5 * MB) if FULL else 4 * MB  # under it: indexed
 SMALL = 100_000 if FULL else 2_000
-RSS_LIMIT_MB = 1024 if FULL else 400
+RSS_LIMIT_MB = 512 if FULL else 200  # measured: 239 MB and 82 MB
 # Under the sanitizer build (LD_PRELOAD of libasan) ASan's quarantine and shadow memory make RSS
 # meaningless: it is measured and printed, not bounded.
 SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
