@@ -20,6 +20,9 @@
 **   vector_topk(query, k [, model [, ids [, precision]]])  -> table (id, score)
 **       the fast form of cosine_topk over hybridsql's own `vectors` table.
 **       select id, score from vector_topk(:q, 10, 'all-MiniLM-L6-v2-int8')
+**   bm25_candidate(fts_table, n)             -> INTEGER 0 or 1, an FTS5 function
+**       whether the row can still be among the n best by bm25(); ask it in
+**       WHERE before ORDER BY bm25(fts_table) LIMIT n, to spare bm25() work.
 **   hybridsql_version()                      -> TEXT, e.g. 0.1.0
 **   hybridsql_debug()                        -> TEXT, version, SIMD path and SQLite versions
 **
@@ -82,6 +85,13 @@
 **    rescored as Requirement 4 and the answer is exact; precision 'float32'
 **    runs it in float32 and rescores the best k + 32 rows.  A NULL
 **    query gives no rows.
+** 11. bm25_candidate(fts_table, n), an FTS5 auxiliary function, is 0 for a
+**    row whose bm25() rank cannot be among the n best of the rows it has
+**    returned 1 for so far in this query, and 1 otherwise (n an INTEGER from
+**    1 to HS_MAX_K).  So `WHERE t MATCH q AND bm25_candidate(t, n) ORDER BY
+**    bm25(t) LIMIT n` gives the same rows and ranks as without it (ties at
+**    the n-th rank aside).  Other WHERE terms must be tested before it (in a
+**    CASE), or it counts rows they reject.  Registered when SQLite has FTS5.
 */
 #include "hybridsql.h"
 
@@ -1658,6 +1668,153 @@ static sqlite3_module topk_module = {
     .xRowid = topk_rowid,
 };
 
+/* ------------------------------------------------------------------------
+** bm25_candidate (Requirement 11): an FTS5 auxiliary function that spares
+** bm25() its costliest step for rows that cannot make the top n.  bm25()
+** reads every matching row's length from the %_docsize table, a lookup that
+** is about 70% of its time (bench/run.py, 100k chunks).  A row's bm25 score
+** is highest when its length is 0, and that bound needs no lookup: when it
+** is below the n-th best score seen so far, the row is out.
+*/
+#define HS_BM25_K1 1.2 /* FTS5's bm25() constants */
+#define HS_BM25_B 0.75
+
+typedef struct Bm25Bound {
+  int nphrase;
+  double avgdl;
+  double *idf, *freq; /* per phrase; freq is per row */
+  int64_t n, len;
+  double *best;       /* min-heap of the n best scores seen: best[0] is the bar */
+  sqlite3_int64 last; /* the last row counted, so that a second call does not count it twice */
+  int counted;
+} Bm25Bound;
+
+static int count_row(const Fts5ExtensionApi *api, Fts5Context *fts, void *arg) {
+  (void)api, (void)fts;
+  (*(sqlite3_int64 *)arg)++;
+  return SQLITE_OK;
+}
+
+/* The query's constants, as FTS5's bm25() computes them; NULL when out of memory. */
+static Bm25Bound *bm25_bound_new(const Fts5ExtensionApi *api, Fts5Context *fts, int64_t n,
+                                 int *rc) {
+  int np = api->xPhraseCount(fts);
+  Bm25Bound *b = sqlite3_malloc64(sizeof(Bm25Bound) + sizeof(double) * (uint64_t)(2 * np + n));
+  if (!b) {
+    *rc = SQLITE_NOMEM;
+    return 0;
+  }
+  memset(b, 0, sizeof(*b));
+  b->nphrase = np;
+  b->idf = (double *)(b + 1);
+  b->freq = b->idf + np;
+  b->best = b->freq + np;
+  b->n = n;
+  sqlite3_int64 rows = 0, tokens = 0;
+  if ((*rc = api->xRowCount(fts, &rows)) == SQLITE_OK &&
+      (*rc = api->xColumnTotalSize(fts, -1, &tokens)) == SQLITE_OK) {
+    b->avgdl = rows > 0 ? (double)tokens / (double)rows : 1.0;
+    for (int i = 0; i < np && *rc == SQLITE_OK; i++) {
+      sqlite3_int64 hits = 0;
+      *rc = api->xQueryPhrase(fts, i, &hits, count_row);
+      double idf = log((rows - hits + 0.5) / (hits + 0.5));
+      b->idf[i] = idf > 0.0 ? idf : 1e-6;
+    }
+  }
+  if (*rc != SQLITE_OK) {
+    sqlite3_free(b);
+    return 0;
+  }
+  return b;
+}
+
+/* The bm25 score (bm25() negated) of a row of `length` tokens with b->freq. */
+static double bm25_of(const Bm25Bound *b, double length) {
+  double score = 0.0;
+  for (int i = 0; i < b->nphrase; i++) {
+    double f = b->freq[i];
+    score += b->idf[i] * (f * (HS_BM25_K1 + 1.0)) /
+             (f + HS_BM25_K1 * (1.0 - HS_BM25_B + HS_BM25_B * length / b->avgdl));
+  }
+  return score;
+}
+
+static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
+                                sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  if (argc != 1 || sqlite3_value_type(argv[0]) != SQLITE_INTEGER ||
+      sqlite3_value_int64(argv[0]) < 1 || sqlite3_value_int64(argv[0]) > HS_MAX_K) {
+    fail(ctx, "bm25_candidate(): 2nd argument n must be an integer from 1 to %d", HS_MAX_K);
+    return;
+  }
+  int rc = SQLITE_OK;
+  Bm25Bound *b = api->xGetAuxdata(fts, 0);
+  if (!b) {
+    if (!(b = bm25_bound_new(api, fts, sqlite3_value_int64(argv[0]), &rc)) ||
+        (rc = api->xSetAuxdata(fts, b, sqlite3_free)) != SQLITE_OK) {
+      sqlite3_result_error_code(ctx, rc);
+      return;
+    }
+  }
+  sqlite3_int64 row = api->xRowid(fts);
+  if (b->counted && row == b->last) { /* asked again about the same row */
+    sqlite3_result_int(ctx, 1);
+    return;
+  }
+  memset(b->freq, 0, sizeof(double) * (size_t)b->nphrase);
+  int ninst = 0;
+  rc = api->xInstCount(fts, &ninst);
+  for (int i = 0; i < ninst && rc == SQLITE_OK; i++) {
+    int phrase, column, offset;
+    if ((rc = api->xInst(fts, i, &phrase, &column, &offset)) == SQLITE_OK) b->freq[phrase] += 1.0;
+  }
+  if (rc != SQLITE_OK) {
+    sqlite3_result_error_code(ctx, rc);
+    return;
+  }
+  double bar = b->len == b->n ? b->best[0] : -INFINITY;
+  if (bm25_of(b, 0.0) * (1.0 + 1e-9) < bar) { /* cannot reach the bar at any length */
+    sqlite3_result_int(ctx, 0);
+    return;
+  }
+  int length = 0;
+  if ((rc = api->xColumnSize(fts, -1, &length)) != SQLITE_OK) {
+    sqlite3_result_error_code(ctx, rc);
+    return;
+  }
+  double score = bm25_of(b, (double)length);
+  if (b->len < b->n) { /* sift up into the min-heap */
+    int64_t j = b->len++;
+    for (; j > 0 && b->best[(j - 1) / 2] > score; j = (j - 1) / 2) b->best[j] = b->best[(j - 1) / 2];
+    b->best[j] = score;
+  } else if (score > b->best[0]) { /* replace the root, sift down */
+    int64_t j = 0;
+    for (;;) {
+      int64_t c = 2 * j + 1;
+      if (c >= b->n) break;
+      if (c + 1 < b->n && b->best[c + 1] < b->best[c]) c++;
+      if (b->best[c] >= score) break;
+      b->best[j] = b->best[c];
+      j = c;
+    }
+    b->best[j] = score;
+  }
+  b->last = row;
+  b->counted = 1;
+  sqlite3_result_int(ctx, 1);
+}
+
+/* Registers bm25_candidate with FTS5, when this SQLite has FTS5. */
+static int register_fts5(sqlite3 *db) {
+  fts5_api *fts5 = 0;
+  sqlite3_stmt *st;
+  if (sqlite3_prepare_v2(db, "select fts5(?1)", -1, &st, 0) != SQLITE_OK) return SQLITE_OK;
+  sqlite3_bind_pointer(st, 1, (void *)&fts5, "fts5_api_ptr", 0);
+  sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (!fts5 || fts5->iVersion < 2) return SQLITE_OK;
+  return fts5->xCreateFunction(fts5, "bm25_candidate", 0, bm25_candidate_func, 0);
+}
+
 #define HS_PURE (SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS)
 
 static const struct {
@@ -1701,6 +1858,6 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
                                         FUNCTIONS[i].xStep, FUNCTIONS[i].xFinal, 0);
     if (rc != SQLITE_OK) return rc;
   }
-  return SQLITE_OK;
+  return register_fts5(db);
 }
 #endif /* HYBRIDSQL_KERNELS_ONLY */

@@ -317,11 +317,16 @@ def document_profile(project: str | None = None) -> Profile:
 
 
 def build_statement(
-    plan: KeywordPlan, opts: SearchOptions, vector_source: str | None, profile: Profile = DOCUMENTS
+    plan: KeywordPlan,
+    opts: SearchOptions,
+    vector_source: str | None,
+    profile: Profile = DOCUMENTS,
+    native: bool = False,
 ) -> str:
     """The one search statement. ``vector_source`` is ``tvf`` (vector_topk over the packed
     vectors), ``topk`` (the cosine_topk aggregate), ``json`` (candidates bound as
-    :vector_candidates) or None (keyword-only)."""
+    :vector_candidates) or None (keyword-only). ``native``: the C extension is loaded, so
+    FTS5 has its bm25_candidate() function."""
     clash = RESERVED.intersection(profile.columns)
     if clash:
         raise ValueError(f"profile columns would shadow the statement's own: {sorted(clash)}")
@@ -372,12 +377,22 @@ def build_statement(
         # Ordered by bm25() rather than by FTS5's rank column: for ORDER BY rank FTS5 sorts
         # every matching row itself, where SQLite's sorter keeps only the :pool best (a
         # third of the keyword side's time at 100k chunks, bench/run.py).
-        source = f"{table} f"
+        source, test = f"{table} f", where
         if profile.filters:
             source += f" join chunks c on c.id = f.rowid {join}"
+        if native:
+            # bm25_candidate() drops rows that cannot make the :pool best, before bm25() reads
+            # their lengths (most of its time). It counts the rows it keeps, so it must see
+            # only rows that pass the filters: CASE tests them first.
+            candidate = f"bm25_candidate({table}, :pool)"
+            test = (
+                f"and case when {profile.filters} then {candidate} else 0 end"
+                if profile.filters
+                else f"and {candidate}"
+            )
         parts.append(f"""kw_fts(id, rank) as materialized (
   select f.rowid, bm25({table}) from {gate}{source}
-  where {table} match {match} {where}
+  where {table} match {match} {test}
   order by bm25({table}) limit :pool
 )""")
     else:
@@ -487,7 +502,7 @@ class Searcher:
     def __init__(self, conn, embedder=None, sql_vectors: bool = True):
         self.conn = conn
         self.embedder = embedder
-        self.sql_vectors = sql_vectors  # whether cosine_topk runs natively on this connection
+        self.sql_vectors = sql_vectors  # whether the C extension is loaded on this connection
         self.matrix = VectorMatrix()
         self.fts = has_fts(conn)
 
@@ -527,7 +542,7 @@ class Searcher:
             params["query_vector"] = query_vector.tobytes()
             params["model"] = self.embedder.model_id
             source, backend = self._vector_source(opts, query_vector, params, profile)
-        sql = build_statement(plan, opts, source, profile)
+        sql = build_statement(plan, opts, source, profile, native=self.sql_vectors)
         used = set(re.findall(r":([a-z_0-9]+)", sql))
         params = {k: v for k, v in params.items() if k in used}
         rows = self.conn.execute(sql, params).fetchall()

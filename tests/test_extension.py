@@ -288,7 +288,10 @@ def test_exact_list_of_registered_functions(backend):
     conn = apsw.Connection(":memory:")
     before = registered(conn)
     assert hybridsql.load(conn, backend) == backend
-    assert registered(conn) - before == FUNCTIONS
+    # The extension also gives FTS5 an auxiliary function, which SQLite lists with narg -1;
+    # Python's backends cannot register FTS5 functions, and the search does not ask them to.
+    fts5 = {("bm25_candidate", -1)} if backend == "extension" else set()
+    assert registered(conn) - before == FUNCTIONS | fts5
 
 
 def test_native_flags_deterministic_and_innocuous_where_true():

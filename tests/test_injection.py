@@ -193,6 +193,8 @@ REVIEWED = {
         "match": "':fts_query' or 'g.q', literals of build_statement",
         "gate": "'' or a literal subquery of build_statement",
         "source": "table, and the join with Profile SQL",
+        "test": "where, or bm25_candidate(table, :pool) with Profile.filters in a CASE",
+        "candidate": "'bm25_candidate(' + table + ', :pool)'",
         "hits": "' + '.join of '(c.text like :like{i} escape ...)', i a range index",
         "i": "an index from range(len(plan.like_terms))",
         "vscore": "one of two literals of build_statement",
