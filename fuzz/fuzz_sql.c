@@ -1,13 +1,15 @@
 /*
 ** A libFuzzer harness for the argument parsing of every SQL function in
-** csrc/hybridsql.c, and of the table-valued function vector_topk, through
-** SQLite itself.
+** csrc/hybridsql.c, of the table-valued function vector_topk and of the FTS5
+** function bm25_candidate, through SQLite itself.
 **
 ** hybridsql.c is compiled into the fuzzer with SQLITE_CORE, so its functions
 ** are registered on an in-memory database by calling sqlite3_hybridsql_init
 ** directly, against the system libsqlite3.  Each input picks one statement
 ** and the values bound to its parameters; cosine_topk() runs over a table of
-** up to 16 generated rows, vector_topk over a `vectors` table of up to 16.
+** up to 16 generated rows, vector_topk over a `vectors` table of up to 16,
+** bm25_candidate over a fixed FTS5 table of 64 rows with a generated query
+** (its words and operators, and n, come from the input's last bytes).
 ** Values are bound, never spliced into SQL text.
 **
 ** The input is read as a stream of bytes (a short input reads as zeros):
@@ -28,9 +30,11 @@
 ** behaviour), every answer is checked against the header's requirements:
 ** cosine in [-1, 1], bm25_score in [0, 1], decay in [0, 1], cosine_topk JSON
 ** valid with at most k rows, vector_blob/vector_json round trips exact,
-** vector_topk the same rows and scores as cosine_topk (Requirement 10), and
-** every error message starts with the name of a hybridsql function
-** (Requirement 3).
+** vector_topk the same rows and scores as cosine_topk (Requirement 10; both
+** skip rows by error bounds, so this checks the bounds), bm25_candidate the
+** same ranks as bm25() alone (Requirement 11), and every error message
+** starts with the name of a hybridsql function (Requirement 3) or is SQLite's
+** own refusal.
 **
 ** Build and run: see fuzz/README.md.
 */
@@ -316,8 +320,8 @@ static void bind(sqlite3_stmt *stmt, int i, const Value *v) {
   }
 }
 
-enum Check { NONE, COSINE, BM25, DECAY, ROUND_TRIP, TOPK, VTOPK };
-enum Rows { NO_ROWS, FZ_ROWS, VECTOR_ROWS };
+enum Check { NONE, COSINE, BM25, DECAY, ROUND_TRIP, TOPK, VTOPK, BM25C };
+enum Rows { NO_ROWS, FZ_ROWS, VECTOR_ROWS, FTS_QUERY };
 
 static const struct {
   const char *sql;
@@ -352,7 +356,20 @@ static const struct {
     {"select id, score from vector_topk where query = ?1 and k = ?2 and ids = ?3", 3, NONE,
      VECTOR_ROWS},
     {"select hybridsql_version(), hybridsql_debug()", 0, NONE, NO_ROWS},
+    /* Requirement 11: bm25_candidate, compared with plain bm25() on the same query. */
+    {"select rowid, bm25(ft) from ft where ft match ?1 and bm25_candidate(ft, ?2)"
+     " order by bm25(ft) limit ?2",
+     0, BM25C, FTS_QUERY},
 };
+
+/* The same without bm25_candidate. */
+static const char *PLAIN_BM25 =
+    "select rowid, bm25(ft) from ft where ft match ?1 order by bm25(ft) limit ?2";
+
+/* ft's rows are made of these words; generated queries combine them with FTS5 operators. */
+static const char *FT_WORDS[] = {"alpha", "beta", "gamma", "delta", "omega", "cell", "tumor",
+                                 "gene"};
+static const char *FT_JOINS[] = {" OR ", " OR ", " AND ", " NOT ", " ", " OR NEAR(", " OR \"a "};
 
 /* cosine_topk over what vector_topk(?1, ?2, ?3, ?4, ?5) reads, as (id, score) rows. */
 static const char *COSINE_TOPK_OF_VECTORS =
@@ -363,11 +380,12 @@ static const char *COSINE_TOPK_OF_VECTORS =
 
 static const char *FUNCTION_NAMES[] = {
     "cosine_similarity(): ", "cosine_topk(): ", "bm25_score(): ", "hybrid_score(): ",
-    "temporal_decay(): ",    "vector_blob(): ", "vector_json(): ", "vector_topk(): "};
+    "temporal_decay(): ",    "vector_blob(): ", "vector_json(): ", "vector_topk(): ",
+    "bm25_candidate(): "};
 
 static sqlite3 *db;
 static sqlite3_stmt *prepared[COUNT(STATEMENTS)];
-static sqlite3_stmt *insert_fz, *clear_fz, *insert_vector, *clear_vectors, *reference;
+static sqlite3_stmt *insert_fz, *clear_fz, *insert_vector, *clear_vectors, *reference, *plain;
 
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "fuzz_sql: %s: %s\n", what, detail);
@@ -379,6 +397,8 @@ static sqlite3_stmt *prepare(const char *sql) {
   if (sqlite3_prepare_v2(db, sql, -1, &stmt, 0) != SQLITE_OK) die(sql, sqlite3_errmsg(db));
   return stmt;
 }
+
+static void run_to_end(sqlite3_stmt *stmt);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
@@ -397,6 +417,25 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
       "create trigger vd after delete on vectors begin"
       " update meta set value = value + 1 where key = 'vectors_version'; end;";
   if (sqlite3_exec(db, schema, 0, 0, 0) != SQLITE_OK) die("schema", sqlite3_errmsg(db));
+  /* ft: 64 rows of 1 to 40 words, so that rows differ in length as bm25() weighs it. */
+  if (sqlite3_exec(db, "create virtual table ft using fts5(text)", 0, 0, 0) != SQLITE_OK)
+    die("fts5", sqlite3_errmsg(db));
+  sqlite3_stmt *add = prepare("insert into ft(rowid, text) values (?1, ?2)");
+  unsigned seed = 12345;
+  for (int r = 1; r <= 64; r++) {
+    char text[40 * 8] = "";
+    seed = seed * 1103515245u + 12345u;
+    for (unsigned w = 0, n = 1 + (seed >> 16) % 40; w < n; w++) {
+      seed = seed * 1103515245u + 12345u;
+      strcat(text, FT_WORDS[(seed >> 16) % COUNT(FT_WORDS)]);
+      strcat(text, " ");
+    }
+    sqlite3_bind_int(add, 1, r);
+    sqlite3_bind_text(add, 2, text, -1, SQLITE_TRANSIENT);
+    run_to_end(add);
+  }
+  sqlite3_finalize(add);
+  plain = prepare(PLAIN_BM25);
   for (size_t i = 0; i < COUNT(STATEMENTS); i++) prepared[i] = prepare(STATEMENTS[i].sql);
   insert_fz = prepare("insert into fz values (?1, ?2, ?3, ?4)");
   clear_fz = prepare("delete from fz");
@@ -462,6 +501,7 @@ static void check_error(const char *sql) {
   }
   /* What SQLite itself refuses is an honest error too. */
   if (strcmp(msg, "out of memory") == 0 || strcmp(msg, "string or blob too big") == 0) return;
+  if (strncmp(msg, "fts5: ", 6) == 0) return; /* FTS5 refusing a generated query */
   fprintf(stderr, "statement: %s\n", sql);
   die("error text names no function (Requirement 3)", msg);
 }
@@ -491,6 +531,8 @@ static void check_row(sqlite3_stmt *stmt, enum Check check, const char *sql) {
           (sqlite3_column_type(stmt, 3) != SQLITE_INTEGER ||
            sqlite3_column_int64(stmt, 2) > sqlite3_column_int64(stmt, 3)))
         die(sql, "cosine_topk gave more than k rows");
+      break;
+    case BM25C:
       break;
     case VTOPK:
       if (!(sqlite3_column_double(stmt, 1) >= -1.0 && sqlite3_column_double(stmt, 1) <= 1.0))
@@ -548,6 +590,52 @@ static void compare_with_cosine_topk(const Hits *got) {
   }
 }
 
+/* An FTS5 query of FT_WORDS and operators (balanced, so that FTS5 accepts most), and n. */
+static void make_fts_query(Input *in, char *query, int *n) {
+  int open = 0;
+  query[0] = 0;
+  for (unsigned t = 0, terms = 1 + next_byte(in) % 6; t < terms; t++) {
+    if (t) {
+      const char *join = FT_JOINS[next_byte(in) % COUNT(FT_JOINS)];
+      strcat(query, join);
+      open += strchr(join, '(') != 0;
+      if (strchr(join, '"')) {
+        strcat(query, FT_WORDS[next_byte(in) % COUNT(FT_WORDS)]);
+        strcat(query, "\" ");
+      }
+    }
+    strcat(query, FT_WORDS[next_byte(in) % COUNT(FT_WORDS)]);
+  }
+  while (open-- > 0) strcat(query, ")");
+  *n = (int)(next_byte(in) % 20); /* 0 is an error */
+}
+
+static void bind_fts_query(sqlite3_stmt *stmt, const char *query, int n) {
+  sqlite3_bind_text(stmt, 1, query, -1, SQLITE_STATIC);
+  sqlite3_bind_int(stmt, 2, n);
+}
+
+/* Requirement 11: the same ranks as plain bm25(), in the same order. */
+static void compare_with_bm25(const char *query, int n, const Hits *got) {
+  Hits want;
+  bind_fts_query(plain, query, n);
+  int ok = collect(plain, NONE, PLAIN_BM25, &want, 1);
+  sqlite3_reset(plain);
+  sqlite3_clear_bindings(plain);
+  if (!ok) return;
+  int same = got->n == want.n;
+  for (int64_t i = 0; same && i < got->n; i++) same = got->score[i] == want.score[i];
+  if (!same) {
+    for (int64_t i = 0; i < got->n || i < want.n; i++) {
+      fprintf(stderr, "  %lld: with bm25_candidate %lld %.17g, bm25 alone %lld %.17g\n",
+              (long long)i, (long long)(i < got->n ? got->id[i] : -1),
+              i < got->n ? got->score[i] : 0, (long long)(i < want.n ? want.id[i] : -1),
+              i < want.n ? want.score[i] : 0);
+    }
+    die("bm25_candidate changes the n best (Requirement 11)", query);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Input in = {data, size};
   size_t which = next_byte(&in) % COUNT(STATEMENTS);
@@ -559,10 +647,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     make_value(&in, &values[i - 1]);
     bind(stmt, i, &values[i - 1]);
   }
+  char query[512];
+  int n = 0;
+  if (STATEMENTS[which].rows == FTS_QUERY) {
+    make_fts_query(&in, query, &n);
+    bind_fts_query(stmt, query, n);
+  }
   Hits hits;
   int ok = collect(stmt, STATEMENTS[which].check, STATEMENTS[which].sql, &hits, 0);
   sqlite3_reset(stmt);
   sqlite3_clear_bindings(stmt);
   if (ok && STATEMENTS[which].check == VTOPK) compare_with_cosine_topk(&hits);
+  if (ok && STATEMENTS[which].check == BM25C) compare_with_bm25(query, n, &hits);
   return 0;
 }
