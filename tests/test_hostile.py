@@ -202,6 +202,8 @@ def test_sample_of_generated_queries(index):
                     {"max_results": options["max_results"], "project": project},
                 )
             ] += 1
+        if (n + 1) % 10000 == 0:  # the long run takes an hour: show that it moves
+            print(f"\n{n + 1} queries, {sum(tally.values())} searches: {dict(tally)}", flush=True)
     print(f"\n{QUERIES} queries, {sum(tally.values())} searches: {dict(tally)}")
     assert tally["results"] > QUERIES // 2
 
