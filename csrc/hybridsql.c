@@ -1465,6 +1465,11 @@ static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
 }
 
 /* Parses a JSON array of integer ids into the sorted row numbers they have. */
+static int cmp_int64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
 static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows, int64_t *nrows) {
   int64_t cap = n / 2 + 1, len = 0, i = 0;
   int64_t *out = sqlite3_malloc64(sizeof(int64_t) * (uint64_t)cap);
@@ -1487,7 +1492,16 @@ static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows
       break;
     }
     v = neg ? -v : v;
-    int64_t lo = 0, hi = p->n; /* ids are ascending: binary search */
+    /* ids are ascending: binary search, from the last find when v is past it (json_group_array
+       over an index gives ascending ids: then each search gallops over a few rows) */
+    int64_t lo = 0, hi = p->n;
+    if (len > 0 && p->ids[out[len - 1]] <= v) {
+      int64_t step = 1;
+      lo = out[len - 1];
+      while (lo + step < p->n && p->ids[lo + step] < v) step *= 2;
+      hi = lo + step < p->n ? lo + step + 1 : p->n;
+      lo += step / 2;
+    }
     while (lo < hi) {
       int64_t mid = lo + (hi - lo) / 2;
       if (p->ids[mid] < v) lo = mid + 1; else hi = mid;
@@ -1510,15 +1524,10 @@ static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows
     sqlite3_free(out);
     return sqlite3_mprintf("vector_topk(): 4th argument ids must be a JSON array of integers");
   }
-  /* sort and drop duplicates, so each row is scored once */
-  for (int64_t a = 1; a < len; a++) {
-    int64_t x = out[a], b = a;
-    while (b > 0 && out[b - 1] > x) {
-      out[b] = out[b - 1];
-      b--;
-    }
-    out[b] = x;
-  }
+  /* sort (unless sorted already) and drop duplicates, so each row is scored once */
+  int sorted = 1;
+  for (int64_t a = 1; a < len && sorted; a++) sorted = out[a - 1] <= out[a];
+  if (!sorted) qsort(out, (size_t)len, sizeof(int64_t), cmp_int64);
   int64_t m = 0;
   for (int64_t a = 0; a < len; a++) {
     if (m == 0 || out[m - 1] != out[a]) out[m++] = out[a];

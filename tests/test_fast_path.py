@@ -72,6 +72,10 @@ def test_ids_filter_takes_the_top_k_among_them(db):
     ids, scores = fast(conn, q, 10, ids=keep)
     assert (ids, scores) == aggregate(conn, q, 10, "and chunk_id % 10 = 3")
     assert fast(conn, q, 10, ids=[]) == ([], [])
+    shuffled = list(range(3, N, 10)) * 2  # in any order, with every id twice
+    np.random.default_rng(7).shuffle(shuffled)
+    assert fast(conn, q, 10, ids=shuffled) == (ids, scores)
+    assert fast(conn, q, 10, ids=sorted(shuffled, reverse=True)) == (ids, scores)
 
 
 def test_model_is_respected_and_null_means_every_row(db):
