@@ -568,6 +568,19 @@ static double float32_error(int64_t d) { return (double)(d + 16) * 0x1p-22 + 1e-
 static int safe_norm(double nn) { return nn >= HS_SAFE_LO && nn <= HS_SAFE_HI; }
 
 /*
+** Asks the CPU to start loading row r, for a scan of scattered rows (a filter's
+** ids), where the hardware prefetcher cannot guess the next address.
+*/
+static void prefetch_row(const Packed *p, int64_t r, int int8, int64_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+  const char *at = int8 ? (const char *)(p->q8 + r * p->d) : (const char *)(p->vecs + r * p->d);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(at + off);
+#else
+  (void)p, (void)r, (void)int8, (void)bytes;
+#endif
+}
+
+/*
 ** The k best of the packed rows (all, or the `nrows` row numbers in `rows`),
 ** scored exactly as cosine_topk scores them (Requirement 4), into `out` (room
 ** for k hits); returns how many, or -1 when out of memory.
@@ -596,8 +609,10 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
   float qmul = 0, inv_q = safe_norm(qq) ? (float)(1.0 / sqrt(qq)) : NAN; /* NaN: exact */
   if (int8) qerr = quantize(q, d, q8, &qmul) / 2.0 + (double)d / 4.0;
   const double f32err = float32_error(d), slack = 1e-6;
+  const int64_t row_bytes = int8 ? d : 4 * d, ahead = 8;
   for (int64_t i = 0; i < count; i++) {
     int64_t r = rows ? rows[i] : i;
+    if (rows && i + ahead < count) prefetch_row(p, rows[i + ahead], int8, row_bytes);
     double approx, err;
     if (int8) {
       double mul = (double)qmul * p->q8_mul[r];
