@@ -80,11 +80,10 @@
 **    vectors kept per connection and rebuilt when meta.vectors_version, which
 **    triggers bump on every write from any connection, has changed; a copy
 **    read inside an open transaction is used once and dropped.  The first
-**    pass runs on an int8 copy (precision 'int8', the default) with a bound
-**    on each row's error, so that every row that could be in the top k is
-**    rescored as Requirement 4 and the answer is exact; precision 'float32'
-**    runs it in float32 and rescores the best k + 32 rows.  A NULL
-**    query gives no rows.
+**    pass runs on an int8 copy (precision 'int8', the default) or in float32
+**    (precision 'float32') with a bound on each row's error, so that every
+**    row that could be in the top k is rescored as Requirement 4 and the
+**    answer is exact.  A NULL query gives no rows.
 ** 11. bm25_candidate(fts_table, n), an FTS5 auxiliary function, is 0 for a
 **    row whose bm25() rank cannot be among the n best of the rows it has
 **    returned 1 for so far in this query, and 1 otherwise (n an INTEGER from

@@ -233,25 +233,48 @@ class VectorMatrix:
         return self.ids, self.matrix, self.inv_norms
 
 
-def inverse_norms(matrix):
-    """1 / |row| for each row of a float32 matrix, 0 for an all-zero row."""
-    norms = np.linalg.norm(matrix, axis=1)
-    return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
+def inverse_norms(matrix, block: int = 65536):
+    """1 / |row| for each row of a float32 matrix, 0 for an all-zero row. The norms are summed
+    in float64 (a block of rows at a time), where float32 squares of tiny values underflow."""
+    norms = np.empty(len(matrix), dtype=np.float64)
+    for start in range(0, len(matrix), block):
+        part = matrix[start : start + block].astype(np.float64)
+        norms[start : start + block] = np.sqrt(np.einsum("ij,ij->i", part, part))
+    with np.errstate(over="ignore"):
+        return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
+
+
+SAFE_INV_NORMS = (1e-10, 1e10)  # rows with a squared norm in [1e-20, 1e20], as in the C code
 
 
 def numpy_topk(matrix, ids, query, k: int, inv_norms=None):
-    """Top-k by ``matrix @ query`` and argpartition, rescored in float64 so every backend agrees.
+    """Top-k by ``matrix @ query``, rescored in float64 so every backend agrees, and exact.
 
-    ``inv_norms`` (from ``inverse_norms``) saves recomputing the row norms on every query.
+    The float32 scores are off by at most 4 (d + 16) 2^-24 |q| (the C code's float32 bound,
+    csrc/hybridsql.c), so only rows within twice that of the k-th best can be in the top k:
+    those are rescored, with rows whose norm is outside the bound's range and any non-finite
+    score. ``inv_norms`` (from ``inverse_norms``) saves recomputing the row norms every query.
     """
     if len(ids) == 0:
         return []
     q = np.asarray(query, dtype=np.float32)
-    approx = (matrix @ q) * (inverse_norms(matrix) if inv_norms is None else inv_norms)
-    take = min(len(ids), k + 32)  # a margin for float32 rounding at the boundary
-    idx = np.argpartition(-approx, take - 1)[:take] if take < len(ids) else np.arange(len(ids))
-    m64, q64 = matrix[idx].astype(np.float64), q.astype(np.float64)
-    denom = np.sqrt((m64 * m64).sum(axis=1) * (q64 @ q64))
+    inv = inverse_norms(matrix) if inv_norms is None else inv_norms
+    with np.errstate(over="ignore", invalid="ignore"):
+        approx = (matrix @ q) * inv
+    q64 = q.astype(np.float64)
+    qq = float(q64 @ q64)
+    n = len(ids)
+    if k >= n or not 1e-20 <= qq <= 1e20:
+        idx = np.arange(n)
+    else:
+        err = (matrix.shape[1] + 16) * 2.0**-22 * math.sqrt(qq)
+        finite = np.isfinite(approx)
+        kth = np.partition(np.where(finite, approx, -np.inf), n - k)[n - k]
+        lo, hi = SAFE_INV_NORMS
+        unsafe = (inv > 0) & ((inv < lo) | (inv > hi))
+        idx = np.flatnonzero((approx >= kth - 2 * err) | ~finite | unsafe)
+    m64 = matrix[idx].astype(np.float64)
+    denom = np.sqrt((m64 * m64).sum(axis=1) * qq)
     exact = np.clip(np.divide(m64 @ q64, denom, out=np.zeros(len(idx)), where=denom > 0), -1, 1)
     order = sorted(range(len(idx)), key=lambda j: (-exact[j], ids[idx[j]]))[:k]
     return [[int(ids[idx[j]]), float(exact[j])] for j in order]

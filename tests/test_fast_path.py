@@ -8,6 +8,7 @@ import pytest
 
 import hybridsql
 from hybridsql.schema import ensure_schema
+from hybridsql.search import numpy_topk
 
 N, D = 3000, 64
 
@@ -154,7 +155,8 @@ def assert_exact(got, vectors, q, k, keep=None):
 @pytest.mark.parametrize("kind", ["near duplicates", "magnitudes", "one large value", "ties"])
 def test_first_passes_are_exact_on_hard_vectors(tmp_path, kind):
     """The first passes' error bounds let no row slip that belongs in the top k: vector_topk
-    (int8 and float32) and cosine_topk give the exact top k, for every k and with filters."""
+    (int8 and float32), cosine_topk and the numpy path give the exact top k, for every k and
+    with filters."""
     rng = np.random.default_rng(12)
     vectors = hard_vectors(kind, rng)
     conn = hybridsql.connect(str(tmp_path / "hard.db"), backend="extension")
@@ -173,6 +175,8 @@ def test_first_passes_are_exact_on_hard_vectors(tmp_path, kind):
             assert_exact(got, vectors, q, k)
             assert fast(conn, q, k, precision="int8") == got, (kind, k)
             assert fast(conn, q, k, precision="float32") == got, (kind, k)
+            hits = numpy_topk(vectors, np.arange(len(vectors)), q, k)
+            assert_exact(([i for i, _ in hits], [s for _, s in hits]), vectors, q, k)
         for precision in ("int8", "float32"):
             assert_exact(fast(conn, q, 10, ids=keep, precision=precision), vectors, q, 10, keep)
         assert_exact(aggregate(conn, q, 10, "and chunk_id % 7 = 0"), vectors, q, 10, keep)
