@@ -5,6 +5,7 @@ The statement (see docs/architecture.md) takes vector candidates from ``cosine_t
 ``python``), keyword candidates from FTS5, joins both, scores, decays, filters and limits.
 """
 
+import functools
 import json
 import math
 import re
@@ -692,6 +693,18 @@ def highlight_terms(query: str) -> list:
     return bounded(content or terms)
 
 
+@functools.lru_cache(maxsize=64)
+def _mark_pattern(terms: tuple):
+    """The regex that marks ``terms``; built once per search, not once per result."""
+    return re.compile(
+        "|".join(
+            re.escape(t) if _CJK_RUN.search(t) else rf"(?<!\w){re.escape(t)}"
+            for t in sorted(terms, key=len, reverse=True)
+        ),
+        re.IGNORECASE,
+    )
+
+
 def make_snippet(text: str, terms, width: int = 240) -> str:
     """About ``width`` characters of ``text`` around the first query term, terms in <mark>.
 
@@ -699,13 +712,7 @@ def make_snippet(text: str, terms, width: int = 240) -> str:
     """
     if not terms:
         return text[:width].strip() + ("…" if len(text) > width else "")
-    pattern = re.compile(
-        "|".join(
-            re.escape(t) if _CJK_RUN.search(t) else rf"(?<!\w){re.escape(t)}"
-            for t in sorted(terms, key=len, reverse=True)
-        ),
-        re.IGNORECASE,
-    )
+    pattern = _mark_pattern(tuple(terms))
     first = pattern.search(text)
     start = max(0, first.start() - width // 3) if first else 0
     piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", text[start : start + width])
