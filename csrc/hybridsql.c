@@ -1707,7 +1707,7 @@ typedef struct Bm25Bound {
   double avgdl;
   double *idf, *freq; /* per phrase; freq is per row */
   int64_t n, len;
-  double *best;       /* min-heap of the n best scores seen: best[0] is the bar */
+  Hit *best;          /* heap (heap_push) of the n best scores seen: best[0] is the bar */
   sqlite3_int64 last; /* the last row counted, so that a second call does not count it twice */
   int counted;
 } Bm25Bound;
@@ -1722,7 +1722,8 @@ static int count_row(const Fts5ExtensionApi *api, Fts5Context *fts, void *arg) {
 static Bm25Bound *bm25_bound_new(const Fts5ExtensionApi *api, Fts5Context *fts, int64_t n,
                                  int *rc) {
   int np = api->xPhraseCount(fts);
-  Bm25Bound *b = sqlite3_malloc64(sizeof(Bm25Bound) + sizeof(double) * (uint64_t)(2 * np + n));
+  Bm25Bound *b = sqlite3_malloc64(sizeof(Bm25Bound) + sizeof(double) * (uint64_t)(2 * np) +
+                                   sizeof(Hit) * (uint64_t)n);
   if (!b) {
     *rc = SQLITE_NOMEM;
     return 0;
@@ -1731,7 +1732,7 @@ static Bm25Bound *bm25_bound_new(const Fts5ExtensionApi *api, Fts5Context *fts, 
   b->nphrase = np;
   b->idf = (double *)(b + 1);
   b->freq = b->idf + np;
-  b->best = b->freq + np;
+  b->best = (Hit *)(b->freq + np);
   b->n = n;
   sqlite3_int64 rows = 0, tokens = 0;
   if ((*rc = api->xRowCount(fts, &rows)) == SQLITE_OK &&
@@ -1794,7 +1795,7 @@ static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
     sqlite3_result_error_code(ctx, rc);
     return;
   }
-  double bar = b->len == b->n ? b->best[0] : -INFINITY;
+  double bar = b->len == b->n ? b->best[0].score : -INFINITY;
   if (bm25_of(b, 0.0) * (1.0 + 1e-9) < bar) { /* cannot reach the bar at any length */
     sqlite3_result_int(ctx, 0);
     return;
@@ -1804,23 +1805,8 @@ static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
     sqlite3_result_error_code(ctx, rc);
     return;
   }
-  double score = bm25_of(b, (double)length);
-  if (b->len < b->n) { /* sift up into the min-heap */
-    int64_t j = b->len++;
-    for (; j > 0 && b->best[(j - 1) / 2] > score; j = (j - 1) / 2) b->best[j] = b->best[(j - 1) / 2];
-    b->best[j] = score;
-  } else if (score > b->best[0]) { /* replace the root, sift down */
-    int64_t j = 0;
-    for (;;) {
-      int64_t c = 2 * j + 1;
-      if (c >= b->n) break;
-      if (c + 1 < b->n && b->best[c + 1] < b->best[c]) c++;
-      if (b->best[c] >= score) break;
-      b->best[j] = b->best[c];
-      j = c;
-    }
-    b->best[j] = score;
-  }
+  Hit x = {bm25_of(b, (double)length), row};
+  heap_push(b->best, &b->len, b->n, x);
   b->last = row;
   b->counted = 1;
   sqlite3_result_int(ctx, 1);

@@ -488,9 +488,7 @@ static void fill_vectors(Input *in) {
     }
     make_value(in, &values[6]);
     bind(insert_vector, 3, &values[6]);
-    sqlite3_step(insert_vector); /* a NOT NULL or type error just leaves the row out */
-    sqlite3_reset(insert_vector);
-    sqlite3_clear_bindings(insert_vector);
+    run_to_end(insert_vector); /* a NOT NULL or type error just leaves the row out */
   }
 }
 
