@@ -245,7 +245,7 @@ def inverse_norms(matrix, block: int = 65536):
         return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
 
 
-SAFE_INV_NORMS = (1e-10, 1e10)  # rows with a squared norm in [1e-20, 1e20], as in the C code
+SAFE_SQUARED_NORMS = (1e-20, 1e20)  # where the float32 bound holds: HS_SAFE_LO/HI in the C code
 
 
 def numpy_topk(matrix, ids, query, k: int, inv_norms=None):
@@ -265,14 +265,14 @@ def numpy_topk(matrix, ids, query, k: int, inv_norms=None):
     q64 = q.astype(np.float64)
     qq = float(q64 @ q64)
     n = len(ids)
-    if k >= n or not 1e-20 <= qq <= 1e20:
+    lo, hi = SAFE_SQUARED_NORMS
+    if k >= n or not lo <= qq <= hi:
         idx = np.arange(n)
     else:
         err = (matrix.shape[1] + 16) * 2.0**-22 * math.sqrt(qq)
         finite = np.isfinite(approx)
         kth = np.partition(np.where(finite, approx, -np.inf), n - k)[n - k]
-        lo, hi = SAFE_INV_NORMS
-        unsafe = (inv > 0) & ((inv < lo) | (inv > hi))
+        unsafe = (inv > 0) & ((inv < hi**-0.5) | (inv > lo**-0.5))
         idx = np.flatnonzero((approx >= kth - 2 * err) | ~finite | unsafe)
     m64 = matrix[idx].astype(np.float64)
     denom = np.sqrt((m64 * m64).sum(axis=1) * qq)
