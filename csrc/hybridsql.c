@@ -20,9 +20,9 @@
 **   vector_topk(query, k [, model [, ids [, precision]]])  -> table (id, score)
 **       the fast form of cosine_topk over hybridsql's own `vectors` table.
 **       select id, score from vector_topk(:q, 10, 'all-MiniLM-L6-v2-int8')
-**   bm25_candidate(fts_table, n)             -> INTEGER 0 or 1, an FTS5 function
-**       whether the row can still be among the n best by bm25(); ask it in
-**       WHERE before ORDER BY bm25(fts_table) LIMIT n, to spare bm25() work.
+**   bm25_candidate(fts_table, n)             -> REAL or NULL, an FTS5 function
+**       the row's bm25() rank, or NULL when it cannot be among the n best:
+**       order by it with LIMIT n instead of by bm25(), for a fraction of the work.
 **   hybridsql_version()                      -> TEXT, e.g. 0.1.0
 **   hybridsql_debug()                        -> TEXT, version, SIMD path and SQLite versions
 **
@@ -84,12 +84,13 @@
 **    (precision 'float32') with a bound on each row's error, so that every
 **    row that could be in the top k is rescored as Requirement 4 and the
 **    answer is exact.  A NULL query gives no rows.
-** 11. bm25_candidate(fts_table, n), an FTS5 auxiliary function, is 0 for a
-**    row whose bm25() rank cannot be among the n best of the rows it has
-**    returned 1 for so far in this query, and 1 otherwise (n an INTEGER from
-**    1 to HS_MAX_K).  So `WHERE t MATCH q AND bm25_candidate(t, n) ORDER BY
-**    bm25(t) LIMIT n` gives the same rows and ranks as without it (ties at
-**    the n-th rank aside).  Other WHERE terms must be tested before it (in a
+** 11. bm25_candidate(fts_table, n), an FTS5 auxiliary function, is NULL for
+**    a row whose bm25() rank cannot be among the n best of the rows it has
+**    returned a rank for so far in this query, and otherwise that rank, equal
+**    to bm25(fts_table) bit for bit (n an INTEGER from 1 to HS_MAX_K; asked
+**    again about the same row, it answers the same).  So its n lowest non-NULL
+**    values are the rows and ranks of `ORDER BY bm25(t) LIMIT n` (ties at the
+**    n-th rank aside).  Other WHERE terms must be tested before it (in a
 **    CASE), or it counts rows they reject.  Registered when SQLite has FTS5.
 */
 #include "hybridsql.h"
@@ -568,8 +569,12 @@ static double float32_error(int64_t d) { return (double)(d + 16) * 0x1p-22 + 1e-
 static int safe_norm(double nn) { return nn >= HS_SAFE_LO && nn <= HS_SAFE_HI; }
 
 /*
-** Asks the CPU to start loading row r, for a scan of scattered rows (a filter's
-** ids), where the hardware prefetcher cannot guess the next address.
+** Asks the CPU to start loading row r, eight rows ahead of the scan.  A
+** filter's rows are scattered, where the hardware prefetcher cannot guess the
+** next address; and in a scan of every row it does not run far enough ahead
+** either (it stops at 4 KiB page boundaries): prefetching made the unfiltered
+** int8 scan at 100k x 384 take 0.70 x the time, and float32 0.82 x
+** (bench/run.py's database, interleaved in one process).
 */
 static void prefetch_row(const Packed *p, int64_t r, int int8, int64_t bytes) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -612,7 +617,7 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
   const int64_t row_bytes = int8 ? d : 4 * d, ahead = 8;
   for (int64_t i = 0; i < count; i++) {
     int64_t r = rows ? rows[i] : i;
-    if (rows && i + ahead < count) prefetch_row(p, rows[i + ahead], int8, row_bytes);
+    if (i + ahead < count) prefetch_row(p, rows ? rows[i + ahead] : i + ahead, int8, row_bytes);
     double approx, err;
     if (int8) {
       double mul = (double)qmul * p->q8_mul[r];
@@ -1693,23 +1698,31 @@ static sqlite3_module topk_module = {
 };
 
 /* ------------------------------------------------------------------------
-** bm25_candidate (Requirement 11): an FTS5 auxiliary function that spares
-** bm25() its costliest step for rows that cannot make the top n.  bm25()
-** reads every matching row's length from the %_docsize table, a lookup that
-** is about 70% of its time (bench/run.py, 100k chunks).  A row's bm25 score
-** is highest when its length is 0, and that bound needs no lookup: when it
-** is below the n-th best score seen so far, the row is out.
+** bm25_candidate (Requirement 11): bm25() without its costliest step for
+** rows that cannot make the top n.  bm25() reads every matching row's length
+** from the %_docsize table, a lookup that is about 70% of its time
+** (bench/run.py, 100k chunks).  A row's bm25 score is highest when its
+** length is 0, and that bound needs no lookup: when it is below the n-th best
+** score seen so far, the row is out.  The phrase counts come from
+** xPhraseFirst/xPhraseNext, which read each phrase's positions once, where
+** xInst first merges all phrases' positions into one sorted list.
 */
 #define HS_BM25_K1 1.2 /* FTS5's bm25() constants */
 #define HS_BM25_B 0.75
+
+#define HS_BM25_TAB 16 /* phrase counts whose length-0 score is looked up, not computed */
 
 typedef struct Bm25Bound {
   int nphrase;
   double avgdl;
   double *idf, *freq; /* per phrase; freq is per row */
+  int *order;         /* phrases by idf, highest first */
+  double *rest;       /* rest[j]: the most phrases order[j..] can add (at any count and length) */
+  double *top;        /* top[i * HS_BM25_TAB + f]: phrase i's score at count f and length 0 */
   int64_t n, len;
   Hit *best;          /* heap (heap_push) of the n best scores seen: best[0] is the bar */
   sqlite3_int64 last; /* the last row counted, so that a second call does not count it twice */
+  double last_rank;   /* and its rank */
   int counted;
 } Bm25Bound;
 
@@ -1719,21 +1732,31 @@ static int count_row(const Fts5ExtensionApi *api, Fts5Context *fts, void *arg) {
   return SQLITE_OK;
 }
 
+/* One phrase's term of the bm25 sum, as FTS5 writes it. */
+static double bm25_term(double idf, double f, double length, double avgdl) {
+  return idf * ((f * (HS_BM25_K1 + 1.0)) /
+                (f + HS_BM25_K1 * (1.0 - HS_BM25_B + HS_BM25_B * length / avgdl)));
+}
+
 /* The query's constants, as FTS5's bm25() computes them; NULL when out of memory. */
 static Bm25Bound *bm25_bound_new(const Fts5ExtensionApi *api, Fts5Context *fts, int64_t n,
                                  int *rc) {
   int np = api->xPhraseCount(fts);
-  Bm25Bound *b = sqlite3_malloc64(sizeof(Bm25Bound) + sizeof(double) * (uint64_t)(2 * np) +
-                                   sizeof(Hit) * (uint64_t)n);
+  uint64_t doubles = (uint64_t)np * (3 + HS_BM25_TAB) + 1;
+  Bm25Bound *b = sqlite3_malloc64(sizeof(Bm25Bound) + sizeof(Hit) * (uint64_t)n +
+                                   sizeof(double) * doubles + sizeof(int) * (uint64_t)np);
   if (!b) {
     *rc = SQLITE_NOMEM;
     return 0;
   }
   memset(b, 0, sizeof(*b));
   b->nphrase = np;
-  b->idf = (double *)(b + 1);
+  b->best = (Hit *)(b + 1);
+  b->idf = (double *)(b->best + n);
   b->freq = b->idf + np;
-  b->best = (Hit *)(b->freq + np);
+  b->rest = b->freq + np;
+  b->top = b->rest + np + 1;
+  b->order = (int *)(b->top + (size_t)np * HS_BM25_TAB);
   b->n = n;
   sqlite3_int64 rows = 0, tokens = 0;
   if ((*rc = api->xRowCount(fts, &rows)) == SQLITE_OK &&
@@ -1744,23 +1767,28 @@ static Bm25Bound *bm25_bound_new(const Fts5ExtensionApi *api, Fts5Context *fts, 
       *rc = api->xQueryPhrase(fts, i, &hits, count_row);
       double idf = log((rows - hits + 0.5) / (hits + 0.5));
       b->idf[i] = idf > 0.0 ? idf : 1e-6;
+      int j = i; /* insertion sort into order[], highest idf first (queries have few phrases) */
+      for (; j > 0 && b->idf[b->order[j - 1]] < b->idf[i]; j--) b->order[j] = b->order[j - 1];
+      b->order[j] = i;
+      for (int f = 0; f < HS_BM25_TAB; f++)
+        b->top[i * HS_BM25_TAB + f] = bm25_term(b->idf[i], f, 0.0, b->avgdl);
     }
   }
   if (*rc != SQLITE_OK) {
     sqlite3_free(b);
     return 0;
   }
+  b->rest[np] = 0.0;
+  for (int j = np - 1; j >= 0; j--) /* a term is below idf * (k1 + 1) at any count */
+    b->rest[j] = b->rest[j + 1] + b->idf[b->order[j]] * (HS_BM25_K1 + 1.0);
   return b;
 }
 
-/* The bm25 score (bm25() negated) of a row of `length` tokens with b->freq. */
+/* The bm25 score (bm25() negated) of a row of `length` tokens with b->freq, in
+** the order of FTS5's own sum, so that the rank is bm25()'s to the last bit. */
 static double bm25_of(const Bm25Bound *b, double length) {
   double score = 0.0;
-  for (int i = 0; i < b->nphrase; i++) {
-    double f = b->freq[i];
-    score += b->idf[i] * (f * (HS_BM25_K1 + 1.0)) /
-             (f + HS_BM25_K1 * (1.0 - HS_BM25_B + HS_BM25_B * length / b->avgdl));
-  }
+  for (int i = 0; i < b->nphrase; i++) score += bm25_term(b->idf[i], b->freq[i], length, b->avgdl);
   return score;
 }
 
@@ -1782,24 +1810,28 @@ static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
   }
   sqlite3_int64 row = api->xRowid(fts);
   if (b->counted && row == b->last) { /* asked again about the same row */
-    sqlite3_result_int(ctx, 1);
+    sqlite3_result_double(ctx, b->last_rank);
     return;
   }
-  memset(b->freq, 0, sizeof(double) * (size_t)b->nphrase);
-  int ninst = 0;
-  rc = api->xInstCount(fts, &ninst);
-  for (int i = 0; i < ninst && rc == SQLITE_OK; i++) {
-    int phrase, column, offset;
-    if ((rc = api->xInst(fts, i, &phrase, &column, &offset)) == SQLITE_OK) b->freq[phrase] += 1.0;
-  }
-  if (rc != SQLITE_OK) {
-    sqlite3_result_error_code(ctx, rc);
-    return;
-  }
-  double bar = b->len == b->n ? b->best[0].score : -INFINITY;
-  if (bm25_of(b, 0.0) * (1.0 + 1e-9) < bar) { /* cannot reach the bar at any length */
-    sqlite3_result_int(ctx, 0);
-    return;
+  /* Count the phrases, rarest first, and stop as soon as the row cannot reach
+  ** the bar at any length: what is counted at length 0 plus the most the rest
+  ** could add.  The 1e-9 covers rounding in sums taken in another order. */
+  double bar = b->len == b->n ? b->best[0].score : -INFINITY, reach = 0.0;
+  for (int j = 0; j < b->nphrase; j++) {
+    int i = b->order[j], column, offset, f = 0;
+    Fts5PhraseIter it;
+    rc = api->xPhraseFirst(fts, i, &it, &column, &offset);
+    for (; rc == SQLITE_OK && column >= 0; api->xPhraseNext(fts, &it, &column, &offset)) f++;
+    if (rc != SQLITE_OK) {
+      sqlite3_result_error_code(ctx, rc);
+      return;
+    }
+    b->freq[i] = f;
+    reach += f < HS_BM25_TAB ? b->top[i * HS_BM25_TAB + f] : bm25_term(b->idf[i], f, 0.0, b->avgdl);
+    if ((reach + b->rest[j + 1]) * (1.0 + 1e-9) < bar) {
+      sqlite3_result_null(ctx);
+      return;
+    }
   }
   int length = 0;
   if ((rc = api->xColumnSize(fts, -1, &length)) != SQLITE_OK) {
@@ -1809,8 +1841,9 @@ static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
   Hit x = {bm25_of(b, (double)length), row};
   heap_push(b->best, &b->len, b->n, x);
   b->last = row;
+  b->last_rank = -1.0 * x.score; /* as bm25() returns it */
   b->counted = 1;
-  sqlite3_result_int(ctx, 1);
+  sqlite3_result_double(ctx, b->last_rank);
 }
 
 /* Registers bm25_candidate with FTS5, when this SQLite has FTS5. */

@@ -169,7 +169,7 @@ SQL_TEXT = re.compile(
 )
 
 # Every expression interpolated into SQL text in hybridsql/, by file, with why it is a constant
-# of the code. Reviewed on 2026-11-21.
+# of the code. Reviewed on 2026-11-22.
 REVIEWED = {
     "memory.py": {
         "_SESSION_SQL": "module constant: the columns of sessions",
@@ -193,8 +193,9 @@ REVIEWED = {
         "match": "':fts_query' or 'g.q', literals of build_statement",
         "gate": "'' or a literal subquery of build_statement",
         "source": "table, and the join with Profile SQL",
-        "test": "where, or bm25_candidate(table, :pool) with Profile.filters in a CASE",
-        "candidate": "'bm25_candidate(' + table + ', :pool)'",
+        "test": "where, or '' when rank tests Profile.filters in a CASE",
+        "rank": "'bm25(' + table + ')' or 'bm25_candidate(' + table + ', :pool)', this in a "
+        "CASE of Profile.filters when there are filters",
         "hits": "' + '.join of '(c.text like :like{i} escape ...)', i a range index",
         "i": "an index from range(len(plan.like_terms))",
         "vscore": "one of two literals of build_statement",
