@@ -573,8 +573,8 @@ static int safe_norm(double nn) { return nn >= HS_SAFE_LO && nn <= HS_SAFE_HI; }
 ** filter's rows are scattered, where the hardware prefetcher cannot guess the
 ** next address; and in a scan of every row it does not run far enough ahead
 ** either (it stops at 4 KiB page boundaries): prefetching made the unfiltered
-** int8 scan at 100k x 384 take 0.70 x the time, and float32 0.82 x
-** (bench/run.py's database, interleaved in one process).
+** int8 scan at 100k x 384 take 0.70 to 0.73 x the time, and float32 0.82 x
+** (bench/run.py's hybrid database, interleaved in one process).
 */
 static void prefetch_row(const Packed *p, int64_t r, int int8, int64_t bytes) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -1710,7 +1710,7 @@ static sqlite3_module topk_module = {
 #define HS_BM25_K1 1.2 /* FTS5's bm25() constants */
 #define HS_BM25_B 0.75
 
-#define HS_BM25_TAB 16 /* phrase counts whose length-0 score is looked up, not computed */
+#define HS_BM25_TAB 16 /* counts whose length-0 term is looked up, not divided (4% faster) */
 
 typedef struct Bm25Bound {
   int nphrase;

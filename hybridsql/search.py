@@ -398,9 +398,9 @@ def build_statement(
 )""")
             # No row when no term is in the index, so FTS5 is never asked to match NULL.
             match, gate = "g.q", "(select q from kw_query where q is not null) as g cross join "
-        # Ordered by bm25() rather than by FTS5's rank column: for ORDER BY rank FTS5 sorts
-        # every matching row itself, where SQLite's sorter keeps only the :pool best (a
-        # third of the keyword side's time at 100k chunks, bench/run.py).
+        # Ordered by bm25() (the `rank` alias below), not by FTS5's hidden rank column: for
+        # that FTS5 sorts every matching row itself, where SQLite's sorter keeps only the
+        # :pool best (a third of the keyword side's time at 100k chunks, bench/run.py).
         source, rank, test = f"{table} f", f"bm25({table})", where
         if profile.filters:
             source += f" join chunks c on c.id = f.rowid {join}"
