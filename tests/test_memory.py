@@ -366,6 +366,31 @@ def test_every_vector_backend_gives_the_same_filtered_ranking(index, mode):
         assert [h.score for h in runs[b]] == pytest.approx([h.score for h in runs["sql"]])
 
 
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_without_the_extension_the_same_filtered_ranking(index, mode):
+    """A project filter with keywords: bm25_candidate() behind the filter's CASE with the
+    extension, bm25() behind a WHERE without it; the same memories, the same scores."""
+    clock = Clock()
+    options = SearchOptions(prefix=True, min_score=0.0, vector_floor=0.0)
+    ours = MemoryStore(index, options=options, ranking=Ranking(recall_boost=0), clock=clock)
+    for i in range(40):
+        for project in ("billing", "tide"):
+            words = ["users", "sign", "in", "with", "okta", "tokens", "expire", "hourly"]
+            text = " ".join(words[(i + j) % len(words)] for j in range(3 + i % 5))
+            add(ours, f"{text} note {i}", project=project)
+    with HybridIndex(index.db_path, embedder="local", backend="python") as plain_index:
+        plain = MemoryStore(
+            plain_index, options=options, ranking=Ranking(recall_boost=0), clock=clock
+        )
+        for query in ("how do users sign in", "okta tokens", "hourly expire"):
+            want = ours.search(query, project="tide", mode=mode, limit=10)
+            got = plain.search(query, project="tide", mode=mode, limit=10)
+            assert "then bm25_candidate(" in want.sql and "bm25_candidate(" not in got.sql
+            assert len(want) == 10 and {h.memory.project for h in want} == {"tide"}
+            assert ids(got) == ids(want), query
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+
+
 # -- sessions and recall ---------------------------------------------------------------------
 
 

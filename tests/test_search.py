@@ -352,6 +352,25 @@ def test_backends_agree_on_scifact(scifact, mode):
             assert [r.score for r in a] == pytest.approx([r.score for r in answers[0]], abs=1e-6)
 
 
+@pytest.mark.parametrize("functions", ["cffi", "numpy", "python"])
+def test_without_the_extension_the_same_ranking(scifact, idx, functions):
+    """When the SQL extension cannot load, the statement ranks keywords with FTS5's own bm25()
+    instead of bm25_candidate() and scores with the Python functions: the same results, on
+    long SciFact claims (where bm25_candidate drops most rows) and on the example memory."""
+    for index, queries in ((scifact[0], scifact[1]), (idx, EXAMPLE_QUERIES)):
+        with HybridIndex(index.db_path, embedder="local", backend=functions) as plain:
+            assert not plain.searcher.sql_vectors
+            for q in queries:
+                for mode in ("keyword", "hybrid"):
+                    want = index.search(q, mode=mode, min_score=0.0, now=NOW)
+                    got = plain.search(q, mode=mode, min_score=0.0, now=NOW)
+                    assert "bm25_candidate(" in want.sql and "bm25_candidate(" not in got.sql
+                    assert [r.id for r in got] == [r.id for r in want], (q, mode)
+                    assert [r.score for r in got] == pytest.approx(
+                        [r.score for r in want], abs=1e-9
+                    )
+
+
 def test_numpy_matrix_is_cached_and_refreshed_on_change(scifact, tmp_path):
     index, _ = scifact
     index.search("cancer", backend="numpy")
