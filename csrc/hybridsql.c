@@ -466,6 +466,11 @@ static void heap_push(Hit *h, int64_t *n, int64_t k, Hit x) {
   }
 }
 
+/* The score a new hit must beat to enter a heap of the k best: its worst once full. */
+static double heap_bar(const Hit *h, int64_t n, int64_t k) {
+  return n == k ? h[0].score : -INFINITY;
+}
+
 static int cmp_hits(const void *a, const void *b) {
   const Hit *x = a, *y = b;
   if (better(x, y)) return -1;
@@ -610,7 +615,7 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
     return -1;
   }
   Dot2Fn fn = dot2();
-  double qq = squared_norm(q, d, fn), bar = -INFINITY, qerr = 0;
+  double qq = squared_norm(q, d, fn), qerr = 0;
   float qmul = 0, inv_q = safe_norm(qq) ? (float)(1.0 / sqrt(qq)) : NAN; /* NaN: exact */
   if (int8) qerr = quantize(q, d, q8, &qmul) / 2.0 + (double)d / 4.0;
   const double f32err = float32_error(d), slack = 1e-6;
@@ -627,10 +632,9 @@ static int64_t packed_search(const Packed *p, const float *q, int64_t k, const i
       approx = (double)(dotf_fn(q, p->vecs + r * d, d) * p->inv_norms[r] * inv_q);
       err = f32err;
     }
-    if (approx + err < bar) continue; /* false for a NaN: scored exactly */
+    if (approx + err < heap_bar(heap, len, k)) continue; /* false for a NaN: scored exactly */
     Hit x = {cosine_with(qq, q, p->vecs + r * d, d, fn), r}; /* ids ascend with r */
     heap_push(heap, &len, k, x);
-    if (len == k) bar = heap[0].score;
   }
   for (int64_t i = 0; i < len; i++) heap[i].id = p->ids[heap[i].id];
   qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
@@ -1012,7 +1016,6 @@ typedef struct TopK {
   Vec query;
   double qq;       /* the query's squared norm */
   float qqf;       /* the same in float32, for the first pass; NaN when not safe */
-  double bar;      /* the k-th best exact score so far, -inf until k rows */
   int64_t k, len;
   Hit *heap;
 } TopK;
@@ -1056,7 +1059,6 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     float ignored;
     dot2f_fn(t->query.v, t->query.v, t->query.d, &ignored, &t->qqf);
     if (!safe_norm(t->qq)) t->qqf = NAN; /* every row scored exactly */
-    t->bar = -INFINITY;
     t->heap = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)t->k);
     if (!t->heap) {
       sqlite3_result_error_nomem(ctx);
@@ -1090,7 +1092,7 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   dot2f_fn(t->query.v, v.v, v.d, &abf, &bbf);
   if (isfinite(abf) && safe_norm(bbf) && !isnan(t->qqf)) { /* the float32 first pass */
     double approx = abf / sqrt((double)t->qqf * bbf);
-    if (approx + float32_error(v.d) < t->bar) {
+    if (approx + float32_error(v.d) < heap_bar(t->heap, t->len, t->k)) {
       vec_free(&v);
       return;
     }
@@ -1105,7 +1107,6 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   Hit x = {cosine_from(ab, t->qq, bb), id};
   heap_push(t->heap, &t->len, t->k, x);
-  if (t->len == t->k) t->bar = t->heap[0].score;
   vec_free(&v);
 }
 
@@ -1720,7 +1721,7 @@ typedef struct Bm25Bound {
   double *rest;       /* rest[j]: the most phrases order[j..] can add (at any count and length) */
   double *top;        /* top[i * HS_BM25_TAB + f]: phrase i's score at count f and length 0 */
   int64_t n, len;
-  Hit *best;          /* heap (heap_push) of the n best scores seen: best[0] is the bar */
+  Hit *best;          /* heap (heap_push) of the n best scores seen; heap_bar is the bar */
   sqlite3_int64 last; /* the last row counted, so that a second call does not count it twice */
   double last_rank;   /* and its rank */
   int counted;
@@ -1816,7 +1817,7 @@ static void bm25_candidate_func(const Fts5ExtensionApi *api, Fts5Context *fts,
   /* Count the phrases, rarest first, and stop as soon as the row cannot reach
   ** the bar at any length: what is counted at length 0 plus the most the rest
   ** could add.  The 1e-9 covers rounding in sums taken in another order. */
-  double bar = b->len == b->n ? b->best[0].score : -INFINITY, reach = 0.0;
+  double bar = heap_bar(b->best, b->len, b->n), reach = 0.0;
   for (int j = 0; j < b->nphrase; j++) {
     int i = b->order[j], column, offset, f = 0;
     Fts5PhraseIter it;
