@@ -15,7 +15,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
-COMPILE_ARGS = ["-O3", "-fno-math-errno"] + (
+# Hidden visibility: the loadable library exports its entry point alone, not its hs_* kernels.
+COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fvisibility=hidden"] + (
     SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
 )
 LINK_ARGS = SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []

@@ -19,7 +19,7 @@ ffibuilder.set_source(
     sources=[os.path.relpath(os.path.join(HERE, "hybridsql.c"))],
     include_dirs=[os.path.relpath(HERE)],
     define_macros=[("HYBRIDSQL_KERNELS_ONLY", "1")],
-    extra_compile_args=["-O3", "-fno-math-errno"] + EXTRA,
+    extra_compile_args=["-O3", "-fno-math-errno", "-fvisibility=hidden"] + EXTRA,
     extra_link_args=EXTRA,
     libraries=["m"],
 )

@@ -34,7 +34,8 @@
 **    BLOB whose length is not a multiple of 4, an empty vector, malformed
 **    JSON, a value that is NaN or infinite (also one that overflows float32),
 **    an INTEGER or REAL argument.
-** 2. NULL in gives NULL out, unless a requirement says otherwise.
+** 2. NULL in gives NULL out, unless a requirement says otherwise.  A number
+**    argument must be finite: an infinity (9e999 in SQL) is an error.
 ** 3. Errors are SQL errors whose text names the function, the argument by
 **    position and the numbers: "cosine_topk(): 1st argument has 768
 **    dimensions, row 17 has 384".  Never a crash, never a silent NULL.
@@ -95,6 +96,7 @@
 */
 #include "hybridsql.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -749,6 +751,48 @@ int hs_parse_time(const char *s, int64_t n, double *unix_seconds) {
 */
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/*
+** Numbers in text always have a '.' decimal point, whatever setlocale() a program has called,
+** as in SQLite itself: under de_DE, strtod() would read "0.5" as 0 and printf() write "0,5".
+** So the '.' is swapped for the locale's decimal point on the way in, and back on the way out.
+*/
+static const char *locale_point(void) {
+  const char *dp = localeconv()->decimal_point;
+  return dp && dp[0] && strlen(dp) <= 8 ? dp : ".";
+}
+
+/* strtod() of the n bytes of a C-locale number at s (n <= HS_MAX_NUMBER). */
+static double c_strtod(const char *s, int64_t n) {
+  char buf[HS_MAX_NUMBER + 16];
+  const char *dp = locale_point();
+  size_t dl = strlen(dp);
+  int64_t j = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (s[i] == '.') {
+      memcpy(buf + j, dp, dl); /* a JSON number has one '.' at most */
+      j += (int64_t)dl;
+    } else {
+      buf[j++] = s[i];
+    }
+  }
+  buf[j] = 0;
+  return strtod(buf, 0);
+}
+
+/* snprintf(buf, cap, "%.*g", precision, x) with a '.' decimal point; returns the length. */
+static int c_format(char *buf, size_t cap, int precision, double x) {
+  int len = snprintf(buf, cap, "%.*g", precision, x);
+  const char *dp = locale_point();
+  char *at = strstr(buf, dp);
+  if (len > 0 && (size_t)len < cap && at && strcmp(dp, ".") != 0) {
+    size_t dl = strlen(dp);
+    *at = '.';
+    memmove(at + 1, at + dl, strlen(at + dl) + 1);
+    len -= (int)dl - 1;
+  }
+  return len;
+}
+
 /* Length of the JSON number at s (at most n bytes), 0 when there is none. */
 static int64_t json_number_len(const char *s, int64_t n) {
   int64_t i = 0;
@@ -778,7 +822,6 @@ static int64_t json_number_len(const char *s, int64_t n) {
 int hs_parse_json_vector(const char *s, int64_t n, float *out, int64_t cap, int64_t *dims,
                          int64_t *bad_index) {
   int64_t i = 0, d = 0;
-  char buf[HS_MAX_NUMBER + 1];
   *dims = 0;
   *bad_index = -1;
   while (i < n && is_ws(s[i])) i++;
@@ -792,9 +835,7 @@ int hs_parse_json_vector(const char *s, int64_t n, float *out, int64_t cap, int6
       int64_t len = json_number_len(s + i, n - i);
       if (len == 0 || len > HS_MAX_NUMBER) return HS_MALFORMED;
       if (d >= cap) return HS_TOO_LONG;
-      memcpy(buf, s + i, (size_t)len);
-      buf[len] = 0;
-      float f = (float)strtod(buf, 0);
+      float f = (float)c_strtod(s + i, len);
       if (!isfinite(f) && *bad_index < 0) *bad_index = d;
       out[d++] = f;
       i += len;
@@ -821,8 +862,8 @@ int hs_parse_json_vector(const char *s, int64_t n, float *out, int64_t cap, int6
 int hs_format_float(float x, char *buf, int64_t cap) {
   int len = 0;
   for (int p = 6; p <= 9; p++) {
-    len = snprintf(buf, (size_t)cap, "%.*g", p, (double)x);
-    if ((float)strtod(buf, 0) == x) break;
+    len = c_format(buf, (size_t)cap, p, (double)x);
+    if (len > 0 && (float)c_strtod(buf, len) == x) break;
   }
   return len;
 }
@@ -857,7 +898,7 @@ typedef struct Num {
 
 static Num num(double x) {
   Num n;
-  snprintf(n.s, sizeof(n.s), "%g", x);
+  c_format(n.s, sizeof(n.s), 6, x);
   return n;
 }
 
@@ -969,7 +1010,7 @@ static int read_vector(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
   return out->v ? 1 : 0;
 }
 
-/* Reads a number argument; 0 after reporting an error.  NULL is an error. */
+/* Reads a number argument; 0 after reporting an error.  NULL and infinities are errors. */
 static int read_number(sqlite3_context *ctx, sqlite3_value *arg, const char *fn, int pos,
                        const char *name, double *out) {
   int type = sqlite3_value_type(arg);
@@ -979,6 +1020,11 @@ static int read_number(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
     return 0;
   }
   *out = sqlite3_value_double(arg);
+  if (!isfinite(*out)) {
+    fail(ctx, "%s(): %s argument %s must be a finite number, got %s", fn, ordinal(pos), name,
+         num(*out).s);
+    return 0;
+  }
   return 1;
 }
 
@@ -1113,10 +1159,7 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 /* Prints a double for JSON: 17 significant digits, '.' whatever the locale. */
 static void append_double(sqlite3_str *out, double x) {
   char buf[40];
-  snprintf(buf, sizeof(buf), "%.17g", x);
-  for (char *c = buf; *c; c++) {
-    if (*c == ',') *c = '.';
-  }
+  c_format(buf, sizeof(buf), 17, x);
   sqlite3_str_appendall(out, buf);
 }
 
@@ -1209,7 +1252,7 @@ static void temporal_decay_func(sqlite3_context *ctx, int argc, sqlite3_value **
     return;
   }
   if (ntype == SQLITE_INTEGER || ntype == SQLITE_FLOAT) {
-    now = sqlite3_value_double(argv[1]);
+    if (!read_number(ctx, argv[1], "temporal_decay", 1, "now", &now)) return;
   } else {
     const char *s = ntype == SQLITE_TEXT ? (const char *)sqlite3_value_text(argv[1]) : 0;
     if (!s || !hs_parse_time(s, sqlite3_value_bytes(argv[1]), &now)) {
@@ -1245,9 +1288,6 @@ static void vector_json_func(sqlite3_context *ctx, int argc, sqlite3_value **arg
   for (int64_t i = 0; i < v.d; i++) {
     if (i) sqlite3_str_appendchar(out, 1, ',');
     hs_format_float((float)loadf(v.v + i), buf, sizeof(buf));
-    for (char *c = buf; *c; c++) {
-      if (*c == ',') *c = '.';
-    }
     sqlite3_str_appendall(out, buf);
   }
   sqlite3_str_appendchar(out, 1, ']');
@@ -1492,7 +1532,7 @@ static int cmp_int64(const void *a, const void *b) {
 
 /* Parses a JSON array of integer ids into the sorted row numbers they have. */
 static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows, int64_t *nrows) {
-  int64_t cap = n / 2 + 1, len = 0, i = 0;
+  int64_t cap = n / 2 + 1, len = 0, parsed = 0, i = 0;
   int64_t *out = sqlite3_malloc64(sizeof(int64_t) * (uint64_t)cap);
   if (!out) return NOMEM;
   while (i < n && is_ws(s[i])) i++;
@@ -1500,19 +1540,21 @@ static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows
   i++;
   while (ok) {
     while (i < n && is_ws(s[i])) i++;
-    if (i < n && s[i] == ']' && len == 0) break;
-    int64_t start = i, v = 0, neg = i < n && s[i] == '-', over = 0;
+    if (i < n && s[i] == ']' && parsed == 0) break; /* [] and only [] */
+    int64_t start = i, neg = i < n && s[i] == '-', over = 0;
+    uint64_t u = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
     if (neg) i++;
     while (i < n && s[i] >= '0' && s[i] <= '9') { /* an id beyond int64 is an error */
-      int digit = s[i++] - '0';
-      if (v > (INT64_MAX - digit) / 10) over = 1;
-      else v = v * 10 + digit;
+      unsigned digit = (unsigned)(s[i++] - '0');
+      if (u > (limit - digit) / 10) over = 1;
+      else u = u * 10 + digit;
     }
     if (i == start + neg || over) {
       ok = 0;
       break;
     }
-    v = neg ? -v : v;
+    parsed++;
+    int64_t v = neg ? (int64_t)(0 - u) : (int64_t)u; /* 0 - 2^63 wraps to INT64_MIN */
     /* ids are ascending: binary search, from the last find when v is past it (json_group_array
        over an index gives ascending ids: then each search gallops over a few rows) */
     int64_t lo = 0, hi = p->n;
@@ -1884,24 +1926,36 @@ static const struct {
     {"hybridsql_debug", 0, SQLITE_UTF8 | SQLITE_INNOCUOUS, debug_func, 0, 0},
 };
 
-#ifdef _WIN32
+/* Sets *pzErrMsg to "hybridsql: cannot register NAME: why" and returns rc. */
+static int init_error(sqlite3 *db, char **pzErrMsg, const char *name, int rc) {
+  if (pzErrMsg) {
+    *pzErrMsg = sqlite3_mprintf("hybridsql: cannot register %s: %s", name,
+                                rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+  }
+  return rc;
+}
+
+/* The one symbol the library exports: setup.py builds with -fvisibility=hidden. */
+#if defined(_WIN32)
 __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("default")))
 #endif
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
   SQLITE_EXTENSION_INIT2(pApi);
-  (void)pzErrMsg;
   dot2();
   TopkCache *cache = sqlite3_malloc(sizeof(TopkCache));
-  if (!cache) return SQLITE_NOMEM;
+  if (!cache) return init_error(db, pzErrMsg, "vector_topk", SQLITE_NOMEM);
   memset(cache, 0, sizeof(*cache));
   int rc = sqlite3_create_module_v2(db, "vector_topk", &topk_module, cache, cache_free);
-  if (rc != SQLITE_OK) return rc;
+  if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "vector_topk", rc);
   for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
     rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,
                                         FUNCTIONS[i].flags, 0, FUNCTIONS[i].xFunc,
                                         FUNCTIONS[i].xStep, FUNCTIONS[i].xFinal, 0);
-    if (rc != SQLITE_OK) return rc;
+    if (rc != SQLITE_OK) return init_error(db, pzErrMsg, FUNCTIONS[i].name, rc);
   }
-  return register_fts5(db);
+  rc = register_fts5(db);
+  return rc == SQLITE_OK ? rc : init_error(db, pzErrMsg, "bm25_candidate", rc);
 }
 #endif /* HYBRIDSQL_KERNELS_ONLY */

@@ -216,12 +216,17 @@ def read_vector(value, fn: str, what: str, vmath):
 
 
 def read_number(value, fn: str, pos: int, name: str) -> float:
-    """A number argument; NULL and other types raise SQLFunctionError."""
+    """A finite number argument; NULL, infinities and other types raise SQLFunctionError."""
     if type(value) not in (int, float):
         raise SQLFunctionError(
             f"{fn}(): {ORDINALS[pos]} argument {name} must be a number, got {type_name(value)}"
         )
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):
+        raise SQLFunctionError(
+            f"{fn}(): {ORDINALS[pos]} argument {name} must be a finite number, got {number:g}"
+        )
+    return number
 
 
 def parse_time(text: str):
@@ -345,7 +350,7 @@ class Functions:
                 f"temporal_decay(): 1st argument path must be text, got {type_name(path)}"
             )
         if type(now) in (int, float):
-            seconds = float(now)
+            seconds = read_number(now, "temporal_decay", 1, "now")
         else:
             seconds = parse_time(now) if isinstance(now, str) else None
             if seconds is None:

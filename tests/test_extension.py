@@ -183,6 +183,27 @@ ERRORS = [
         "temporal_decay(): 1st argument path must be text, got blob",
     ),
     ("select vector_json('[1,')", "vector_json(): 1st argument is not a JSON array of numbers"),
+    # Requirement 2: an infinity is an error, never a silent NULL or an infinite score.
+    (
+        "select bm25_score(-9e999)",
+        "bm25_score(): 1st argument rank must be a finite number, got -inf",
+    ),
+    (
+        "select hybrid_score(0, -1, 9e999, 0)",
+        "hybrid_score(): 3rd argument vector_weight must be a finite number, got inf",
+    ),
+    (
+        "select hybrid_score(9e999, -1)",
+        "hybrid_score(): 1st argument vector_score must be a finite number, got inf",
+    ),
+    (
+        "select temporal_decay('memory/2026-01-01.md', 9e999, 9e999)",
+        "temporal_decay(): 3rd argument half_life_days must be a finite number, got inf",
+    ),
+    (
+        "select temporal_decay('memory/2026-01-01.md', -9e999)",
+        "temporal_decay(): 2nd argument now must be a finite number, got -inf",
+    ),
 ]
 
 FUNCTIONS = {
@@ -470,3 +491,96 @@ def test_every_simd_path_gives_the_same_scores(simd):
     assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-12)
     debug, _ = run_shell("select hybridsql_debug()", env={**os.environ, "HYBRIDSQL_SIMD": simd})
     assert f"simd {'avx2+fma' if simd == 'avx2' else simd}" in next(iter(debug[0].values()))
+
+
+# -- the build and the C library's environment ----------------------------------------------
+
+
+def test_the_library_exports_its_entry_point_alone():
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed: the exported symbols cannot be listed")
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", hybridsql.loadable_path()],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert [line.split()[-1] for line in out.splitlines()] == ["sqlite3_hybridsql_init"]
+
+
+def test_loading_twice_keeps_working_and_failures_are_named():
+    path = hybridsql.loadable_path()
+    proc = subprocess.run(
+        [SHELL, ":memory:", f".load {path}", f".load {path}", "select hybridsql_version()"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (proc.stdout, proc.stderr) == ("0.1.0\n", "")
+    # SQLite refuses to replace a function while a statement runs: the error says which.
+    conn = hybridsql.connect(":memory:")
+    running = conn.execute("select bm25_score(-value) from json_each('[1, 2, 3]')")
+    next(running)
+    conn.enable_load_extension(True)
+    message = (
+        "hybridsql: cannot register cosine_similarity:"
+        " unable to delete/modify user-function due to active statements"
+    )
+    with pytest.raises(apsw.ExtensionLoadingError, match=re.escape(message)):
+        conn.load_extension(path)
+
+
+COMMA_LOCALE = "de_DE.UTF-8"
+
+LOCALE_SCRIPT = """
+import locale, sys
+locale.setlocale(locale.LC_ALL, "")
+assert locale.localeconv()["decimal_point"] == ",", locale.localeconv()["decimal_point"]
+import apsw, hybridsql
+conn = apsw.Connection(":memory:")
+assert hybridsql.load(conn, sys.argv[1]) == sys.argv[1]
+print(repr(conn.execute(
+    "select vector_json('[0.5, 2.25]'), cosine_similarity('[0.5,1]', '[1,0.5]'),"
+    " cosine_topk('[1,0.5]', 1, 7, '[0.5,1]'), vector_json(vector_blob('[1e-7, 3.25e12]'))"
+).fetchone()))
+try:
+    conn.execute("select bm25_score(-1, -0.5)").fetchall()
+except Exception as e:
+    print(e)
+"""
+
+
+@pytest.fixture(scope="module")
+def comma_locale(tmp_path_factory):
+    """LOCPATH of a compiled de_DE.UTF-8 locale (decimal comma), made with localedef."""
+    localedef = shutil.which("localedef")
+    if localedef is None:
+        pytest.skip("localedef is not installed: no comma-decimal locale can be made here")
+    where = tmp_path_factory.mktemp("locale")
+    proc = subprocess.run(
+        [localedef, "-i", "de_DE", "-f", "UTF-8", str(where / COMMA_LOCALE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if not (where / COMMA_LOCALE).exists():
+        pytest.skip(f"localedef cannot make {COMMA_LOCALE} here: {proc.stderr.strip()}")
+    return str(where)
+
+
+@pytest.mark.parametrize("backend", ["extension", "python"])
+def test_numbers_do_not_follow_a_comma_decimal_locale(comma_locale, backend):
+    env = {**os.environ, "LOCPATH": comma_locale, "LC_ALL": COMMA_LOCALE}
+    proc = subprocess.run(  # run away from the checkout, which would shadow the installed package
+        [sys.executable, "-c", LOCALE_SCRIPT, backend],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=comma_locale,
+        check=True,
+        timeout=60,
+    )
+    values, error = proc.stdout.splitlines()
+    assert values == repr(("[0.5,2.25]", 0.8, "[[7,0.80000000000000004]]", "[1e-07,3.25e+12]"))
+    assert error == "bm25_score(): 2nd argument saturation must be > 0, got -0.5"

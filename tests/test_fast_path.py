@@ -217,7 +217,29 @@ FAST_ERRORS = [
         "select * from vector_topk(:q, 3, 'm', '[9999999999999999999]')",
         "vector_topk(): 4th argument ids must be a JSON array of integers",
     ),
+    # a trailing comma is malformed whether or not the id before it is known
+    (
+        "select * from vector_topk(:q, 3, 'm', '[99,]')",
+        "vector_topk(): 4th argument ids must be a JSON array of integers",
+    ),
+    (
+        "select * from vector_topk(:q, 3, 'm', '[999999,]')",
+        "vector_topk(): 4th argument ids must be a JSON array of integers",
+    ),
+    (
+        "select * from vector_topk(:q, 3, 'm', '[-9223372036854775809]')",
+        "vector_topk(): 4th argument ids must be a JSON array of integers",
+    ),
 ]
+
+
+def test_ids_take_every_int64(db):
+    _, conn, vectors = db
+    with conn:
+        conn.execute("insert into vectors values (-9223372036854775808, 'm', ?)", (vectors[3],))
+    ids = "select json_group_array(chunk_id) from vectors where chunk_id < 0 or chunk_id = 3"
+    got = conn.execute(f"select id from vector_topk(?, 5, 'm', ({ids}))", (vectors[3],)).fetchall()
+    assert got == [(-9223372036854775808,), (3,)]
 
 
 @pytest.mark.parametrize("sql,message", FAST_ERRORS)
