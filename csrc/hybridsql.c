@@ -480,85 +480,27 @@ static int cmp_hits(const void *a, const void *b) {
 }
 
 /*
-** A packed copy of many vectors (Requirement 10): row r is vecs[r*d .. r*d+d),
-** ids ascending, with an int8 copy made when an int8 search first asks.
-** Its buffers come from malloc, not sqlite3_malloc: SQLite refuses any one
-** allocation over about 2 GB, and 1M x 768 floats is 3 GB.
-*/
-typedef struct Packed {
-  int64_t n, d;
-  int64_t *ids;
-  float *vecs;
-  float *inv_norms;
-  int8_t *q8;      /* the int8 copy, made when an int8 search first asks */
-  float *q8_mul;   /* per row: int8 dot product to cosine */
-  int32_t *q8_l1;  /* per row: L1 norm of the int8 values */
-} Packed;
-
-/*
-** Buffers of the packed copy, `size` bytes; 0 when out of memory.  On Linux a
-** big one is aligned to 2 MB and advised for transparent huge pages, as numpy
-** does: fewer page faults and TLB misses.  Packing 100k x 384 after a write
-** went from 336 to 260 ms (bench/run.py); the scan's time did not change
-** measurably.  free() releases either kind.
-*/
-static void *big_alloc(size_t size) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const size_t huge = (size_t)2 << 20;
-  if (size >= 2 * huge) {
-    void *p = 0;
-    if (posix_memalign(&p, huge, size) != 0) return 0;
-    madvise(p, size, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
-    return p;
-  }
-#endif
-  return malloc(size ? size : 1);
-}
-
-/* Grows a big_alloc buffer from `used` bytes to `size`, as realloc does. */
-static void *big_grow(void *old, size_t used, size_t size) {
-  void *p = big_alloc(size);
-  if (!p) return 0;
-  if (used) memcpy(p, old, used);
-  free(old);
-  return p;
-}
-
-/*
 ** int8 with one scale per vector: v[i] ~ out[i] * m / 127, m = max |v[i]|,
 ** so |out[i]| <= 127 and each value is off by at most half a step.  Returns
 ** the L1 norm of out; *mul is m / (127 |v|), the factor from an int8 dot
 ** product to a cosine, computed in double so that no tiny or huge vector
-** overflows it.
+** overflows it.  v may be unaligned.
 */
 static int32_t quantize(const float *v, int64_t d, int8_t *out, float *mul) {
   double m = 0, nn = 0;
   for (int64_t i = 0; i < d; i++) {
-    double x = v[i];
+    double x = loadf(v + i);
     m = fabs(x) > m ? fabs(x) : m;
     nn += x * x;
   }
   double inv = m > 0 ? 127.0 / m : 0.0;
   int32_t l1 = 0;
   for (int64_t i = 0; i < d; i++) {
-    out[i] = (int8_t)lrint(v[i] * inv);
+    out[i] = (int8_t)lrint(loadf(v + i) * inv);
     l1 += out[i] < 0 ? -out[i] : out[i];
   }
   *mul = nn > 0 ? (float)(m / (127.0 * sqrt(nn))) : 0.0f;
   return l1;
-}
-
-/* Builds the int8 copy; 0 when out of memory. */
-static int packed_quantize(Packed *p) {
-  if (p->q8) return 1;
-  p->q8 = big_alloc((size_t)(p->n * p->d));
-  p->q8_mul = big_alloc(sizeof(float) * (size_t)p->n);
-  p->q8_l1 = big_alloc(sizeof(int32_t) * (size_t)p->n);
-  if (!p->q8 || !p->q8_mul || !p->q8_l1) return 0;
-  for (int64_t r = 0; r < p->n; r++) {
-    p->q8_l1[r] = quantize(p->vecs + r * p->d, p->d, p->q8 + r * p->d, &p->q8_mul[r]);
-  }
-  return 1;
 }
 
 /*
@@ -575,74 +517,214 @@ static double float32_error(int64_t d) { return (double)(d + 16) * 0x1p-22 + 1e-
 
 static int safe_norm(double nn) { return nn >= HS_SAFE_LO && nn <= HS_SAFE_HI; }
 
-/*
-** Asks the CPU to start loading row r, eight rows ahead of the scan.  A
-** filter's rows are scattered, where the hardware prefetcher cannot guess the
-** next address; and in a scan of every row it does not run far enough ahead
-** either (it stops at 4 KiB page boundaries): prefetching made the unfiltered
-** int8 scan at 100k x 384 take 0.70 to 0.73 x the time, and float32 0.82 x
-** (bench/run.py's hybrid database, interleaved in one process).
+/* ------------------------------------------------------------------------
+** Records: what vector_index's first pass reads (Requirement 10).  One row is
+** an int64 id, the float mul and int32 l1 of quantize(), then its d int8
+** codes, padded to a multiple of 8 bytes.  A block stores its rows' records
+** one after another.
 */
-static void prefetch_row(const Packed *p, int64_t r, int int8, int64_t bytes) {
+#define HS_REC_HEAD 16
+
+static int64_t rec_stride(int64_t d) { return HS_REC_HEAD + ((d + 7) & ~(int64_t)7); }
+
+static void rec_build(uint8_t *rec, int64_t id, const float *v, int64_t d) {
+  float mul;
+  memset(rec, 0, (size_t)rec_stride(d));
+  int32_t l1 = quantize(v, d, (int8_t *)(rec + HS_REC_HEAD), &mul);
+  memcpy(rec, &id, 8);
+  memcpy(rec + 8, &mul, 4);
+  memcpy(rec + 12, &l1, 4);
+}
+
+static int64_t rec_id(const uint8_t *rec) {
+  int64_t id;
+  memcpy(&id, rec, 8);
+  return id;
+}
+
+/* ------------------------------------------------------------------------
+** A set of int64 keys with an int64 value each: open addressing, linear
+** probing, no deletion (a caller that drops keys builds a new map).
+*/
+typedef struct I64Map {
+  int64_t *keys, *vals;
+  uint8_t *used;
+  int64_t cap, n;
+} I64Map;
+
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+static void map_free(I64Map *m) {
+  free(m->keys);
+  free(m->vals);
+  free(m->used);
+  memset(m, 0, sizeof(*m));
+}
+
+/* The slot of key, or of the empty place where it would go. */
+static int64_t map_slot(const I64Map *m, int64_t key) {
+  int64_t i = (int64_t)(mix64((uint64_t)key) & (uint64_t)(m->cap - 1));
+  while (m->used[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+static int map_find(const I64Map *m, int64_t key, int64_t *val) {
+  if (m->cap == 0) return 0;
+  int64_t i = map_slot(m, key);
+  if (!m->used[i]) return 0;
+  if (val) *val = m->vals[i];
+  return 1;
+}
+
+/* Adds or replaces key; 0 when out of memory. */
+static int map_put(I64Map *m, int64_t key, int64_t val) {
+  if (2 * (m->n + 1) > m->cap) {
+    I64Map g = {0};
+    g.cap = m->cap ? 2 * m->cap : 64;
+    g.keys = malloc(sizeof(int64_t) * (size_t)g.cap);
+    g.vals = malloc(sizeof(int64_t) * (size_t)g.cap);
+    g.used = calloc((size_t)g.cap, 1);
+    if (!g.keys || !g.vals || !g.used) {
+      map_free(&g);
+      return 0;
+    }
+    for (int64_t i = 0; i < m->cap; i++) {
+      if (!m->used[i]) continue;
+      int64_t j = map_slot(&g, m->keys[i]);
+      g.used[j] = 1, g.keys[j] = m->keys[i], g.vals[j] = m->vals[i];
+    }
+    g.n = m->n;
+    map_free(m);
+    *m = g;
+  }
+  int64_t i = map_slot(m, key);
+  if (!m->used[i]) m->used[i] = 1, m->keys[i] = key, m->n++;
+  m->vals[i] = val;
+  return 1;
+}
+
+/* ------------------------------------------------------------------------
+** The first pass and the rescoring of a k-nearest query (Requirement 10).
+**
+** Each row's cosine is bounded from its int8 record: with q = sq (q8 + a) and
+** v = sv (v8 + b), |a|, |b| <= 1/2 per value, q.v = sq sv (q8.v8 + e) with
+** |e| <= (|q8|_1 + |v8|_1) / 2 + d / 4.  The k-th best lower bound over all
+** rows is a score that k rows reach, so a row whose upper bound is below it
+** cannot be in the top k.  The others are candidates, rescored exactly from
+** their float32 vectors, best upper bound first, until the next upper bound
+** is below the k-th best exact score: the answer is exact whatever the data.
+** Typically a few dozen rows are rescored; near duplicates make it more.
+*/
+typedef struct Cand {
+  double upper;
+  int64_t id, block, slot;
+} Cand;
+
+typedef struct Knn {
+  const float *q;
+  int64_t d, k;
+  double qq, qerr;
+  float qmul;
+  int8_t *q8;
+  Hit *lower; /* heap of the k best lower bounds (ids unused) */
+  int64_t nlower;
+  Cand *cand;
+  int64_t ncand, capcand;
+} Knn;
+
+static void knn_free(Knn *s) {
+  free(s->q8);
+  free(s->lower);
+  free(s->cand);
+  memset(s, 0, sizeof(*s));
+}
+
+/* Prepares the query's int8 codes and bound; 0 when out of memory. */
+static int knn_init(Knn *s, const float *q, int64_t d, int64_t k) {
+  memset(s, 0, sizeof(*s));
+  s->q = q, s->d = d, s->k = k;
+  s->qq = squared_norm(q, d, dot2());
+  s->q8 = malloc((size_t)rec_stride(d));
+  s->lower = malloc(sizeof(Hit) * (size_t)k);
+  if (!s->q8 || !s->lower) return 0;
+  memset(s->q8, 0, (size_t)rec_stride(d));
+  s->qerr = quantize(q, d, s->q8, &s->qmul) / 2.0 + (double)d / 4.0;
+  return 1;
+}
+
+/*
+** Asks the CPU to start loading a record ahead of the scan: in a scan of every
+** row the hardware prefetcher stops at 4 KiB page boundaries, and a filter's
+** rows are scattered.  docs/benchmarks.md has what it buys.
+*/
+static void prefetch(const uint8_t *at, int64_t bytes) {
 #if defined(__GNUC__) || defined(__clang__)
-  const char *at = int8 ? (const char *)(p->q8 + r * p->d) : (const char *)(p->vecs + r * p->d);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(at + off);
 #else
-  (void)p, (void)r, (void)int8, (void)bytes;
+  (void)at, (void)bytes;
 #endif
 }
 
 /*
-** The k best of the packed rows (all, or the `nrows` row numbers in `rows`),
-** scored exactly as cosine_topk scores them (Requirement 4), into `out` (room
-** for k hits); returns how many, or -1 when out of memory.
-**
-** A first pass bounds each row's cosine cheaply, in float32 or on the int8
-** copy; a row is scored exactly only when its upper bound reaches the k-th
-** best exact score so far.  A skipped row scores below that, so it cannot be
-** in the top k: the answer is exact whatever the data.  Typically a few
-** hundred rows are scored exactly; near-duplicate vectors make it more.
-**
-** int8: with q = sq (q8 + a) and v = sv (v8 + b), |a|, |b| <= 1/2 per value,
-** q.v = sq sv (q8.v8 + e) with |e| <= (|q8|_1 + |v8|_1) / 2 + d / 4.
+** Bounds the rows of one block: `count` records at buf, or only the `nslots`
+** slots listed in `slots` (ascending), or only those whose id is in `only`.
+** Rows that could be in the top k become candidates.  0 when out of memory.
 */
-static int64_t packed_search(const Packed *p, const float *q, int64_t k, const int64_t *rows,
-                             int64_t nrows, int int8, Hit *out) {
-  int64_t count = rows ? nrows : p->n, d = p->d, len = 0;
-  if (count <= 0 || k <= 0) return 0;
-  Hit *heap = malloc(sizeof(Hit) * (size_t)k);
-  int8_t *q8 = int8 ? malloc((size_t)d) : 0;
-  if (!heap || (int8 && !q8)) {
-    free(heap), free(q8);
-    return -1;
-  }
-  Dot2Fn fn = dot2();
-  double qq = squared_norm(q, d, fn), qerr = 0;
-  float qmul = 0, inv_q = safe_norm(qq) ? (float)(1.0 / sqrt(qq)) : NAN; /* NaN: exact */
-  if (int8) qerr = quantize(q, d, q8, &qmul) / 2.0 + (double)d / 4.0;
-  const double f32err = float32_error(d), slack = 1e-6;
-  const int64_t row_bytes = int8 ? d : 4 * d, ahead = 8;
-  for (int64_t i = 0; i < count; i++) {
-    int64_t r = rows ? rows[i] : i;
-    if (i + ahead < count) prefetch_row(p, rows ? rows[i + ahead] : i + ahead, int8, row_bytes);
-    double approx, err;
-    if (int8) {
-      double mul = (double)qmul * p->q8_mul[r];
-      approx = mul * doti8_fn(q8, p->q8 + r * d, d);
-      err = mul * (qerr + p->q8_l1[r] / 2.0) + slack;
-    } else {
-      approx = (double)(dotf_fn(q, p->vecs + r * d, d) * p->inv_norms[r] * inv_q);
-      err = f32err;
+static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
+                    const int64_t *slots, int64_t nslots, const I64Map *only) {
+  const int64_t d = s->d, stride = rec_stride(d), ahead = 8, n = slots ? nslots : count;
+  const double slack = 1e-6;
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = slots ? slots[i] : i;
+    if (i + ahead < n) prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    const uint8_t *rec = buf + r * stride;
+    float vmul;
+    int32_t l1;
+    memcpy(&vmul, rec + 8, 4);
+    memcpy(&l1, rec + 12, 4);
+    double mul = (double)s->qmul * vmul;
+    double approx = mul * doti8_fn(s->q8, (const int8_t *)(rec + HS_REC_HEAD), d);
+    double err = mul * (s->qerr + l1 / 2.0) + slack;
+    if (approx + err < bar) continue;
+    int64_t id = rec_id(rec);
+    if (only && !map_find(only, id, 0)) continue;
+    Hit lo = {approx - err, 0};
+    heap_push(s->lower, &s->nlower, s->k, lo);
+    bar = heap_bar(s->lower, s->nlower, s->k);
+    if (s->ncand == s->capcand) {
+      int64_t cap = s->capcand ? 2 * s->capcand : 256;
+      Cand *grown = realloc(s->cand, sizeof(Cand) * (size_t)cap);
+      if (!grown) return 0;
+      s->cand = grown, s->capcand = cap;
     }
-    if (approx + err < heap_bar(heap, len, k)) continue; /* false for a NaN: scored exactly */
-    Hit x = {cosine_with(qq, q, p->vecs + r * d, d, fn), r}; /* ids ascend with r */
-    heap_push(heap, &len, k, x);
+    Cand c = {approx + err, id, block, r};
+    s->cand[s->ncand++] = c;
   }
-  for (int64_t i = 0; i < len; i++) heap[i].id = p->ids[heap[i].id];
-  qsort(heap, (size_t)len, sizeof(Hit), cmp_hits);
-  memcpy(out, heap, sizeof(Hit) * (size_t)len);
-  free(heap), free(q8);
-  return len;
+  return 1;
+}
+
+static int cmp_cand(const void *a, const void *b) {
+  const Cand *x = a, *y = b;
+  if (x->upper != y->upper) return x->upper > y->upper ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Drops the candidates below the final bar and sorts the rest, best upper bound first. */
+static void knn_candidates(Knn *s) {
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  int64_t m = 0;
+  for (int64_t i = 0; i < s->ncand; i++) {
+    if (s->cand[i].upper >= bar) s->cand[m++] = s->cand[i];
+  }
+  s->ncand = m;
+  if (m > 1) qsort(s->cand, (size_t)m, sizeof(Cand), cmp_cand);
 }
 #endif
 
@@ -930,8 +1012,9 @@ static char NOMEM[] = "out of memory";
 /*
 ** Reads a vector value (Requirement 1).  Returns NULL with *out set (out->v
 ** is NULL for an SQL NULL), or an error message from sqlite3_mprintf (or
-** NOMEM) for the caller to report.  `what` names the value in the message,
-** e.g. "1st argument" or "4th argument of row 17".
+** NOMEM) for the caller to report.  The message starts with `fn`, the name of
+** what reads it ("cosine_topk()", or a vector_index table's name), and
+** `what` names the value, e.g. "1st argument" or "4th argument of row 17".
 */
 static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, Vec *out) {
   out->v = 0;
@@ -943,11 +1026,11 @@ static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, 
     const void *p = sqlite3_value_blob(arg);
     int64_t n = sqlite3_value_bytes(arg);
     if (n % 4 != 0) {
-      return sqlite3_mprintf("%s(): %s is a BLOB of %lld bytes, not a multiple of 4", fn, what, n);
+      return sqlite3_mprintf("%s: %s is a BLOB of %lld bytes, not a multiple of 4", fn, what, n);
     }
-    if (n == 0) return sqlite3_mprintf("%s(): %s is an empty vector", fn, what);
+    if (n == 0) return sqlite3_mprintf("%s: %s is an empty vector", fn, what);
     if (n / 4 > HS_MAX_DIMS) {
-      return sqlite3_mprintf("%s(): %s has %lld dimensions, more than %d", fn, what, n / 4,
+      return sqlite3_mprintf("%s: %s has %lld dimensions, more than %d", fn, what, n / 4,
                              HS_MAX_DIMS);
     }
     out->v = p; /* possibly unaligned: every kernel reads it with loadf() or loadu */
@@ -955,7 +1038,7 @@ static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, 
     int64_t bad = hs_first_nonfinite(out->v, out->d);
     if (bad >= 0) {
       vec_free(out);
-      return sqlite3_mprintf("%s(): %s has a non-finite value at index %lld", fn, what, bad);
+      return sqlite3_mprintf("%s: %s has a non-finite value at index %lld", fn, what, bad);
     }
     return 0;
   }
@@ -976,16 +1059,16 @@ static char *parse_vector(sqlite3_value *arg, const char *fn, const char *what, 
       return 0;
     }
     vec_free(out);
-    if (rc == HS_EMPTY) return sqlite3_mprintf("%s(): %s is an empty vector", fn, what);
+    if (rc == HS_EMPTY) return sqlite3_mprintf("%s: %s is an empty vector", fn, what);
     if (rc == HS_NONFINITE) {
-      return sqlite3_mprintf("%s(): %s has a non-finite value at index %lld", fn, what, bad);
+      return sqlite3_mprintf("%s: %s has a non-finite value at index %lld", fn, what, bad);
     }
     if (rc == HS_TOO_LONG) {
-      return sqlite3_mprintf("%s(): %s has more than %d dimensions", fn, what, HS_MAX_DIMS);
+      return sqlite3_mprintf("%s: %s has more than %d dimensions", fn, what, HS_MAX_DIMS);
     }
-    return sqlite3_mprintf("%s(): %s is not a JSON array of numbers", fn, what);
+    return sqlite3_mprintf("%s: %s is not a JSON array of numbers", fn, what);
   }
-  return sqlite3_mprintf("%s(): %s must be a vector (float32 BLOB or JSON array text), got %s", fn,
+  return sqlite3_mprintf("%s: %s must be a vector (float32 BLOB or JSON array text), got %s", fn,
                          what, type_name(arg));
 }
 
@@ -1031,9 +1114,9 @@ static int read_number(sqlite3_context *ctx, sqlite3_value *arg, const char *fn,
 static void cosine_similarity_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Vec a, b;
   (void)argc;
-  int ra = read_vector(ctx, argv[0], "cosine_similarity", "1st argument", &a);
+  int ra = read_vector(ctx, argv[0], "cosine_similarity()", "1st argument", &a);
   if (ra < 0) return;
-  int rb = read_vector(ctx, argv[1], "cosine_similarity", "2nd argument", &b);
+  int rb = read_vector(ctx, argv[1], "cosine_similarity()", "2nd argument", &b);
   if (rb < 0) {
     vec_free(&a);
     return;
@@ -1075,7 +1158,7 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   if (!t->started) {
     t->started = 1;
-    int rq = read_vector(ctx, argv[0], "cosine_topk", "1st argument", &t->query);
+    int rq = read_vector(ctx, argv[0], "cosine_topk()", "1st argument", &t->query);
     if (rq < 0) return;
     if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER) {
       fail(ctx, "cosine_topk(): 2nd argument k must be an integer from 1 to %d, got %s", HS_MAX_K,
@@ -1126,7 +1209,7 @@ static void topk_step(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (!v.v || v.d != t->query.d || sqlite3_value_bytes(argv[3]) % 4 != 0) {
     char what[64];
     sqlite3_snprintf(sizeof(what), what, "4th argument of row %lld", id);
-    if (read_vector(ctx, argv[3], "cosine_topk", what, &v) < 0) return;
+    if (read_vector(ctx, argv[3], "cosine_topk()", what, &v) < 0) return;
     if (v.d != t->query.d) {
       fail(ctx, "cosine_topk(): 1st argument has %lld dimensions, row %lld has %lld", t->query.d,
            id, v.d);
@@ -1273,7 +1356,7 @@ static void temporal_decay_func(sqlite3_context *ctx, int argc, sqlite3_value **
 static void vector_blob_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Vec v;
   (void)argc;
-  if (read_vector(ctx, argv[0], "vector_blob", "1st argument", &v) <= 0) return;
+  if (read_vector(ctx, argv[0], "vector_blob()", "1st argument", &v) <= 0) return;
   sqlite3_result_blob64(ctx, v.v, sizeof(float) * (sqlite3_uint64)v.d, SQLITE_TRANSIENT);
   vec_free(&v);
 }
@@ -1282,7 +1365,7 @@ static void vector_json_func(sqlite3_context *ctx, int argc, sqlite3_value **arg
   Vec v;
   char buf[32];
   (void)argc;
-  if (read_vector(ctx, argv[0], "vector_json", "1st argument", &v) <= 0) return;
+  if (read_vector(ctx, argv[0], "vector_json()", "1st argument", &v) <= 0) return;
   sqlite3_str *out = sqlite3_str_new(0);
   sqlite3_str_appendchar(out, 1, '[');
   for (int64_t i = 0; i < v.d; i++) {
@@ -1320,424 +1403,2162 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 }
 
 /* ========================================================================
-** vector_topk (Requirement 10): an eponymous table-valued function over a
-** packed copy of the `vectors` table, kept per connection and rebuilt when
-** meta.vectors_version (bumped by triggers on every write, from any
-** connection) differs from the one it was built at.
+** vector_index (Requirement 10): a virtual table module that owns its
+** vectors, stored in shadow tables of the same database:
+**
+**   T_info(key, value)                 the storage format's version
+**   T_blocks(id, dims, capacity, count, nonce, p0, p1, ...)
+**                                      one row per block: which partition
+**                                      (p0...), how many rows, and a nonce
+**   T_codes(id, data)                  a block's records (rec_build), what
+**                                      the first pass reads
+**   T_vectors(id, data)                the float32 vectors, in groups of
+**                                      group_rows(dims) rows of a block, id
+**                                      block * 256 + group: what exact
+**                                      rescoring reads
+**   T_rowids(rowid, block, slot, m0, m1, ...)
+**                                      where each row is, and its metadata
+**
+** Rows of one partition fill blocks of up to HS_BLOCK_ROWS rows; only the
+** last block of a partition has free slots, and it grows by doubling from
+** HS_BLOCK_MIN.  A delete moves the partition's last row into the hole, so
+** blocks stay dense and an emptied block is deleted: its pages go back to
+** SQLite's free list at once, and VACUUM returns them to the file system.
+**
+** Every write to a block gives it a new random 64-bit nonce.  A connection
+** keeps the records of the blocks it has read (Cache), each with the nonce it
+** was read at, and reads a block again only when its nonce has changed.  The
+** nonce lives in the same row as the count and is written in the same
+** transaction as the records, so whatever brings a block back (a rollback, a
+** restored backup, another file attached under the same name) brings back
+** the nonce that goes with it: the cache cannot serve rows that are not in
+** the database.
 */
+#define HS_BLOCK_ROWS 256
+#define HS_BLOCK_MIN 16
+#define HS_GROUP_BYTES 16384
+#define HS_MAX_FILTERS 24        /* partition and metadata columns together */
+#define HS_CACHE_BYTES ((size_t)4 << 30) /* per table and connection */
+#define HS_SWEEP_EVERY 256       /* queries between sweeps of dropped blocks */
+#define HS_FORMAT 1
 
-/* One per connection: the packed copy and what it was built from. */
-typedef struct TopkCache {
-  Packed p;
-  char *model;            /* the model_id it holds; NULL for every row */
-  sqlite3_int64 version;  /* meta.vectors_version it was built at */
-  int valid;              /* built outside a transaction, so from committed rows */
-} TopkCache;
-
-static void packed_clear(Packed *p) {
-  free(p->ids);
-  free(p->vecs);
-  free(p->inv_norms);
-  free(p->q8);
-  free(p->q8_mul);
-  free(p->q8_l1);
-  memset(p, 0, sizeof(*p));
+/* Rows in one T_vectors group for vectors of d dimensions: a power of two, about 16 KiB. */
+static int64_t group_rows(int64_t d) {
+  int64_t g = 1;
+  while (g < HS_BLOCK_ROWS && 2 * g * 4 * d <= HS_GROUP_BYTES) g *= 2;
+  return g;
 }
 
-static void cache_free(void *arg) {
-  TopkCache *c = arg;
-  packed_clear(&c->p);
-  sqlite3_free(c->model);
-  sqlite3_free(c);
+static int64_t group_id(int64_t block, int64_t slot, int64_t d) {
+  return block * 256 + slot / group_rows(d);
 }
 
-typedef struct TopkVtab {
+static sqlite3_int64 fresh_nonce(void) {
+  sqlite3_int64 x;
+  sqlite3_randomness(sizeof(x), &x);
+  return x;
+}
+
+enum { VX_VECTOR = 1, VX_ALIAS, VX_PARTITION, VX_METADATA };
+enum { VX_TEXT = 1, VX_INTEGER, VX_REAL };
+static const char *const VX_TYPES[] = {"", "text", "integer", "real"};
+
+typedef struct VxCol {
+  char *name;
+  int role;   /* VX_VECTOR, VX_ALIAS, VX_PARTITION or VX_METADATA */
+  int type;   /* VX_TEXT, VX_INTEGER or VX_REAL: partition and metadata columns */
+  int shadow; /* its number among the partition columns (p0...) or metadata (m0...) */
+} VxCol;
+
+/* A block's records as a connection last read them. */
+typedef struct CBlock {
+  int64_t id, nonce, count, dims;
+  uint8_t *buf;
+  uint64_t used; /* the query that last used it */
+} CBlock;
+
+typedef struct Cache {
+  CBlock *b;
+  int64_t n, cap;
+  I64Map at; /* block id -> index in b */
+  size_t bytes;
+  uint64_t clock, sweep;
+} Cache;
+
+/* The prepared statements on the shadow tables, made when first needed. */
+enum {
+  VS_TAIL,
+  VS_BLOCK,
+  VS_NEW_BLOCK,
+  VS_NEW_CODES,
+  VS_GROW,
+  VS_SET_COUNT,
+  VS_TOUCH,
+  VS_DROP_BLOCK,
+  VS_DROP_CODES,
+  VS_DROP_GROUPS,
+  VS_NEW_GROUP,
+  VS_DROP_GROUP,
+  VS_FIND,
+  VS_ADD_ROW,
+  VS_MOVE_ROW,
+  VS_DROP_ROW,
+  VS_SET_META,
+  VS_MAX_ROWID,
+  VS_COUNT
+};
+
+typedef struct VxTab {
   sqlite3_vtab base;
   sqlite3 *db;
-  TopkCache *cache;
-} TopkVtab;
+  char *schema, *name;
+  int ncol, vec, alias, npart, nmeta;
+  VxCol *col;
+  int64_t dims; /* D of float[D]; 0 for float[], one D per partition */
+  int busy;     /* inside a method that reads or writes the shadow tables */
+  int64_t rows; /* for xBestIndex's costs */
+  Cache cache;
+  sqlite3_stmt *st[VS_COUNT];
+} VxTab;
 
-typedef struct TopkCursor {
-  sqlite3_vtab_cursor base;
-  Hit *hits;
-  int64_t len, i;
-} TopkCursor;
+#define VX_SCORE(t) ((t)->ncol)
+#define VX_K(t) ((t)->ncol + 1)
 
-enum { TK_ID, TK_SCORE, TK_QUERY, TK_K, TK_MODEL, TK_IDS, TK_PRECISION };
+/* ---- errors ---- */
 
-static int topk_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
-                        sqlite3_vtab **out, char **err) {
-  (void)argc;
-  (void)argv;
-  (void)err;
-  int rc = sqlite3_declare_vtab(db,
-                                "create table x(id integer, score real, query hidden, k hidden,"
-                                " model hidden, ids hidden, precision hidden)");
-  if (rc != SQLITE_OK) return rc;
-  TopkVtab *vt = sqlite3_malloc(sizeof(TopkVtab));
-  if (!vt) return SQLITE_NOMEM;
-  memset(vt, 0, sizeof(*vt));
-  vt->db = db;
-  vt->cache = aux;
-  sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
-  *out = &vt->base;
+static int vx_fail(VxTab *t, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *msg = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  sqlite3_free(t->base.zErrMsg);
+  t->base.zErrMsg = msg;
+  return msg ? rc : SQLITE_NOMEM;
+}
+
+/* An error of SQLite's own from a shadow statement: keeps its code, so that an
+** I/O error or a full disk rolls the transaction back (not only the statement). */
+static int vx_sql_fail(VxTab *t, int rc) {
+  if (rc == SQLITE_NOMEM) return rc;
+  const char *msg = sqlite3_errmsg(t->db);
+  size_t n = strlen(t->name);
+  if (strncmp(msg, t->name, n) == 0 && msg[n] == ':') return vx_fail(t, rc, "%s", msg); /* ours */
+  return vx_fail(t, rc, "%s: %s", t->name, msg);
+}
+
+/* Takes a message from parse_vector() (or NOMEM). */
+static int vx_take(VxTab *t, char *msg) {
+  sqlite3_free(t->base.zErrMsg);
+  t->base.zErrMsg = 0;
+  if (!msg || msg == NOMEM) return SQLITE_NOMEM;
+  t->base.zErrMsg = msg;
+  return SQLITE_ERROR;
+}
+
+/* ---- the column declaration: vector_index(embedding float[384], project text partition key, ...) */
+
+static int ident_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         (unsigned char)c >= 0x80;
+}
+
+/* Reads a column name at *s (bare or quoted with "", `` or []); NULL for none or out of memory. */
+static char *read_name(const char **s) {
+  const char *p = *s;
+  while (is_ws(*p)) p++;
+  char open = *p, close = open == '[' ? ']' : open;
+  if (open == '"' || open == '`' || open == '[') {
+    sqlite3_str *out = sqlite3_str_new(0);
+    for (p++; *p; p++) {
+      if (*p == close) {
+        if (close != ']' && p[1] == close) {
+          sqlite3_str_appendchar(out, 1, close);
+          p++;
+          continue;
+        }
+        break;
+      }
+      sqlite3_str_appendchar(out, 1, *p);
+    }
+    if (*p != close || sqlite3_str_length(out) == 0) {
+      sqlite3_free(sqlite3_str_finish(out));
+      return 0;
+    }
+    *s = p + 1;
+    return sqlite3_str_finish(out);
+  }
+  const char *start = p;
+  while (ident_char(*p)) p++;
+  if (p == start) return 0;
+  *s = p;
+  return sqlite3_mprintf("%.*s", (int)(p - start), start);
+}
+
+/* sqlite3_str_finish(), but "" (not NULL) for an empty string; NULL when out of memory. */
+static char *str_finish(sqlite3_str *s) {
+  int err = sqlite3_str_errcode(s);
+  char *out = sqlite3_str_finish(s);
+  if (err != SQLITE_OK) {
+    sqlite3_free(out);
+    return 0;
+  }
+  return out ? out : sqlite3_mprintf("");
+}
+
+/* The words after the name, lower case, one space between them. */
+static char *read_words(const char *s) {
+  sqlite3_str *out = sqlite3_str_new(0);
+  int space = 0;
+  for (; *s; s++) {
+    if (is_ws(*s)) {
+      space = sqlite3_str_length(out) > 0;
+      continue;
+    }
+    if (space) sqlite3_str_appendchar(out, 1, ' ');
+    space = 0;
+    char c = *s >= 'A' && *s <= 'Z' ? (char)(*s - 'A' + 'a') : *s;
+    sqlite3_str_appendchar(out, 1, c);
+  }
+  return str_finish(out);
+}
+
+/* float[N] or float[] (*dims 0); 0 when the words are not a vector type. */
+static int vector_type(const char *w, int64_t *dims) {
+  if (strncmp(w, "float[", 6) != 0) return 0;
+  const char *p = w + 6;
+  int64_t n = 0;
+  while (*p >= '0' && *p <= '9' && n <= HS_MAX_DIMS) n = n * 10 + (*p++ - '0');
+  if (strcmp(p, "]") != 0) return 0;
+  *dims = p == w + 6 ? 0 : (n >= 1 && n <= HS_MAX_DIMS ? n : -1);
+  return 1;
+}
+
+static void vx_free_cols(VxTab *t) {
+  for (int i = 0; i < t->ncol; i++) sqlite3_free(t->col[i].name);
+  sqlite3_free(t->col);
+  t->col = 0;
+  t->ncol = 0;
+}
+
+static int vx_parse(VxTab *t, int argc, const char *const *argv, char **err) {
+  int n = argc - 3;
+  t->vec = t->alias = -1;
+  t->col = sqlite3_malloc64(sizeof(VxCol) * (sqlite3_uint64)(n > 0 ? n : 1));
+  if (!t->col) return SQLITE_NOMEM;
+  memset(t->col, 0, sizeof(VxCol) * (size_t)(n > 0 ? n : 1));
+  for (int i = 0; i < n; i++) {
+    const char *arg = argv[i + 3], *rest = arg;
+    VxCol *c = &t->col[i];
+    t->ncol = i + 1;
+    c->name = read_name(&rest);
+    char *words = c->name ? read_words(rest) : 0;
+    int64_t dims = 0;
+    if (!c->name || !words) {
+      sqlite3_free(words);
+      *err = sqlite3_mprintf("vector_index: column %d (%s) has no name", i + 1, arg);
+      return SQLITE_ERROR;
+    }
+    if (vector_type(words, &dims)) {
+      c->role = VX_VECTOR;
+      if (t->vec >= 0 || dims < 0) {
+        *err = dims < 0 ? sqlite3_mprintf("vector_index: column %s: the dimensions of float[N]"
+                                          " must be 1 to %d", c->name, HS_MAX_DIMS)
+                        : sqlite3_mprintf("vector_index: more than one vector column (%s and %s)",
+                                          t->col[t->vec].name, c->name);
+        sqlite3_free(words);
+        return SQLITE_ERROR;
+      }
+      t->vec = i;
+      t->dims = dims;
+    } else if (strcmp(words, "integer primary key") == 0) {
+      c->role = VX_ALIAS;
+      if (t->alias >= 0) {
+        *err = sqlite3_mprintf("vector_index: more than one integer primary key (%s and %s)",
+                               t->col[t->alias].name, c->name);
+        sqlite3_free(words);
+        return SQLITE_ERROR;
+      }
+      t->alias = i;
+    } else {
+      int partition = 0;
+      size_t len = strlen(words);
+      if (len > 14 && strcmp(words + len - 14, " partition key") == 0) {
+        partition = 1;
+        words[len - 14] = 0;
+      }
+      for (int ty = VX_TEXT; ty <= VX_REAL; ty++) {
+        if (strcmp(words, VX_TYPES[ty]) == 0) c->type = ty;
+      }
+      if (!c->type) {
+        while (is_ws(*rest)) rest++;
+        *err = sqlite3_mprintf("vector_index: column %s: the type must be float[N], float[],"
+                               " integer primary key, or text, integer or real with an optional"
+                               " 'partition key'; got '%s'", c->name, rest);
+        sqlite3_free(words);
+        return SQLITE_ERROR;
+      }
+      c->role = partition ? VX_PARTITION : VX_METADATA;
+      c->shadow = partition ? t->npart++ : t->nmeta++;
+    }
+    sqlite3_free(words);
+    static const char *const reserved[] = {"score", "k", "rowid", "oid", "_rowid_"};
+    for (size_t r = 0; r < sizeof(reserved) / sizeof(reserved[0]); r++) {
+      if (sqlite3_stricmp(c->name, reserved[r]) == 0) {
+        *err = sqlite3_mprintf("vector_index: the column name %s is reserved", c->name);
+        return SQLITE_ERROR;
+      }
+    }
+    for (int j = 0; j < i; j++) {
+      if (sqlite3_stricmp(c->name, t->col[j].name) == 0) {
+        *err = sqlite3_mprintf("vector_index: two columns are named %s", c->name);
+        return SQLITE_ERROR;
+      }
+    }
+  }
+  if (t->vec < 0) {
+    *err = sqlite3_mprintf("vector_index: a vector column is needed, e.g. embedding float[384]");
+    return SQLITE_ERROR;
+  }
+  if (t->npart + t->nmeta > HS_MAX_FILTERS) {
+    *err = sqlite3_mprintf("vector_index: at most %d partition and metadata columns",
+                           HS_MAX_FILTERS);
+    return SQLITE_ERROR;
+  }
   return SQLITE_OK;
 }
 
-static int topk_disconnect(sqlite3_vtab *vt) {
-  sqlite3_free(vt);
+static int vx_declare(VxTab *t) {
+  sqlite3_str *s = sqlite3_str_new(0);
+  sqlite3_str_appendall(s, "create table x(");
+  for (int i = 0; i < t->ncol; i++) {
+    const VxCol *c = &t->col[i];
+    const char *type = c->role == VX_VECTOR ? "blob"
+                       : c->role == VX_ALIAS ? "integer"
+                                             : VX_TYPES[c->type];
+    sqlite3_str_appendf(s, "\"%w\" %s, ", c->name, type);
+  }
+  sqlite3_str_appendall(s, "score hidden real, k hidden integer)");
+  char *sql = sqlite3_str_finish(s);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_declare_vtab(t->db, sql);
+  sqlite3_free(sql);
+  return rc;
+}
+
+/* ---- the shadow statements ---- */
+
+/* "p0, p1" or "b.p0, b.p1" (prefix) for the partition columns; likewise m for metadata. */
+static void append_cols(sqlite3_str *s, const char *prefix, char letter, int n, int lead_comma) {
+  for (int i = 0; i < n; i++) {
+    sqlite3_str_appendf(s, "%s%s%c%d", (i || lead_comma) ? ", " : "", prefix, letter, i);
+  }
+}
+
+static char *vs_sql(VxTab *t, int which) {
+  sqlite3_str *s = sqlite3_str_new(0);
+  const char *db = t->schema, *n = t->name;
+  switch (which) {
+    case VS_TAIL: /* ?1.. the partition values */
+      sqlite3_str_appendf(s, "select id, dims, capacity, count from \"%w\".\"%w_blocks\" where 1",
+                          db, n);
+      for (int i = 0; i < t->npart; i++) sqlite3_str_appendf(s, " and p%d is ?%d", i, i + 1);
+      sqlite3_str_appendall(s, " order by id desc limit 1");
+      break;
+    case VS_BLOCK:
+      sqlite3_str_appendall(s, "select dims, capacity, count");
+      append_cols(s, "", 'p', t->npart, 1);
+      sqlite3_str_appendf(s, " from \"%w\".\"%w_blocks\" where id = ?1", db, n);
+      break;
+    case VS_NEW_BLOCK: /* ?1 dims, ?2 capacity, ?3 nonce, ?4.. the partition values */
+      sqlite3_str_appendf(s, "insert into \"%w\".\"%w_blocks\"(dims, capacity, count, nonce", db,
+                          n);
+      append_cols(s, "", 'p', t->npart, 1);
+      sqlite3_str_appendall(s, ") values (?1, ?2, 0, ?3");
+      for (int i = 0; i < t->npart; i++) sqlite3_str_appendf(s, ", ?%d", i + 4);
+      sqlite3_str_appendall(s, ")");
+      break;
+    case VS_NEW_CODES:
+      sqlite3_str_appendf(s, "insert into \"%w\".\"%w_codes\"(id, data) values (?1, zeroblob(?2))",
+                          db, n);
+      break;
+    case VS_GROW: /* ?1 id, ?2 bytes: an empty blob of the new size */
+      sqlite3_str_appendf(s, "update \"%w\".\"%w_codes\" set data = zeroblob(?2) where id = ?1",
+                          db, n);
+      break;
+    case VS_SET_COUNT: /* ?1 id, ?2 count, ?3 capacity, ?4 nonce */
+      sqlite3_str_appendf(s, "update \"%w\".\"%w_blocks\" set count = ?2, capacity = ?3,"
+                             " nonce = ?4 where id = ?1", db, n);
+      break;
+    case VS_TOUCH:
+      sqlite3_str_appendf(s, "update \"%w\".\"%w_blocks\" set nonce = ?2 where id = ?1", db, n);
+      break;
+    case VS_DROP_BLOCK:
+      sqlite3_str_appendf(s, "delete from \"%w\".\"%w_blocks\" where id = ?1", db, n);
+      break;
+    case VS_DROP_CODES:
+      sqlite3_str_appendf(s, "delete from \"%w\".\"%w_codes\" where id = ?1", db, n);
+      break;
+    case VS_DROP_GROUPS:
+      sqlite3_str_appendf(s, "delete from \"%w\".\"%w_vectors\" where id between ?1 * 256"
+                             " and ?1 * 256 + 255", db, n);
+      break;
+    case VS_NEW_GROUP:
+      sqlite3_str_appendf(s, "insert or replace into \"%w\".\"%w_vectors\"(id, data)"
+                             " values (?1, zeroblob(?2))", db, n);
+      break;
+    case VS_DROP_GROUP:
+      sqlite3_str_appendf(s, "delete from \"%w\".\"%w_vectors\" where id = ?1", db, n);
+      break;
+    case VS_FIND:
+      sqlite3_str_appendf(s, "select block, slot from \"%w\".\"%w_rowids\" where rowid = ?1", db,
+                          n);
+      break;
+    case VS_ADD_ROW: /* ?1 rowid, ?2 block, ?3 slot, ?4.. the metadata values */
+      sqlite3_str_appendf(s, "insert into \"%w\".\"%w_rowids\"(rowid, block, slot", db, n);
+      append_cols(s, "", 'm', t->nmeta, 1);
+      sqlite3_str_appendall(s, ") values (?1, ?2, ?3");
+      for (int i = 0; i < t->nmeta; i++) sqlite3_str_appendf(s, ", ?%d", i + 4);
+      sqlite3_str_appendall(s, ")");
+      break;
+    case VS_MOVE_ROW:
+      sqlite3_str_appendf(s, "update \"%w\".\"%w_rowids\" set block = ?2, slot = ?3"
+                             " where rowid = ?1", db, n);
+      break;
+    case VS_DROP_ROW:
+      sqlite3_str_appendf(s, "delete from \"%w\".\"%w_rowids\" where rowid = ?1", db, n);
+      break;
+    case VS_SET_META: /* ?1 rowid, ?2.. the metadata values */
+      sqlite3_str_appendf(s, "update \"%w\".\"%w_rowids\" set rowid = rowid", db, n);
+      for (int i = 0; i < t->nmeta; i++) sqlite3_str_appendf(s, ", m%d = ?%d", i, i + 2);
+      sqlite3_str_appendall(s, " where rowid = ?1");
+      break;
+    case VS_MAX_ROWID:
+      sqlite3_str_appendf(s, "select max(rowid) from \"%w\".\"%w_rowids\"", db, n);
+      break;
+  }
+  return sqlite3_str_finish(s);
+}
+
+/* The statement `which`, reset and unbound, or NULL after setting the error. */
+static sqlite3_stmt *vs(VxTab *t, int which, int *rc) {
+  if (!t->st[which]) {
+    char *sql = vs_sql(t, which);
+    if (!sql) {
+      *rc = SQLITE_NOMEM;
+      return 0;
+    }
+    *rc = sqlite3_prepare_v3(t->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &t->st[which], 0);
+    sqlite3_free(sql);
+    if (*rc != SQLITE_OK) {
+      *rc = vx_sql_fail(t, *rc);
+      return 0;
+    }
+  }
+  return t->st[which];
+}
+
+/* Steps a statement that returns no row and resets it; SQLITE_OK or the error. */
+static int vs_run(VxTab *t, sqlite3_stmt *st) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+/* Runs SQL that returns no rows, built with sqlite3_mprintf; for xCreate, xDestroy, xRename. */
+static int vx_exec(sqlite3 *db, char **err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *sql = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_exec(db, sql, 0, 0, 0);
+  if (rc != SQLITE_OK && err) {
+    sqlite3_free(*err);
+    *err = sqlite3_mprintf("vector_index: %s", sqlite3_errmsg(db));
+  }
+  sqlite3_free(sql);
+  return rc;
+}
+
+/* ---- the cache of records ---- */
+
+static void cache_clear(Cache *c) {
+  for (int64_t i = 0; i < c->n; i++) free(c->b[i].buf);
+  free(c->b);
+  map_free(&c->at);
+  memset(c, 0, sizeof(*c));
+}
+
+static CBlock *cache_find(Cache *c, int64_t id) {
+  int64_t i;
+  return map_find(&c->at, id, &i) ? &c->b[i] : 0;
+}
+
+/* Rebuilds the index after entries were removed. */
+static int cache_reindex(Cache *c) {
+  map_free(&c->at);
+  for (int64_t i = 0; i < c->n; i++) {
+    if (!map_put(&c->at, c->b[i].id, i)) return 0;
+  }
+  return 1;
+}
+
+/* Drops the entries `drop` says to, by position. */
+static int cache_drop(Cache *c, int (*drop)(const CBlock *, void *), void *arg) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < c->n; i++) {
+    if (drop(&c->b[i], arg)) {
+      c->bytes -= (size_t)(c->b[i].count * rec_stride(c->b[i].dims));
+      free(c->b[i].buf);
+    } else {
+      c->b[m++] = c->b[i];
+    }
+  }
+  int changed = m != c->n;
+  c->n = m;
+  return !changed || cache_reindex(c);
+}
+
+static int older_than(const CBlock *b, void *arg) { return b->used < *(uint64_t *)arg; }
+
+/*
+** Keeps buf (malloc'd: the `count` records of block `id` at `nonce`) in the
+** cache, making room by dropping the blocks unused the longest; frees buf when
+** there is no room because this query uses every cached block.  A caller
+** never holds a CBlock across this call.
+*/
+static void cache_keep(Cache *c, int64_t id, int64_t nonce, int64_t count, int64_t dims,
+                       uint8_t *buf) {
+  size_t bytes = (size_t)(count * rec_stride(dims));
+  CBlock *e = cache_find(c, id);
+  if (!e) {
+    while (c->bytes + bytes > HS_CACHE_BYTES) {
+      uint64_t cut = c->clock;
+      for (int64_t i = 0; i < c->n; i++) {
+        if (c->b[i].used < cut) cut = c->b[i].used;
+      }
+      cut++;
+      if (cut > c->clock || !cache_drop(c, older_than, &cut)) {
+        free(buf);
+        return;
+      }
+    }
+    if (c->n == c->cap) {
+      int64_t cap = c->cap ? 2 * c->cap : 64;
+      CBlock *grown = realloc(c->b, sizeof(CBlock) * (size_t)cap);
+      if (!grown) {
+        free(buf);
+        return;
+      }
+      c->b = grown, c->cap = cap;
+    }
+    if (!map_put(&c->at, id, c->n)) {
+      free(buf);
+      return;
+    }
+    e = &c->b[c->n++];
+  } else {
+    c->bytes -= (size_t)(e->count * rec_stride(e->dims));
+    free(e->buf);
+  }
+  e->id = id, e->nonce = nonce, e->count = count, e->dims = dims, e->buf = buf;
+  e->used = c->clock;
+  c->bytes += bytes;
+}
+
+static int not_in(const CBlock *b, void *arg) { return !map_find(arg, b->id, 0); }
+
+/* Forgets cached blocks that no longer exist (deleted ones), every HS_SWEEP_EVERY queries. */
+static int cache_sweep(VxTab *t) {
+  Cache *c = &t->cache;
+  if (c->n == 0 || ++c->sweep < HS_SWEEP_EVERY) return SQLITE_OK;
+  c->sweep = 0;
+  char *sql = sqlite3_mprintf("select id from \"%w\".\"%w_blocks\"", t->schema, t->name);
+  sqlite3_stmt *st = 0;
+  int rc = sql ? sqlite3_prepare_v2(t->db, sql, -1, &st, 0) : SQLITE_NOMEM;
+  sqlite3_free(sql);
+  I64Map live = {0};
+  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (!map_put(&live, sqlite3_column_int64(st, 0), 0)) rc = SQLITE_NOMEM;
+    else rc = SQLITE_OK;
+  }
+  if (rc == SQLITE_DONE) rc = cache_drop(c, not_in, &live) ? SQLITE_OK : SQLITE_NOMEM;
+  else if (rc != SQLITE_NOMEM) rc = vx_sql_fail(t, rc);
+  sqlite3_finalize(st);
+  map_free(&live);
+  return rc;
+}
+
+/* ---- reading rows ---- */
+
+/* Opens (or moves) a read or write handle on a shadow table's data column. */
+static int vx_blob(VxTab *t, sqlite3_blob **h, const char *suffix, int64_t id, int write) {
+  int rc;
+  if (*h) {
+    rc = sqlite3_blob_reopen(*h, id);
+  } else {
+    char *table = sqlite3_mprintf("%s_%s", t->name, suffix);
+    if (!table) return SQLITE_NOMEM;
+    rc = sqlite3_blob_open(t->db, t->schema, table, "data", id, write, h);
+    sqlite3_free(table);
+  }
+  if (rc == SQLITE_OK) return rc;
+  return vx_fail(t, rc == SQLITE_NOMEM ? rc : SQLITE_CORRUPT_VTAB,
+                 "%s: the %s row %lld is missing or unreadable: %s", t->name, suffix, id,
+                 sqlite3_errmsg(t->db));
+}
+
+static void vx_blob_close(sqlite3_blob **h) {
+  if (*h) sqlite3_blob_close(*h);
+  *h = 0;
+}
+
+/* Reads `bytes` at `offset` of an open handle, checking that they are there. */
+static int vx_blob_read(VxTab *t, sqlite3_blob *h, void *out, int64_t bytes, int64_t offset,
+                        const char *what, int64_t id) {
+  if (offset < 0 || offset + bytes > sqlite3_blob_bytes(h)) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, what,
+                   id);
+  }
+  int rc = sqlite3_blob_read(h, out, (int)bytes, (int)offset);
+  return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
+}
+
+/* The float32 vector of (block, slot) into out (dims floats), through handle *h. */
+static int vx_read_vector(VxTab *t, sqlite3_blob **h, int64_t block, int64_t slot, int64_t dims,
+                          float *out) {
+  int64_t gid = group_id(block, slot, dims), off = (slot % group_rows(dims)) * 4 * dims;
+  int rc = vx_blob(t, h, "vectors", gid, 0);
+  return rc ? rc : vx_blob_read(t, *h, out, 4 * dims, off, "vectors", gid);
+}
+
+/* ---- writing rows (xUpdate) ---- */
+
+/* A block as T_blocks has it. */
+typedef struct BlockRow {
+  int64_t id, dims, capacity, count;
+} BlockRow;
+
+/* The last block of the partition whose values are parts[] (found = 0 when it has none). */
+static int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *found) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_TAIL, &rc);
+  if (!st) return rc;
+  for (int i = 0; i < t->npart; i++) sqlite3_bind_value(st, i + 1, parts[i]);
+  rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    out->id = sqlite3_column_int64(st, 0);
+    out->dims = sqlite3_column_int64(st, 1);
+    out->capacity = sqlite3_column_int64(st, 2);
+    out->count = sqlite3_column_int64(st, 3);
+  }
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+/* Where row `rowid` is; found = 0 when it is not in the table. */
+static int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *found) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_FIND, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, rowid);
+  rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    *block = sqlite3_column_int64(st, 0);
+    *slot = sqlite3_column_int64(st, 1);
+  }
+  sqlite3_reset(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+/* Sets a block's count and capacity, with a new nonce. */
+static int vx_set_count(VxTab *t, const BlockRow *b) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_SET_COUNT, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, b->id);
+  sqlite3_bind_int64(st, 2, b->count);
+  sqlite3_bind_int64(st, 3, b->capacity);
+  sqlite3_bind_int64(st, 4, fresh_nonce());
+  return vs_run(t, st);
+}
+
+static int vx_touch(VxTab *t, int64_t block) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_TOUCH, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, block);
+  sqlite3_bind_int64(st, 2, fresh_nonce());
+  return vs_run(t, st);
+}
+
+static int vx_id_op(VxTab *t, int which, int64_t a, int64_t b) {
+  int rc;
+  sqlite3_stmt *st = vs(t, which, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, a);
+  sqlite3_bind_int64(st, 2, b);
+  return vs_run(t, st);
+}
+
+/* Writes bytes at offset of the data of row id in T_suffix. */
+static int vx_write(VxTab *t, const char *suffix, int64_t id, const void *data, int64_t bytes,
+                    int64_t offset) {
+  sqlite3_blob *h = 0;
+  int rc = vx_blob(t, &h, suffix, id, 1);
+  if (rc == SQLITE_OK) {
+    if (offset + bytes > sqlite3_blob_bytes(h)) {
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, suffix,
+                   id);
+    } else if ((rc = sqlite3_blob_write(h, data, (int)bytes, (int)offset)) != SQLITE_OK) {
+      rc = vx_sql_fail(t, rc);
+    }
+  }
+  vx_blob_close(&h);
+  return rc;
+}
+
+/* Writes row `rowid` (its record and float32 vector v) into slot `slot` of block b; `append`:
+** the slot is new, and the first of its group makes the group. */
+static int vx_put(VxTab *t, const BlockRow *b, int64_t slot, int64_t rowid, const float *v,
+                  int append) {
+  int64_t d = b->dims, stride = rec_stride(d);
+  uint8_t *rec = sqlite3_malloc64((sqlite3_uint64)stride);
+  if (!rec) return SQLITE_NOMEM;
+  rec_build(rec, rowid, v, d);
+  int rc = vx_write(t, "codes", b->id, rec, stride, slot * stride);
+  sqlite3_free(rec);
+  if (rc == SQLITE_OK && append && slot % group_rows(d) == 0) {
+    sqlite3_stmt *st = vs(t, VS_NEW_GROUP, &rc);
+    if (!st) return rc;
+    sqlite3_bind_int64(st, 1, group_id(b->id, slot, d));
+    sqlite3_bind_int64(st, 2, 4 * d * group_rows(d));
+    rc = vs_run(t, st);
+  }
+  if (rc == SQLITE_OK) {
+    rc = vx_write(t, "vectors", group_id(b->id, slot, d), v, 4 * d,
+                  (slot % group_rows(d)) * 4 * d);
+  }
+  return rc;
+}
+
+/* Doubles the capacity of block b, full, keeping its records. */
+static int vx_grow(VxTab *t, BlockRow *b) {
+  int64_t bytes = b->count * rec_stride(b->dims);
+  uint8_t *old = sqlite3_malloc64((sqlite3_uint64)bytes);
+  if (!old) return SQLITE_NOMEM;
+  sqlite3_blob *h = 0;
+  int rc = vx_blob(t, &h, "codes", b->id, 0);
+  if (rc == SQLITE_OK) rc = vx_blob_read(t, h, old, bytes, 0, "codes", b->id);
+  vx_blob_close(&h);
+  if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, 2 * b->capacity * rec_stride(b->dims));
+  if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, old, bytes, 0);
+  if (rc == SQLITE_OK) b->capacity *= 2;
+  sqlite3_free(old);
+  return rc;
+}
+
+/*
+** Appends row `rowid` to its partition (parts[]), with metadata metas[].  The
+** caller has checked everything that can be wrong with the row, so that only
+** SQLite's own errors can stop it half way (and those roll back the
+** transaction: vx_sql_fail keeps their codes).
+*/
+static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
+                     sqlite3_value *const *parts, sqlite3_value *const *metas) {
+  BlockRow b;
+  int found, rc = vx_tail(t, parts, &b, &found);
+  if (rc) return rc;
+  if (!found || (b.count == b.capacity && b.capacity == HS_BLOCK_ROWS)) {
+    sqlite3_stmt *st = vs(t, VS_NEW_BLOCK, &rc);
+    if (!st) return rc;
+    b.dims = d;
+    b.capacity = found ? HS_BLOCK_ROWS : HS_BLOCK_MIN; /* a partition that filled one block */
+    b.count = 0;
+    sqlite3_bind_int64(st, 1, b.dims);
+    sqlite3_bind_int64(st, 2, b.capacity);
+    sqlite3_bind_int64(st, 3, fresh_nonce());
+    for (int i = 0; i < t->npart; i++) sqlite3_bind_value(st, i + 4, parts[i]);
+    if ((rc = vs_run(t, st))) return rc;
+    b.id = sqlite3_last_insert_rowid(t->db);
+    if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, b.capacity * rec_stride(d)))) return rc;
+  } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
+    if ((rc = vx_grow(t, &b))) return rc;
+  }
+  if ((rc = vx_put(t, &b, b.count, rowid, v, 1))) return rc;
+  sqlite3_stmt *st = vs(t, VS_ADD_ROW, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, rowid);
+  sqlite3_bind_int64(st, 2, b.id);
+  sqlite3_bind_int64(st, 3, b.count);
+  for (int i = 0; i < t->nmeta; i++) sqlite3_bind_value(st, i + 4, metas[i]);
+  if ((rc = vs_run(t, st))) return rc;
+  b.count++;
+  if ((rc = vx_set_count(t, &b))) return rc;
+  t->rows++;
   return SQLITE_OK;
 }
 
-/* The hidden columns that have an = constraint go to xFilter in column order. */
-static int topk_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
-  int at[7] = {-1, -1, -1, -1, -1, -1, -1}, mask = 0, n = 0;
-  (void)vt;
+/* The row at (block, slot) of b moves to (to, to_slot); both of dims b->dims. */
+static int vx_move(VxTab *t, const BlockRow *b, int64_t slot, int64_t to, int64_t to_slot) {
+  int64_t d = b->dims, stride = rec_stride(d);
+  uint8_t *buf = sqlite3_malloc64((sqlite3_uint64)(stride + 4 * d));
+  if (!buf) return SQLITE_NOMEM;
+  sqlite3_blob *h = 0;
+  int rc = vx_blob(t, &h, "codes", b->id, 0);
+  if (rc == SQLITE_OK) rc = vx_blob_read(t, h, buf, stride, slot * stride, "codes", b->id);
+  vx_blob_close(&h);
+  if (rc == SQLITE_OK) rc = vx_read_vector(t, &h, b->id, slot, d, (float *)(buf + stride));
+  vx_blob_close(&h);
+  if (rc == SQLITE_OK) rc = vx_write(t, "codes", to, buf, stride, to_slot * stride);
+  if (rc == SQLITE_OK) {
+    rc = vx_write(t, "vectors", group_id(to, to_slot, d), buf + stride, 4 * d,
+                  (to_slot % group_rows(d)) * 4 * d);
+  }
+  if (rc == SQLITE_OK) {
+    sqlite3_stmt *st = vs(t, VS_MOVE_ROW, &rc);
+    if (st) {
+      sqlite3_bind_int64(st, 1, rec_id(buf));
+      sqlite3_bind_int64(st, 2, to);
+      sqlite3_bind_int64(st, 3, to_slot);
+      rc = vs_run(t, st);
+    }
+  }
+  sqlite3_free(buf);
+  return rc;
+}
+
+/* The block row of block `id`, with its partition values bound to VS_TAIL's parameters. */
+static int vx_block(VxTab *t, int64_t id, BlockRow *out, sqlite3_value **parts, int *found) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_BLOCK, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, id);
+  rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    out->id = id;
+    out->dims = sqlite3_column_int64(st, 0);
+    out->capacity = sqlite3_column_int64(st, 1);
+    out->count = sqlite3_column_int64(st, 2);
+    for (int i = 0; i < t->npart && rc == SQLITE_ROW; i++) {
+      parts[i] = sqlite3_value_dup(sqlite3_column_value(st, 3 + i));
+      if (!parts[i]) rc = SQLITE_NOMEM;
+    }
+  }
+  sqlite3_reset(st);
+  if (rc == SQLITE_NOMEM) return rc;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+static void free_values(sqlite3_value **v, int n) {
+  for (int i = 0; i < n; i++) {
+    sqlite3_value_free(v[i]);
+    v[i] = 0;
+  }
+}
+
+/* Deletes row `rowid`: the last row of its partition moves into its slot. */
+static int vx_remove(VxTab *t, int64_t rowid) {
+  int64_t block, slot;
+  int found, rc = vx_find(t, rowid, &block, &slot, &found);
+  if (rc || !found) return rc;
+  sqlite3_value *parts[HS_MAX_FILTERS] = {0};
+  BlockRow b, last;
+  rc = vx_block(t, block, &b, parts, &found);
+  if (rc == SQLITE_OK && !found) {
+    rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
+                 t->name, rowid, block);
+  }
+  if (rc == SQLITE_OK) rc = vx_tail(t, parts, &last, &found);
+  free_values(parts, t->npart);
+  if (rc) return rc;
+  if (!found || last.count < 1 || last.dims != b.dims) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the partition of row %lld has no last block",
+                   t->name, rowid);
+  }
+  int64_t end = last.count - 1;
+  if (last.id != block || end != slot) {
+    if ((rc = vx_move(t, &last, end, block, slot))) return rc;
+    if (last.id != block && (rc = vx_touch(t, block))) return rc;
+  }
+  if ((rc = vx_id_op(t, VS_DROP_ROW, rowid, 0))) return rc;
+  last.count = end;
+  if (last.count == 0) { /* the block is empty: give its pages back */
+    if ((rc = vx_id_op(t, VS_DROP_BLOCK, last.id, 0))) return rc;
+    if ((rc = vx_id_op(t, VS_DROP_CODES, last.id, 0))) return rc;
+    rc = vx_id_op(t, VS_DROP_GROUPS, last.id, 0);
+  } else {
+    rc = vx_set_count(t, &last);
+    if (rc == SQLITE_OK && end % group_rows(last.dims) == 0) { /* its last group is empty */
+      rc = vx_id_op(t, VS_DROP_GROUP, group_id(last.id, end, last.dims), 0);
+    }
+  }
+  if (rc == SQLITE_OK) t->rows--;
+  return rc;
+}
+
+/* Requirement 1 for a value of a partition or metadata column: NULL or the declared type. */
+static int vx_check_value(VxTab *t, const VxCol *c, sqlite3_value *v) {
+  int type = sqlite3_value_type(v);
+  int ok = type == SQLITE_NULL || (c->type == VX_TEXT && type == SQLITE_TEXT) ||
+           (c->type == VX_INTEGER && type == SQLITE_INTEGER) ||
+           (c->type == VX_REAL && (type == SQLITE_FLOAT || type == SQLITE_INTEGER));
+  if (!ok) {
+    return vx_fail(t, SQLITE_MISMATCH, "%s: column %s is %s, got %s", t->name, c->name,
+                   VX_TYPES[c->type], type_name(v));
+  }
+  return SQLITE_OK;
+}
+
+/* The values of an INSERT or UPDATE, checked before anything is written. */
+typedef struct NewRow {
+  Vec vec;       /* v NULL when unchanged (UPDATE) */
+  int vec_same;  /* the UPDATE leaves the vector as it is */
+  sqlite3_value *parts[HS_MAX_FILTERS], *metas[HS_MAX_FILTERS];
+  int parts_same, metas_same; /* UPDATE: none of them changes */
+} NewRow;
+
+static int vx_new_row(VxTab *t, sqlite3_value **cols, int64_t rowid, NewRow *r) {
+  memset(r, 0, sizeof(*r));
+  r->parts_same = r->metas_same = 1;
+  for (int i = 0; i < t->ncol; i++) {
+    const VxCol *c = &t->col[i];
+    sqlite3_value *v = cols[i];
+    int same = sqlite3_value_nochange(v);
+    if (c->role == VX_PARTITION || c->role == VX_METADATA) {
+      int rc = same ? SQLITE_OK : vx_check_value(t, c, v);
+      if (rc) return rc;
+      if (c->role == VX_PARTITION) r->parts[c->shadow] = v, r->parts_same &= same;
+      else r->metas[c->shadow] = v, r->metas_same &= same;
+    } else if (c->role == VX_VECTOR) {
+      r->vec_same = same;
+      if (same) continue;
+      char what[64];
+      sqlite3_snprintf(sizeof(what), what, "the vector of row %lld", rowid);
+      char *err = parse_vector(v, t->name, what, &r->vec);
+      if (err) return vx_take(t, err);
+      if (!r->vec.v) return vx_fail(t, SQLITE_CONSTRAINT_NOTNULL, "%s: %s is NULL", t->name, what);
+      if (t->dims && r->vec.d != t->dims) {
+        vec_free(&r->vec);
+        return vx_fail(t, SQLITE_ERROR, "%s: %s has %lld dimensions, the table has %lld",
+                       t->name, what, r->vec.d, t->dims);
+      }
+    }
+  }
+  return SQLITE_OK;
+}
+
+/* With float[]: the partition's vectors have one D, that of its last block. */
+static int vx_check_dims(VxTab *t, sqlite3_value *const *parts, int64_t rowid, int64_t d) {
+  BlockRow b;
+  int found, rc = vx_tail(t, parts, &b, &found);
+  if (rc == SQLITE_OK && found && b.dims != d) {
+    rc = vx_fail(t, SQLITE_ERROR, "%s: the vector of row %lld has %lld dimensions, the other"
+                 " vectors of its partition have %lld", t->name, rowid, d, b.dims);
+  }
+  return rc;
+}
+
+static int vx_insert(VxTab *t, int64_t rowid, NewRow *r) {
+  int found, rc;
+  int64_t block, slot;
+  if ((rc = vx_find(t, rowid, &block, &slot, &found))) return rc;
+  if (found) {
+    int mode = sqlite3_vtab_on_conflict(t->db);
+    if (mode == SQLITE_IGNORE) return SQLITE_OK;
+    if (mode != SQLITE_REPLACE) {
+      return vx_fail(t, SQLITE_CONSTRAINT_PRIMARYKEY, "UNIQUE constraint failed: %s.rowid",
+                     t->name);
+    }
+  }
+  if ((rc = vx_check_dims(t, r->parts, rowid, r->vec.d))) return rc;
+  if (found && (rc = vx_remove(t, rowid))) return rc;
+  return vx_append(t, rowid, r->vec.v, r->vec.d, r->parts, r->metas);
+}
+
+/* A partition value as it is stored in the block row, compared with a new one. */
+static int same_value(sqlite3_value *a, sqlite3_value *b) {
+  int ta = sqlite3_value_type(a), tb = sqlite3_value_type(b);
+  if (ta == SQLITE_INTEGER && tb == SQLITE_FLOAT) return 0; /* real columns store REAL */
+  if (ta != tb) return ta == SQLITE_FLOAT && tb == SQLITE_INTEGER &&
+                       sqlite3_value_double(a) == (double)sqlite3_value_int64(b);
+  switch (ta) {
+    case SQLITE_NULL: return 1;
+    case SQLITE_INTEGER: return sqlite3_value_int64(a) == sqlite3_value_int64(b);
+    case SQLITE_FLOAT: return sqlite3_value_double(a) == sqlite3_value_double(b);
+    default:
+      return sqlite3_value_bytes(a) == sqlite3_value_bytes(b) &&
+             memcmp(sqlite3_value_blob(a), sqlite3_value_blob(b),
+                    (size_t)sqlite3_value_bytes(a)) == 0;
+  }
+}
+
+/* The metadata values of row `rowid`, copied into out[] (sqlite3_value_free them). */
+static int vx_metas(VxTab *t, int64_t rowid, sqlite3_value **out) {
+  sqlite3_str *s = sqlite3_str_new(0);
+  sqlite3_str_appendall(s, "select rowid");
+  append_cols(s, "", 'm', t->nmeta, 1);
+  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" where rowid = ?1", t->schema, t->name);
+  char *sql = sqlite3_str_finish(s);
+  sqlite3_stmt *st = 0;
+  int rc = sql ? sqlite3_prepare_v2(t->db, sql, -1, &st, 0) : SQLITE_NOMEM;
+  sqlite3_free(sql);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, rowid);
+    rc = sqlite3_step(st);
+    for (int i = 0; i < t->nmeta && rc == SQLITE_ROW; i++) {
+      out[i] = sqlite3_value_dup(sqlite3_column_value(st, 1 + i));
+      if (!out[i]) rc = SQLITE_NOMEM;
+    }
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  return rc == SQLITE_OK || rc == SQLITE_NOMEM ? rc : vx_sql_fail(t, rc);
+}
+
+/*
+** UPDATE of row `old`, which becomes `rowid`.  A new vector or new metadata
+** are written in place; a new partition or rowid moves the row: it is
+** removed and appended again, with the values the UPDATE leaves as they are.
+*/
+static int vx_update(VxTab *t, int64_t old, int64_t rowid, NewRow *r) {
+  int64_t block, slot;
+  int found, rc;
+  if ((rc = vx_find(t, old, &block, &slot, &found)) || !found) return rc;
+  sqlite3_value *now[HS_MAX_FILTERS] = {0}, *metas[HS_MAX_FILTERS] = {0};
+  float *v = 0;
+  BlockRow b;
+  rc = vx_block(t, block, &b, now, &found);
+  if (rc == SQLITE_OK && !found) {
+    rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is missing", t->name, block);
+  }
+  int moves = rowid != old;
+  for (int i = 0; i < t->npart && rc == SQLITE_OK; i++) {
+    if (sqlite3_value_nochange(r->parts[i])) r->parts[i] = now[i];
+    else if (!same_value(now[i], r->parts[i])) moves = 1;
+  }
+  int64_t d = r->vec_same ? b.dims : r->vec.d;
+  const float *vec = r->vec.v;
+  if (rc == SQLITE_OK && (moves || !r->metas_same)) { /* the values the row keeps */
+    rc = vx_metas(t, old, metas);
+    for (int i = 0; i < t->nmeta && rc == SQLITE_OK; i++) {
+      if (!sqlite3_value_nochange(r->metas[i])) {
+        sqlite3_value_free(metas[i]);
+        if (!(metas[i] = sqlite3_value_dup(r->metas[i]))) rc = SQLITE_NOMEM;
+      }
+    }
+  }
+  if (rc == SQLITE_OK && moves && r->vec_same) {
+    sqlite3_blob *h = 0;
+    v = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)d);
+    rc = v ? vx_read_vector(t, &h, block, slot, d, v) : SQLITE_NOMEM;
+    vx_blob_close(&h);
+    vec = v;
+  }
+  int replace = 0;
+  if (rc == SQLITE_OK && rowid != old) {
+    int64_t ob, os;
+    if ((rc = vx_find(t, rowid, &ob, &os, &replace)) == SQLITE_OK && replace) {
+      int mode = sqlite3_vtab_on_conflict(t->db);
+      if (mode == SQLITE_IGNORE) goto done;
+      if (mode != SQLITE_REPLACE) {
+        rc = vx_fail(t, SQLITE_CONSTRAINT_PRIMARYKEY, "UNIQUE constraint failed: %s.rowid",
+                     t->name);
+      }
+    }
+  }
+  if (rc == SQLITE_OK && moves) {
+    rc = vx_check_dims(t, r->parts, rowid, d);
+  } else if (rc == SQLITE_OK && d != b.dims) {
+    rc = vx_fail(t, SQLITE_ERROR, "%s: the vector of row %lld has %lld dimensions, the other"
+                 " vectors of its partition have %lld", t->name, rowid, d, b.dims);
+  }
+  /* Everything is checked: from here on only SQLite's own errors can stop it. */
+  if (rc == SQLITE_OK && moves) {
+    rc = vx_remove(t, old);
+    if (rc == SQLITE_OK && replace) rc = vx_remove(t, rowid);
+    if (rc == SQLITE_OK) rc = vx_append(t, rowid, vec, d, r->parts, metas);
+    goto done;
+  }
+  if (rc == SQLITE_OK && !r->vec_same) {
+    rc = vx_put(t, &b, slot, rowid, vec, 0);
+    if (rc == SQLITE_OK) rc = vx_touch(t, block);
+  }
+  if (rc == SQLITE_OK && !r->metas_same) {
+    sqlite3_stmt *st = vs(t, VS_SET_META, &rc);
+    if (st) {
+      sqlite3_bind_int64(st, 1, rowid);
+      for (int i = 0; i < t->nmeta; i++) sqlite3_bind_value(st, i + 2, metas[i]);
+      rc = vs_run(t, st);
+    }
+  }
+done:
+  free_values(now, t->npart);
+  free_values(metas, t->nmeta);
+  sqlite3_free(v);
+  return rc;
+}
+
+/* ---- queries: the plan xBestIndex makes and xFilter follows ---- */
+
+/*
+** idxStr: one token of 5 characters per argument xFilter gets, in order: the
+** role (M the MATCH vector, K k, L LIMIT, O OFFSET, R the rowid, P a
+** partition column, X a metadata column), the column as two hex digits, the
+** operator (see op_sql; I is an IN list handed over whole), and the
+** collation (b binary, n nocase, r rtrim).
+*/
+#define VX_TOKEN 5
+
+static char op_char(unsigned char op) {
+  switch (op) {
+    case SQLITE_INDEX_CONSTRAINT_EQ: return '=';
+    case SQLITE_INDEX_CONSTRAINT_GT: return '>';
+    case SQLITE_INDEX_CONSTRAINT_LE: return '{';
+    case SQLITE_INDEX_CONSTRAINT_LT: return '<';
+    case SQLITE_INDEX_CONSTRAINT_GE: return '}';
+    case SQLITE_INDEX_CONSTRAINT_NE: return '!';
+    case SQLITE_INDEX_CONSTRAINT_IS: return 'i';
+    case SQLITE_INDEX_CONSTRAINT_ISNOT: return 'n';
+    case SQLITE_INDEX_CONSTRAINT_ISNULL: return '0';
+    case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: return '1';
+    case SQLITE_INDEX_CONSTRAINT_LIKE: return 'l';
+    case SQLITE_INDEX_CONSTRAINT_GLOB: return 'g';
+    default: return 0;
+  }
+}
+
+static const char *op_sql(char op) {
+  switch (op) {
+    case '=': return "= ?";
+    case '>': return "> ?";
+    case '{': return "<= ?";
+    case '<': return "< ?";
+    case '}': return ">= ?";
+    case '!': return "!= ?";
+    case 'i': return "is ?";
+    case 'n': return "is not ?";
+    case '0': return "is null";
+    case '1': return "is not null";
+    case 'l': return "like ?";
+    default: return "glob ?";
+  }
+}
+
+/* Whether this SQLite hands an IN list over whole (sqlite3_vtab_in, 3.38). */
+static int vtab_in_ok;
+
+static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
+  VxTab *t = (VxTab *)vt;
+  int match = -1, k = 0, n = 0, eq = 0, rowid_eq = 0, rowid_set = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-    if (c->iColumn < TK_QUERY || c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
-    if (!c->usable) return SQLITE_CONSTRAINT;
-    at[c->iColumn] = i;
+    if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH && c->iColumn == t->vec) {
+      if (!c->usable) return SQLITE_CONSTRAINT; /* only plans where the query vector is known */
+      match = i;
+    }
   }
-  for (int col = TK_QUERY; col <= TK_PRECISION; col++) {
-    if (at[col] < 0) continue;
-    mask |= 1 << col;
-    info->aConstraintUsage[at[col]].argvIndex = ++n;
-    info->aConstraintUsage[at[col]].omit = 1;
+  char *plan = sqlite3_malloc64((sqlite3_uint64)info->nConstraint * VX_TOKEN + 1);
+  if (!plan) return SQLITE_NOMEM;
+  plan[0] = 0;
+  for (int pass = 0; pass < 2; pass++) { /* the MATCH vector first */
+    for (int i = 0; i < info->nConstraint; i++) {
+      const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+      if (!c->usable || (pass == 0) != (i == match)) continue;
+      int col = c->iColumn, omit = 1;
+      char role = 0, op = op_char(c->op), coll = 'b';
+      if (i == match) {
+        role = 'M', op = '=';
+      } else if (match >= 0 && c->op == SQLITE_INDEX_CONSTRAINT_LIMIT) {
+        role = 'L', op = '=', omit = 0, col = 0;
+      } else if (match >= 0 && c->op == SQLITE_INDEX_CONSTRAINT_OFFSET) {
+        role = 'O', op = '=', omit = 0, col = 0;
+      } else if (col == VX_K(t) && op == '=') {
+        role = 'K', k = 1;
+      } else if (col < 0 || col == t->alias) {
+        if (!op || op == 'l' || op == 'g') continue;
+        role = 'R', col = 0;
+        if (op == '=' || op == 'i') rowid_eq = 1, op = '=';
+      } else if (col < t->ncol && op &&
+                 (t->col[col].role == VX_PARTITION || t->col[col].role == VX_METADATA)) {
+        const char *name = sqlite3_vtab_collation(info, i);
+        if (sqlite3_stricmp(name, "BINARY") == 0) coll = 'b';
+        else if (sqlite3_stricmp(name, "NOCASE") == 0) coll = 'n';
+        else if (sqlite3_stricmp(name, "RTRIM") == 0) coll = 'r';
+        else continue; /* another collation: SQLite tests it */
+        role = t->col[col].role == VX_PARTITION ? 'P' : 'X';
+        if (op == '=') eq++;
+      } else {
+        continue;
+      }
+      if (match >= 0 && op == '=' && (role == 'R' || role == 'P' || role == 'X') && vtab_in_ok &&
+          sqlite3_vtab_in(info, i, 1)) {
+        op = 'I'; /* the whole IN list in one xFilter: a k-nearest query cannot be split */
+        if (role == 'R') rowid_set = 1;
+      }
+      info->aConstraintUsage[i].argvIndex = ++n;
+      info->aConstraintUsage[i].omit = (unsigned char)omit;
+      sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c%02x%c%c", role, col, op,
+                       coll);
+    }
   }
-  info->idxNum = mask;
-  info->estimatedCost = 10.0;
-  info->estimatedRows = 10;
+  double rows = t->rows > 0 ? (double)t->rows : 1.0;
+  for (int i = 0; i < eq; i++) rows /= 10.0;
+  if (match >= 0) {
+    if (rowid_eq || rowid_set) rows = rows < 100 ? rows : 100;
+    info->idxNum = 1;
+    info->estimatedCost = 1000.0 + rows;
+    info->estimatedRows = 10;
+    int o = info->nOrderBy;
+    const struct sqlite3_index_orderby *ob = info->aOrderBy;
+    info->orderByConsumed =
+        (o >= 1 && ob[0].iColumn == VX_SCORE(t) && ob[0].desc) &&
+        (o == 1 || (o == 2 && (ob[1].iColumn < 0 || ob[1].iColumn == t->alias) && !ob[1].desc));
+  } else if (rowid_eq) {
+    info->estimatedCost = 10.0;
+    info->estimatedRows = 1;
+    info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
+  } else {
+    info->estimatedCost = 100.0 + 4.0 * rows;
+    info->estimatedRows = (sqlite3_int64)rows + 1;
+  }
+  (void)k;
+  info->idxStr = plan;
+  info->needToFreeIdxStr = 1;
   return SQLITE_OK;
 }
 
-static int topk_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **out) {
+/* Values to bind, in order; copies, because IN lists' values do not outlive their step. */
+typedef struct Binds {
+  sqlite3_value **v;
+  int n, cap;
+} Binds;
+
+static int binds_add(Binds *b, sqlite3_value *v) {
+  if (b->n == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 16;
+    sqlite3_value **grown = sqlite3_realloc64(b->v, sizeof(*grown) * (sqlite3_uint64)cap);
+    if (!grown) return SQLITE_NOMEM;
+    b->v = grown, b->cap = cap;
+  }
+  if (!(b->v[b->n] = sqlite3_value_dup(v))) return SQLITE_NOMEM;
+  b->n++;
+  return SQLITE_OK;
+}
+
+static void binds_free(Binds *b) {
+  free_values(b->v, b->n);
+  sqlite3_free(b->v);
+  memset(b, 0, sizeof(*b));
+}
+
+/* Appends " and <column> <op>" for a token, and its values to b. */
+static int add_cond(sqlite3_str *sql, Binds *b, const char *column, char op, char coll,
+                    sqlite3_value *arg) {
+  static const char *const colls[] = {"", " collate nocase", " collate rtrim"};
+  const char *c = coll == 'n' ? colls[1] : coll == 'r' ? colls[2] : colls[0];
+  if (op == 'I') {
+    sqlite3_str_appendf(sql, " and %s%s in (", column, c);
+    sqlite3_value *v;
+    int rc = sqlite3_vtab_in_first(arg, &v), first = 1;
+    for (; rc == SQLITE_OK && v; rc = sqlite3_vtab_in_next(arg, &v)) {
+      sqlite3_str_appendall(sql, first ? "?" : ", ?");
+      first = 0;
+      if ((rc = binds_add(b, v)) != SQLITE_OK) return rc;
+    }
+    sqlite3_str_appendall(sql, ")");
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+  }
+  sqlite3_str_appendf(sql, " and %s%s %s", column, c, op_sql(op));
+  return op == '0' || op == '1' ? SQLITE_OK : binds_add(b, arg);
+}
+
+/* Prepares sql (consumed) with the values b; NULL after setting the error. */
+static sqlite3_stmt *prepare_bound(VxTab *t, sqlite3_str *sql, Binds *b, int *rc) {
+  char *text = sqlite3_str_finish(sql);
+  sqlite3_stmt *st = 0;
+  *rc = text ? sqlite3_prepare_v2(t->db, text, -1, &st, 0) : SQLITE_NOMEM;
+  sqlite3_free(text);
+  if (*rc != SQLITE_OK) {
+    *rc = vx_sql_fail(t, *rc);
+    return 0;
+  }
+  for (int i = 0; i < b->n; i++) sqlite3_bind_value(st, i + 1, b->v[i]);
+  return st;
+}
+
+/* The columns of a row as the cursors read them: see row_sql. */
+enum { RC_ROWID, RC_BLOCK, RC_SLOT, RC_DIMS, RC_PARTS };
+
+static sqlite3_str *row_sql(VxTab *t) {
+  sqlite3_str *s = sqlite3_str_new(0);
+  sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims");
+  append_cols(s, "b.", 'p', t->npart, 1);
+  append_cols(s, "r.", 'm', t->nmeta, 1);
+  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r join \"%w\".\"%w_blocks\" b"
+                         " on b.id = r.block where 1", t->schema, t->name, t->schema, t->name);
+  return s;
+}
+
+typedef struct VxCur {
+  sqlite3_vtab_cursor base;
+  int knn;
+  Hit *hits; /* k-nearest: the rows, best first */
+  int64_t nhits, i, k;
+  sqlite3_stmt *rows; /* a scan's rows; for k-nearest, the row of hits[at] */
+  int64_t at;
+  int eof;
+} VxCur;
+
+/* A row of a block's records, for the rows selected by rowid or metadata. */
+typedef struct Slot {
+  int64_t block, slot;
+} Slot;
+
+static int cmp_slot(const void *a, const void *b) {
+  const Slot *x = a, *y = b;
+  if (x->block != y->block) return x->block < y->block ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+typedef struct BlockRef {
+  int64_t id, dims, count, nonce;
+} BlockRef;
+
+/* Reads a rowid value with the rowid's integer affinity; 0 when it cannot be a rowid. */
+static int as_rowid(sqlite3_value *v, int64_t *out) {
+  int type = sqlite3_value_numeric_type(v);
+  if (type == SQLITE_INTEGER) {
+    *out = sqlite3_value_int64(v);
+    return 1;
+  }
+  if (type == SQLITE_FLOAT) {
+    double x = sqlite3_value_double(v);
+    if (x >= -9223372036854775808.0 && x < 9223372036854775808.0 && x == (double)(int64_t)x) {
+      *out = (int64_t)x;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Everything a k-nearest query is told, read from xFilter's arguments. */
+typedef struct KnnArgs {
+  Vec q;
+  int64_t k, limit, offset;
+  int has_set;  /* rowid = or IN: only the rows in `set` */
+  I64Map set;
+  sqlite3_str *blocks, *rows; /* rows: NULL unless a metadata or rowid range condition */
+  Binds bblocks, brows;
+} KnnArgs;
+
+static void knn_args_free(KnnArgs *a) {
+  vec_free(&a->q);
+  map_free(&a->set);
+  sqlite3_free(sqlite3_str_finish(a->blocks));
+  sqlite3_free(sqlite3_str_finish(a->rows));
+  binds_free(&a->bblocks);
+  binds_free(&a->brows);
+}
+
+static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, KnnArgs *a) {
+  memset(a, 0, sizeof(*a));
+  a->limit = a->offset = -1;
+  a->blocks = sqlite3_str_new(0);
+  sqlite3_str_appendf(a->blocks, "select id, dims, count, nonce from \"%w\".\"%w_blocks\" where 1",
+                      t->schema, t->name);
+  int rc = SQLITE_OK;
+  for (int i = 0; i < argc && rc == SQLITE_OK; i++) {
+    const char *tok = plan + VX_TOKEN * i;
+    char role = tok[0], op = tok[3], coll = tok[4], column[16];
+    int col = (int)strtol((char[]){tok[1], tok[2], 0}, 0, 16);
+    sqlite3_value *v = argv[i];
+    switch (role) {
+      case 'M': {
+        char *err = parse_vector(v, t->name, "the MATCH vector", &a->q);
+        if (err) rc = vx_take(t, err);
+        break;
+      }
+      case 'K':
+      case 'L':
+      case 'O': {
+        int64_t x = sqlite3_value_type(v) == SQLITE_INTEGER ? sqlite3_value_int64(v) : -1;
+        if (role == 'K' && sqlite3_value_type(v) != SQLITE_INTEGER) {
+          rc = vx_fail(t, SQLITE_ERROR, "%s: k must be an integer from 1 to %d, got %s", t->name,
+                       HS_MAX_K, type_name(v));
+        } else if (role == 'K' && (x < 1 || x > HS_MAX_K)) {
+          rc = vx_fail(t, SQLITE_ERROR, "%s: k must be an integer from 1 to %d, got %lld",
+                       t->name, HS_MAX_K, x);
+        }
+        if (role == 'K') a->k = x;
+        else if (role == 'L') a->limit = x;
+        else a->offset = x;
+        break;
+      }
+      case 'R':
+        if (op == '=' || op == 'I') {
+          a->has_set = 1;
+          int64_t id;
+          if (op == '=') {
+            if (as_rowid(v, &id) && !map_put(&a->set, id, 0)) rc = SQLITE_NOMEM;
+          } else {
+            sqlite3_value *x;
+            for (rc = sqlite3_vtab_in_first(v, &x); rc == SQLITE_OK && x;
+                 rc = sqlite3_vtab_in_next(v, &x)) {
+              if (as_rowid(x, &id) && !map_put(&a->set, id, 0)) rc = SQLITE_NOMEM;
+            }
+            if (rc == SQLITE_DONE) rc = SQLITE_OK;
+          }
+          break;
+        }
+        /* a rowid range selects rows as metadata does */
+        /* fall through */
+      case 'X':
+        if (!a->rows) {
+          a->rows = sqlite3_str_new(0);
+          sqlite3_str_appendf(a->rows, "select block, slot from \"%w\".\"%w_rowids\" where 1",
+                              t->schema, t->name);
+        }
+        if (role == 'R') sqlite3_snprintf(sizeof(column), column, "rowid");
+        else sqlite3_snprintf(sizeof(column), column, "m%d", t->col[col].shadow);
+        rc = add_cond(a->rows, &a->brows, column, op, coll, v);
+        break;
+      case 'P':
+        sqlite3_snprintf(sizeof(column), column, "p%d", t->col[col].shadow);
+        rc = add_cond(a->blocks, &a->bblocks, column, op, coll, v);
+        break;
+    }
+  }
+  if (rc) return rc;
+  if (!a->k) {
+    if (a->limit < 1) {
+      return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query needs k = N (or LIMIT N), N from 1 to"
+                     " %d", t->name, HS_MAX_K);
+    }
+    a->k = a->limit + (a->offset > 0 ? a->offset : 0);
+    if (a->k > HS_MAX_K) a->k = HS_MAX_K;
+  }
+  sqlite3_str_appendall(a->blocks, " order by id");
+  return SQLITE_OK;
+}
+
+/* Steps a statement of (block, slot) rows into a sorted array. */
+static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
+  int64_t cap = 0;
+  int rc;
+  *out = 0, *n = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 256;
+      Slot *grown = realloc(*out, sizeof(Slot) * (size_t)cap);
+      if (!grown) return SQLITE_NOMEM;
+      *out = grown;
+    }
+    (*out)[*n].block = sqlite3_column_int64(st, 0);
+    (*out)[*n].slot = sqlite3_column_int64(st, 1);
+    (*n)++;
+  }
+  if (rc != SQLITE_DONE) return vx_sql_fail(t, rc);
+  if (*n > 1) qsort(*out, (size_t)*n, sizeof(Slot), cmp_slot);
+  return SQLITE_OK;
+}
+
+/* The records of block r, from the cache or read now (then *fresh is set: keep or free it). */
+static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t **buf,
+                         int *fresh) {
+  CBlock *e = cache_find(&t->cache, r->id);
+  *fresh = 0;
+  if (e && e->nonce == r->nonce && e->count == r->count && e->dims == r->dims) {
+    e->used = t->cache.clock;
+    *buf = e->buf;
+    return SQLITE_OK;
+  }
+  int64_t bytes = r->count * rec_stride(r->dims);
+  *buf = malloc((size_t)bytes);
+  if (!*buf) return SQLITE_NOMEM;
+  int rc = vx_blob(t, h, "codes", r->id, 0);
+  if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);
+  if (rc) {
+    free(*buf);
+    *buf = 0;
+    return rc;
+  }
+  *fresh = 1;
+  return SQLITE_OK;
+}
+
+/* A k-nearest query: the k rows most like a->q among those the conditions select. */
+static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
+  int64_t d = a->q.d;
+  if (t->dims && d != t->dims) {
+    return vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the table has %lld",
+                   t->name, d, t->dims);
+  }
+  float *q = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)d * 2);
+  if (!q) return SQLITE_NOMEM;
+  memcpy(q, a->q.v, sizeof(float) * (size_t)d);
+  float *v = q + d;
+  Knn s;
+  BlockRef *refs = 0;
+  Slot *slots = 0;
+  int64_t nrefs = 0, nslots = 0, cap = 0, *list = 0, total = 0;
+  sqlite3_blob *h = 0;
+  int rc = knn_init(&s, q, d, a->k) ? SQLITE_OK : SQLITE_NOMEM, listed = 0;
+  sqlite3_stmt *st = 0;
+  if (rc == SQLITE_OK) {
+    st = prepare_bound(t, a->blocks, &a->bblocks, &rc);
+    a->blocks = 0;
+  }
+  while (st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (nrefs == cap) {
+      cap = cap ? 2 * cap : 256;
+      BlockRef *grown = realloc(refs, sizeof(BlockRef) * (size_t)cap);
+      if (!grown) {
+        rc = SQLITE_NOMEM;
+        break;
+      }
+      refs = grown;
+    }
+    BlockRef *r = &refs[nrefs++];
+    r->id = sqlite3_column_int64(st, 0);
+    r->dims = sqlite3_column_int64(st, 1);
+    r->count = sqlite3_column_int64(st, 2);
+    r->nonce = sqlite3_column_int64(st, 3);
+    if (r->dims < 1 || r->dims > HS_MAX_DIMS || r->count < 0 || r->count > HS_BLOCK_ROWS) {
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is corrupt", t->name, r->id);
+      break;
+    }
+    total += r->count;
+  }
+  if (rc == SQLITE_DONE) rc = SQLITE_OK;
+  else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
+  sqlite3_finalize(st);
+  st = 0;
+  /* Which rows: a metadata or rowid range condition lists them; a short rowid set is looked up. */
+  if (rc == SQLITE_OK && a->rows) {
+    listed = 1;
+    st = prepare_bound(t, a->rows, &a->brows, &rc);
+    a->rows = 0;
+    if (st) rc = collect_slots(t, st, &slots, &nslots);
+    sqlite3_finalize(st);
+  } else if (rc == SQLITE_OK && a->has_set && a->set.n * 16 <= total) {
+    listed = 1;
+    slots = malloc(sizeof(Slot) * (size_t)(a->set.n + 1));
+    if (!slots) rc = SQLITE_NOMEM;
+    for (int64_t i = 0; i < a->set.cap && rc == SQLITE_OK; i++) {
+      int found;
+      if (!a->set.used[i]) continue;
+      rc = vx_find(t, a->set.keys[i], &slots[nslots].block, &slots[nslots].slot, &found);
+      nslots += found;
+    }
+    if (rc == SQLITE_OK && nslots > 1) qsort(slots, (size_t)nslots, sizeof(Slot), cmp_slot);
+    a->has_set = 0; /* the lookups did its work */
+  }
+  if (rc == SQLITE_OK && listed) {
+    list = malloc(sizeof(int64_t) * (size_t)(nslots + 1));
+    if (!list) rc = SQLITE_NOMEM;
+  }
+  /* The first pass, block by block. */
+  t->cache.clock++;
+  int64_t j = 0; /* the next entry of slots */
+  for (int64_t b = 0; b < nrefs && rc == SQLITE_OK; b++) {
+    const BlockRef *r = &refs[b];
+    int64_t nlist = 0;
+    if (listed) {
+      while (j < nslots && slots[j].block < r->id) j++;
+      for (; j < nslots && slots[j].block == r->id; j++) {
+        if (slots[j].slot < 0 || slots[j].slot >= r->count) {
+          rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: a row of block %lld is past its end",
+                       t->name, r->id);
+          break;
+        }
+        list[nlist++] = slots[j].slot;
+      }
+      if (rc || nlist == 0) continue;
+    }
+    if (r->count == 0) continue;
+    if (r->dims != d) {
+      rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
+                   " compared with have %lld", t->name, d, r->dims);
+      break;
+    }
+    uint8_t *buf;
+    int fresh;
+    if ((rc = block_records(t, r, &h, &buf, &fresh))) break;
+    if (!knn_scan(&s, buf, r->count, r->id, listed ? list : 0, nlist, a->has_set ? &a->set : 0))
+      rc = SQLITE_NOMEM;
+    if (fresh) cache_keep(&t->cache, r->id, r->nonce, r->count, r->dims, buf);
+  }
+  vx_blob_close(&h);
+  /* Exact rescoring, best upper bound first, until none can reach the k-th best. */
+  if (rc == SQLITE_OK) {
+    knn_candidates(&s);
+    cur->hits = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)a->k);
+    if (!cur->hits) rc = SQLITE_NOMEM;
+  }
+  Dot2Fn fn = dot2();
+  for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
+    const Cand *c = &s.cand[i];
+    if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
+    if ((rc = vx_read_vector(t, &h, c->block, c->slot, d, v))) break;
+    double ab, bb;
+    fn(q, v, d, &ab, &bb);
+    if (!isfinite(bb)) {
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the stored vector of row %lld is not finite",
+                   t->name, c->id);
+      break;
+    }
+    Hit x = {cosine_from(ab, s.qq, bb), c->id};
+    heap_push(cur->hits, &cur->nhits, a->k, x);
+  }
+  vx_blob_close(&h);
+  if (rc == SQLITE_OK) {
+    qsort(cur->hits, (size_t)cur->nhits, sizeof(Hit), cmp_hits);
+    rc = cache_sweep(t);
+  }
+  knn_free(&s);
+  free(refs);
+  free(slots);
+  free(list);
+  sqlite3_free(q);
+  return rc;
+}
+
+/* ---- cursors ---- */
+
+static int vx_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **out) {
   (void)vt;
-  TopkCursor *c = sqlite3_malloc(sizeof(TopkCursor));
+  VxCur *c = sqlite3_malloc(sizeof(VxCur));
   if (!c) return SQLITE_NOMEM;
   memset(c, 0, sizeof(*c));
   *out = &c->base;
   return SQLITE_OK;
 }
 
-static int topk_close(sqlite3_vtab_cursor *cur) {
-  TopkCursor *c = (TopkCursor *)cur;
+static void cur_reset(VxCur *c) {
   sqlite3_free(c->hits);
-  sqlite3_free(c);
+  sqlite3_finalize(c->rows);
+  c->hits = 0, c->rows = 0;
+  c->nhits = c->i = c->k = 0;
+  c->at = -1;
+  c->eof = 1;
+  c->knn = 0;
+}
+
+static int vx_close(sqlite3_vtab_cursor *cur) {
+  cur_reset((VxCur *)cur);
+  sqlite3_free(cur);
   return SQLITE_OK;
 }
 
-/* Sets the vtab's error message; takes ownership of msg (or NOMEM). */
-static int vt_error(sqlite3_vtab *vt, char *msg) {
-  sqlite3_free(vt->zErrMsg);
-  vt->zErrMsg = 0;
-  if (!msg || msg == NOMEM) return SQLITE_NOMEM;
-  vt->zErrMsg = msg;
-  return SQLITE_ERROR;
-}
-
-/* Reads meta.vectors_version; 0 after setting an error. */
-static int read_version(TopkVtab *vt, sqlite3_int64 *version) {
-  sqlite3_stmt *st;
-  if (sqlite3_prepare_v2(vt->db, "select value from meta where key = 'vectors_version'", -1, &st,
-                         0) != SQLITE_OK) {
-    vt_error(&vt->base, sqlite3_mprintf("vector_topk(): this database has no hybridsql index"
-                                        " (no table meta): %s", sqlite3_errmsg(vt->db)));
-    return 0;
-  }
-  int rc = sqlite3_step(st);
-  *version = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-  sqlite3_finalize(st);
-  return 1;
-}
-
-/* Rebuilds the packed copy from the vectors of `model` (every row when NULL). */
-static int cache_build(TopkVtab *vt, const char *model, sqlite3_int64 version) {
-  TopkCache *cache = vt->cache;
-  Packed *p = &cache->p;
-  packed_clear(p);
-  cache->valid = 0;
-  sqlite3_free(cache->model);
-  cache->model = model ? sqlite3_mprintf("%s", model) : 0;
-  if (model && !cache->model) return SQLITE_NOMEM;
-  sqlite3_stmt *st;
-  int rc = sqlite3_prepare_v2(vt->db,
-                              "select chunk_id, vector from vectors"
-                              " where ?1 is null or model_id = ?1 order by chunk_id",
-                              -1, &st, 0);
-  if (rc != SQLITE_OK) {
-    return vt_error(&vt->base, sqlite3_mprintf("vector_topk(): cannot read table vectors: %s",
-                                               sqlite3_errmsg(vt->db)));
-  }
-  sqlite3_bind_text(st, 1, model, -1, SQLITE_STATIC);
-  int64_t cap = 0, first_id = 0;
-  char *err = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    if (sqlite3_column_type(st, 1) == SQLITE_NULL) continue;
-    int64_t id = sqlite3_column_int64(st, 0);
-    char what[64];
-    Vec v;
-    sqlite3_snprintf(sizeof(what), what, "the vector of row %lld", id);
-    if ((err = parse_vector(sqlite3_column_value(st, 1), "vector_topk", what, &v))) break;
-    if (p->n == 0) {
-      p->d = v.d;
-      first_id = id;
-    } else if (v.d != p->d) {
-      err = sqlite3_mprintf("vector_topk(): row %lld has %lld dimensions, row %lld has %lld", id,
-                            v.d, first_id, p->d);
-      vec_free(&v);
-      break;
-    }
-    if (p->n == cap) {
-      cap = cap ? cap * 2 : 1024;
-      int64_t *ids = realloc(p->ids, sizeof(int64_t) * (size_t)cap);
-      float *vecs =
-          ids ? big_grow(p->vecs, sizeof(float) * (size_t)(p->n * p->d),
-                         sizeof(float) * (size_t)(cap * p->d))
-              : 0;
-      float *inv = vecs ? realloc(p->inv_norms, sizeof(float) * (size_t)cap) : 0;
-      if (ids) p->ids = ids;
-      if (vecs) p->vecs = vecs;
-      if (inv) p->inv_norms = inv;
-      if (!inv) {
-        err = NOMEM;
-        vec_free(&v);
-        break;
-      }
-    }
-    memcpy(p->vecs + p->n * p->d, v.v, sizeof(float) * (size_t)p->d);
-    double nn = squared_norm(v.v, v.d, dot2());
-    p->inv_norms[p->n] = safe_norm(nn) ? (float)(1.0 / sqrt(nn)) : NAN; /* NaN: exact */
-    p->ids[p->n++] = id;
-    vec_free(&v);
-  }
-  if (!err && rc != SQLITE_DONE) {
-    err = sqlite3_mprintf("vector_topk(): reading vectors failed: %s", sqlite3_errmsg(vt->db));
-  }
-  sqlite3_finalize(st);
-  if (err) {
-    packed_clear(p);
-    return vt_error(&vt->base, err);
-  }
-  cache->version = version;
-  /* Rows read inside a transaction may yet be rolled back: use them once only. */
-  cache->valid = sqlite3_get_autocommit(vt->db);
-  return SQLITE_OK;
-}
-
-static int cmp_int64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Parses a JSON array of integer ids into the sorted row numbers they have. */
-static char *parse_ids(const Packed *p, const char *s, int64_t n, int64_t **rows, int64_t *nrows) {
-  int64_t cap = n / 2 + 1, len = 0, parsed = 0, i = 0;
-  int64_t *out = sqlite3_malloc64(sizeof(int64_t) * (uint64_t)cap);
-  if (!out) return NOMEM;
-  while (i < n && is_ws(s[i])) i++;
-  int ok = i < n && s[i] == '[';
-  i++;
-  while (ok) {
-    while (i < n && is_ws(s[i])) i++;
-    if (i < n && s[i] == ']' && parsed == 0) break; /* [] and only [] */
-    int64_t start = i, neg = i < n && s[i] == '-', over = 0;
-    uint64_t u = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    if (neg) i++;
-    while (i < n && s[i] >= '0' && s[i] <= '9') { /* an id beyond int64 is an error */
-      unsigned digit = (unsigned)(s[i++] - '0');
-      if (u > (limit - digit) / 10) over = 1;
-      else u = u * 10 + digit;
-    }
-    if (i == start + neg || over) {
-      ok = 0;
-      break;
-    }
-    parsed++;
-    int64_t v = neg ? (int64_t)(0 - u) : (int64_t)u; /* 0 - 2^63 wraps to INT64_MIN */
-    /* ids are ascending: binary search, from the last find when v is past it (json_group_array
-       over an index gives ascending ids: then each search gallops over a few rows) */
-    int64_t lo = 0, hi = p->n;
-    if (len > 0 && p->ids[out[len - 1]] <= v) {
-      int64_t step = 1;
-      lo = out[len - 1];
-      while (lo + step < p->n && p->ids[lo + step] < v) step *= 2;
-      hi = lo + step < p->n ? lo + step + 1 : p->n;
-      lo += step / 2;
-    }
-    while (lo < hi) {
-      int64_t mid = lo + (hi - lo) / 2;
-      if (p->ids[mid] < v) lo = mid + 1; else hi = mid;
-    }
-    if (lo < p->n && p->ids[lo] == v) out[len++] = lo;
-    while (i < n && is_ws(s[i])) i++;
-    if (i < n && s[i] == ',') {
-      i++;
-      continue;
-    }
-    ok = i < n && s[i] == ']';
-    break;
-  }
-  if (ok) {
-    i++;
-    while (i < n && is_ws(s[i])) i++;
-    ok = i == n;
-  }
-  if (!ok) {
-    sqlite3_free(out);
-    return sqlite3_mprintf("vector_topk(): 4th argument ids must be a JSON array of integers");
-  }
-  /* sort (unless sorted already) and drop duplicates, so each row is scored once */
-  int sorted = 1;
-  for (int64_t a = 1; a < len && sorted; a++) sorted = out[a - 1] <= out[a];
-  if (!sorted) qsort(out, (size_t)len, sizeof(int64_t), cmp_int64);
-  int64_t m = 0;
-  for (int64_t a = 0; a < len; a++) {
-    if (m == 0 || out[m - 1] != out[a]) out[m++] = out[a];
-  }
-  *rows = out;
-  *nrows = m;
-  return 0;
-}
-
-static int topk_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
-                       sqlite3_value **argv) {
-  TopkCursor *c = (TopkCursor *)cur;
-  TopkVtab *vt = (TopkVtab *)cur->pVtab;
-  sqlite3_value *arg[7] = {0};
-  (void)idxStr;
-  for (int col = TK_QUERY, j = 0; col <= TK_PRECISION && j < argc; col++) {
-    if (idxNum & (1 << col)) arg[col] = argv[j++];
-  }
-  sqlite3_free(c->hits);
-  c->hits = 0;
-  c->len = c->i = 0;
-  if (!arg[TK_QUERY] || !arg[TK_K]) {
-    return vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): needs a query vector and k"));
-  }
-  Vec q;
-  char *err = parse_vector(arg[TK_QUERY], "vector_topk", "1st argument", &q);
-  if (err) return vt_error(cur->pVtab, err);
-  if (!q.v) return SQLITE_OK; /* a NULL query: no rows */
+/* A scan (no MATCH): every row the conditions select, from the shadow tables. */
+static int vx_scan(VxTab *t, VxCur *c, const char *plan, int argc, sqlite3_value **argv) {
+  sqlite3_str *sql = row_sql(t);
+  Binds b = {0};
   int rc = SQLITE_OK;
-  int64_t k = 0, *rows = 0, nrows = 0;
-  const char *model = 0;
-  if (sqlite3_value_type(arg[TK_K]) != SQLITE_INTEGER) {
-    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 2nd argument k must be an integer"
-                                              " from 1 to %d, got %s", HS_MAX_K,
-                                              type_name(arg[TK_K])));
-    goto done;
-  }
-  k = sqlite3_value_int64(arg[TK_K]);
-  if (k < 1 || k > HS_MAX_K) {
-    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 2nd argument k must be an integer"
-                                              " from 1 to %d, got %lld", HS_MAX_K, k));
-    goto done;
-  }
-  if (arg[TK_MODEL] && sqlite3_value_type(arg[TK_MODEL]) != SQLITE_NULL) {
-    if (sqlite3_value_type(arg[TK_MODEL]) != SQLITE_TEXT) {
-      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 3rd argument model must be text,"
-                                                " got %s", type_name(arg[TK_MODEL])));
-      goto done;
+  for (int i = 0; i < argc && rc == SQLITE_OK; i++) {
+    const char *tok = plan + VX_TOKEN * i;
+    int col = (int)strtol((char[]){tok[1], tok[2], 0}, 0, 16);
+    char column[24];
+    if (tok[0] == 'K') {
+      rc = vx_fail(t, SQLITE_ERROR, "%s: k = N needs a MATCH vector", t->name);
+      break;
     }
-    model = (const char *)sqlite3_value_text(arg[TK_MODEL]);
+    if (tok[0] == 'R') sqlite3_snprintf(sizeof(column), column, "r.rowid");
+    else if (tok[0] == 'P') sqlite3_snprintf(sizeof(column), column, "b.p%d", t->col[col].shadow);
+    else sqlite3_snprintf(sizeof(column), column, "r.m%d", t->col[col].shadow);
+    rc = add_cond(sql, &b, column, tok[3], tok[4], argv[i]);
   }
-  int int8 = 1; /* the default: exact, and the faster pass */
-  if (arg[TK_PRECISION] && sqlite3_value_type(arg[TK_PRECISION]) != SQLITE_NULL) {
-    const char *prec = (const char *)sqlite3_value_text(arg[TK_PRECISION]);
-    int8 = prec && strcmp(prec, "int8") == 0;
-    if (!prec || (!int8 && strcmp(prec, "float32") != 0)) {
-      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 5th argument precision must be"
-                                                " 'float32' or 'int8'"));
-      goto done;
-    }
+  if (rc == SQLITE_OK) {
+    c->rows = prepare_bound(t, sql, &b, &rc);
+    sql = 0;
   }
-  sqlite3_int64 version;
-  if (!read_version(vt, &version)) {
-    rc = SQLITE_ERROR;
-    goto done;
+  sqlite3_free(sqlite3_str_finish(sql));
+  binds_free(&b);
+  if (rc) return rc;
+  rc = sqlite3_step(c->rows);
+  c->eof = rc != SQLITE_ROW;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
+                     sqlite3_value **argv) {
+  VxCur *c = (VxCur *)cur;
+  VxTab *t = (VxTab *)cur->pVtab;
+  cur_reset(c);
+  if (t->busy) {
+    return vx_fail(t, SQLITE_ERROR, "%s: read again while it is being read or written (a"
+                   " trigger or view on its shadow tables?)", t->name);
   }
-  TopkCache *cache = vt->cache;
-  int same_model = (!model && !cache->model) ||
-                   (model && cache->model && strcmp(model, cache->model) == 0);
-  if (!cache->valid || cache->version != version || !same_model) {
-    if ((rc = cache_build(vt, model, version)) != SQLITE_OK) goto done;
+  t->busy = 1;
+  int rc;
+  if (idxNum & 1) {
+    KnnArgs a;
+    rc = knn_args(t, idxStr, argc, argv, &a);
+    c->knn = 1;
+    c->k = a.k;
+    if (rc == SQLITE_OK && a.q.v) rc = vx_knn(t, c, &a); /* a NULL vector: no rows */
+    knn_args_free(&a);
+    c->eof = c->nhits == 0;
+  } else {
+    rc = vx_scan(t, c, idxStr, argc, argv);
   }
-  Packed *p = &cache->p;
-  if (p->n > 0 && q.d != p->d) {
-    rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 1st argument has %lld dimensions,"
-                                              " the vectors have %lld", q.d, p->d));
-    goto done;
-  }
-  if (arg[TK_IDS] && sqlite3_value_type(arg[TK_IDS]) != SQLITE_NULL) {
-    const char *s = (const char *)sqlite3_value_text(arg[TK_IDS]);
-    if (sqlite3_value_type(arg[TK_IDS]) != SQLITE_TEXT || !s) {
-      rc = vt_error(cur->pVtab, sqlite3_mprintf("vector_topk(): 4th argument ids must be a JSON"
-                                                " array of integers"));
-      goto done;
-    }
-    if ((err = parse_ids(p, s, sqlite3_value_bytes(arg[TK_IDS]), &rows, &nrows))) {
-      rc = vt_error(cur->pVtab, err);
-      goto done;
-    }
-  }
-  if (int8) {
-    if (!packed_quantize(p)) {
-      rc = SQLITE_NOMEM;
-      goto done;
-    }
-  }
-  c->hits = sqlite3_malloc64(sizeof(Hit) * (uint64_t)k);
-  if (!c->hits) {
-    rc = SQLITE_NOMEM;
-    goto done;
-  }
-  c->len = p->n ? packed_search(p, q.v, k, rows, rows ? nrows : -1, int8, c->hits) : 0;
-  if (c->len < 0) {
-    c->len = 0;
-    rc = SQLITE_NOMEM;
-  }
-done:
-  if (!vt->cache->valid) packed_clear(&vt->cache->p); /* read in a transaction: drop it */
-  vec_free(&q);
-  sqlite3_free(rows);
+  t->busy = 0;
   return rc;
 }
 
-static int topk_next(sqlite3_vtab_cursor *cur) {
-  ((TopkCursor *)cur)->i++;
+static int vx_next(sqlite3_vtab_cursor *cur) {
+  VxCur *c = (VxCur *)cur;
+  if (c->knn) {
+    c->eof = ++c->i >= c->nhits;
+    return SQLITE_OK;
+  }
+  int rc = sqlite3_step(c->rows);
+  c->eof = rc != SQLITE_ROW;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK
+                                               : vx_sql_fail((VxTab *)cur->pVtab, rc);
+}
+
+static int vx_eof(sqlite3_vtab_cursor *cur) { return ((VxCur *)cur)->eof; }
+
+static int vx_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *rowid) {
+  VxCur *c = (VxCur *)cur;
+  *rowid = c->knn ? c->hits[c->i].id : sqlite3_column_int64(c->rows, RC_ROWID);
   return SQLITE_OK;
 }
 
-static int topk_eof(sqlite3_vtab_cursor *cur) {
-  TopkCursor *c = (TopkCursor *)cur;
-  return c->i >= c->len;
+/* For a k-nearest row's other columns: positions c->rows on it. */
+static int knn_row(VxTab *t, VxCur *c) {
+  int rc = SQLITE_OK;
+  if (c->at == c->i) return rc;
+  if (!c->rows) {
+    sqlite3_str *sql = row_sql(t);
+    sqlite3_str_appendall(sql, " and r.rowid = ?");
+    Binds none = {0};
+    if (!(c->rows = prepare_bound(t, sql, &none, &rc))) return rc;
+  }
+  sqlite3_reset(c->rows);
+  sqlite3_bind_int64(c->rows, 1, c->hits[c->i].id);
+  rc = sqlite3_step(c->rows);
+  if (rc == SQLITE_ROW) {
+    c->at = c->i;
+    return SQLITE_OK;
+  }
+  return rc == SQLITE_DONE ? vx_fail(t, SQLITE_ERROR, "%s: row %lld was deleted while it was read",
+                                     t->name, c->hits[c->i].id)
+                           : vx_sql_fail(t, rc);
 }
 
-static int topk_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
-  TopkCursor *c = (TopkCursor *)cur;
-  if (col == TK_ID) sqlite3_result_int64(ctx, c->hits[c->i].id);
-  else if (col == TK_SCORE) sqlite3_result_double(ctx, c->hits[c->i].score);
+static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
+  VxCur *c = (VxCur *)cur;
+  VxTab *t = (VxTab *)cur->pVtab;
+  if (col == VX_SCORE(t)) {
+    if (c->knn) sqlite3_result_double(ctx, c->hits[c->i].score);
+    return SQLITE_OK;
+  }
+  if (col == VX_K(t)) {
+    if (c->knn) sqlite3_result_int64(ctx, c->k);
+    return SQLITE_OK;
+  }
+  if (c->knn && col == t->alias) {
+    sqlite3_result_int64(ctx, c->hits[c->i].id);
+    return SQLITE_OK;
+  }
+  if (t->col[col].role == VX_VECTOR && sqlite3_vtab_nochange(ctx)) return SQLITE_OK;
+  int rc = c->knn ? knn_row(t, c) : SQLITE_OK;
+  if (rc) return rc;
+  const VxCol *k = &t->col[col];
+  switch (k->role) {
+    case VX_ALIAS: sqlite3_result_int64(ctx, sqlite3_column_int64(c->rows, RC_ROWID)); break;
+    case VX_PARTITION:
+      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + k->shadow));
+      break;
+    case VX_METADATA:
+      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + t->npart + k->shadow));
+      break;
+    default: { /* the vector */
+      int64_t dims = sqlite3_column_int64(c->rows, RC_DIMS);
+      float *v = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)dims);
+      sqlite3_blob *h = 0;
+      rc = v ? vx_read_vector(t, &h, sqlite3_column_int64(c->rows, RC_BLOCK),
+                              sqlite3_column_int64(c->rows, RC_SLOT), dims, v)
+             : SQLITE_NOMEM;
+      vx_blob_close(&h);
+      if (rc == SQLITE_OK) {
+        sqlite3_result_blob64(ctx, v, sizeof(float) * (sqlite3_uint64)dims, sqlite3_free);
+      } else {
+        sqlite3_free(v);
+      }
+      return rc;
+    }
+  }
   return SQLITE_OK;
 }
 
-static int topk_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *rowid) {
-  *rowid = ((TopkCursor *)cur)->i + 1;
+/* ---- xUpdate ---- */
+
+static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_int64 *out) {
+  VxTab *t = (VxTab *)vt;
+  if (t->busy) {
+    return vx_fail(t, SQLITE_ERROR, "%s: written while it is being read or written (a trigger"
+                   " or view on its shadow tables?)", t->name);
+  }
+  t->busy = 1;
+  sqlite3_int64 last = sqlite3_last_insert_rowid(t->db); /* block inserts must not change it */
+  int rc = SQLITE_OK;
+  if (argc == 1) {
+    rc = vx_remove(t, sqlite3_value_int64(argv[0]));
+  } else {
+    sqlite3_value **cols = argv + 2;
+    int insert = sqlite3_value_type(argv[0]) == SQLITE_NULL;
+    int64_t old = insert ? 0 : sqlite3_value_int64(argv[0]), rowid = 0;
+    int given = sqlite3_value_type(argv[1]) != SQLITE_NULL;
+    sqlite3_value *alias = t->alias >= 0 ? cols[t->alias] : 0;
+    int by_alias = alias && !sqlite3_value_nochange(alias) &&
+                   sqlite3_value_type(alias) != SQLITE_NULL &&
+                   (insert || sqlite3_value_int64(alias) != old);
+    sqlite3_value *id = by_alias ? alias : argv[1];
+    if ((given || by_alias) && sqlite3_value_numeric_type(id) != SQLITE_INTEGER) {
+      rc = vx_fail(t, SQLITE_MISMATCH, "%s: the rowid must be an integer, got %s", t->name,
+                   type_name(id));
+    } else if (insert && given && by_alias &&
+               sqlite3_value_int64(argv[1]) != sqlite3_value_int64(alias)) {
+      rc = vx_fail(t, SQLITE_ERROR, "%s: rowid and %s differ", t->name, t->col[t->alias].name);
+    } else if (given || by_alias) {
+      rowid = sqlite3_value_int64(id);
+    } else if (insert) { /* a new rowid, one past the largest */
+      sqlite3_stmt *st = vs(t, VS_MAX_ROWID, &rc);
+      if (st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        sqlite3_int64 max = sqlite3_column_int64(st, 0);
+        rc = max == INT64_MAX ? vx_fail(t, SQLITE_FULL, "%s: no rowid is left", t->name)
+                              : SQLITE_OK;
+        rowid = max + 1;
+      } else if (st) {
+        rc = vx_sql_fail(t, rc);
+      }
+      if (st) sqlite3_reset(st);
+    }
+    for (int i = VX_SCORE(t); i <= VX_K(t) && rc == SQLITE_OK; i++) {
+      if (!sqlite3_value_nochange(cols[i]) && sqlite3_value_type(cols[i]) != SQLITE_NULL) {
+        rc = vx_fail(t, SQLITE_ERROR, "%s: %s is computed by a MATCH query, not stored", t->name,
+                     i == VX_SCORE(t) ? "score" : "k");
+      }
+    }
+    NewRow r;
+    memset(&r, 0, sizeof(r));
+    if (rc == SQLITE_OK) rc = vx_new_row(t, cols, rowid, &r);
+    if (rc == SQLITE_OK) rc = insert ? vx_insert(t, rowid, &r) : vx_update(t, old, rowid, &r);
+    vec_free(&r.vec);
+    *out = rowid;
+  }
+  sqlite3_set_last_insert_rowid(t->db, last);
+  t->busy = 0;
+  return rc;
+}
+
+/* ---- create, connect, and the rest of the module ---- */
+
+static int vx_finish(VxTab *t) {
+  for (int i = 0; i < VS_COUNT; i++) {
+    sqlite3_finalize(t->st[i]);
+    t->st[i] = 0;
+  }
   return SQLITE_OK;
 }
 
-static sqlite3_module topk_module = {
-    .xCreate = 0, /* eponymous only */
-    .xConnect = topk_connect,
-    .xBestIndex = topk_best_index,
-    .xDisconnect = topk_disconnect,
-    .xOpen = topk_open,
-    .xClose = topk_close,
-    .xFilter = topk_filter,
-    .xNext = topk_next,
-    .xEof = topk_eof,
-    .xColumn = topk_column,
-    .xRowid = topk_rowid,
+static void vx_free(VxTab *t) {
+  if (!t) return;
+  vx_finish(t);
+  cache_clear(&t->cache);
+  vx_free_cols(t);
+  sqlite3_free(t->schema);
+  sqlite3_free(t->name);
+  sqlite3_free(t->base.zErrMsg);
+  sqlite3_free(t);
+}
+
+static int vx_disconnect(sqlite3_vtab *vt) {
+  vx_free((VxTab *)vt);
+  return SQLITE_OK;
+}
+
+static const char *const VX_SHADOWS[] = {"info", "blocks", "codes", "vectors", "rowids"};
+
+/* The indexes of the shadow tables, named after the table. */
+static int vx_indexes(VxTab *t, const char *name, char **err) {
+  int rc = SQLITE_OK;
+  if (t->npart > 0) {
+    sqlite3_str *cols = sqlite3_str_new(0);
+    append_cols(cols, "", 'p', t->npart, 0);
+    char *list = sqlite3_str_finish(cols);
+    rc = list ? vx_exec(t->db, err, "create index \"%w\".\"%w_blocks_partition\" on"
+                        " \"%w_blocks\"(%s, id)", t->schema, name, name, list)
+              : SQLITE_NOMEM;
+    sqlite3_free(list);
+  }
+  for (int i = 0; i < t->nmeta && rc == SQLITE_OK; i++) {
+    rc = vx_exec(t->db, err, "create index \"%w\".\"%w_rowids_m%d\" on \"%w_rowids\"(m%d, block,"
+                 " slot)", t->schema, name, i, name, i);
+  }
+  return rc;
+}
+
+static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab **out, char **err,
+                   int create) {
+  VxTab *t = sqlite3_malloc(sizeof(VxTab));
+  if (!t) return SQLITE_NOMEM;
+  memset(t, 0, sizeof(*t));
+  t->db = db;
+  t->schema = sqlite3_mprintf("%s", argv[1]);
+  t->name = sqlite3_mprintf("%s", argv[2]);
+  int rc = t->schema && t->name ? vx_parse(t, argc, argv, err) : SQLITE_NOMEM;
+  if (rc == SQLITE_OK && create) {
+    sqlite3_str *blocks = sqlite3_str_new(0), *rows = sqlite3_str_new(0);
+    for (int i = 0; i < t->ncol; i++) {
+      const VxCol *c = &t->col[i];
+      if (c->role == VX_PARTITION) sqlite3_str_appendf(blocks, ", p%d %s", c->shadow, VX_TYPES[c->type]);
+      if (c->role == VX_METADATA) sqlite3_str_appendf(rows, ", m%d %s", c->shadow, VX_TYPES[c->type]);
+    }
+    char *bcols = str_finish(blocks), *rcols = str_finish(rows);
+    const char *s = t->schema, *n = t->name;
+    rc = bcols && rcols ? SQLITE_OK : SQLITE_NOMEM;
+    if (rc == SQLITE_OK) {
+      rc = vx_exec(db, err,
+                   "create table \"%w\".\"%w_info\"(key text primary key, value) without rowid;"
+                   "insert into \"%w\".\"%w_info\" values ('format', %d);"
+                   "create table \"%w\".\"%w_blocks\"(id integer primary key, dims integer not null,"
+                   " capacity integer not null, count integer not null, nonce integer not null%s);"
+                   "create table \"%w\".\"%w_codes\"(id integer primary key, data blob not null);"
+                   "create table \"%w\".\"%w_vectors\"(id integer primary key, data blob not null);"
+                   "create table \"%w\".\"%w_rowids\"(id integer primary key, block integer not"
+                   " null, slot integer not null%s);",
+                   s, n, s, n, HS_FORMAT, s, n, bcols, s, n, s, n, s, n, rcols);
+    }
+    sqlite3_free(bcols);
+    sqlite3_free(rcols);
+    if (rc == SQLITE_OK) rc = vx_indexes(t, n, err);
+  }
+  if (rc == SQLITE_OK) {
+    char *sql = sqlite3_mprintf("select (select value from \"%w\".\"%w_info\" where key = 'format'),"
+                                " (select coalesce(sum(count), 0) from \"%w\".\"%w_blocks\")",
+                                t->schema, t->name, t->schema, t->name);
+    sqlite3_stmt *st = 0;
+    rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, 0) : SQLITE_NOMEM;
+    sqlite3_free(sql);
+    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      if (sqlite3_column_int64(st, 0) > HS_FORMAT) {
+        *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
+                               " %lld; this one reads %d)", t->name, sqlite3_column_int64(st, 0),
+                               HS_FORMAT);
+        rc = SQLITE_ERROR;
+      }
+      t->rows = sqlite3_column_int64(st, 1);
+    } else if (rc == SQLITE_OK || rc == SQLITE_ERROR) {
+      *err = sqlite3_mprintf("vector_index: the shadow tables of %s cannot be read: %s", t->name,
+                             sqlite3_errmsg(db));
+      rc = SQLITE_CORRUPT_VTAB;
+    }
+    sqlite3_finalize(st);
+  }
+  if (rc == SQLITE_OK) rc = vx_declare(t);
+  if (rc == SQLITE_OK) {
+    sqlite3_vtab_config(db, SQLITE_VTAB_CONSTRAINT_SUPPORT, 1);
+    sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+    *out = &t->base;
+    return SQLITE_OK;
+  }
+  if (rc == SQLITE_NOMEM && !*err) *err = sqlite3_mprintf("out of memory");
+  vx_free(t);
+  return rc;
+}
+
+static int vx_create(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                     sqlite3_vtab **out, char **err) {
+  (void)aux;
+  return vx_init(db, argc, argv, out, err, 1);
+}
+
+static int vx_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+                      sqlite3_vtab **out, char **err) {
+  (void)aux;
+  return vx_init(db, argc, argv, out, err, 0);
+}
+
+static int vx_destroy(sqlite3_vtab *vt) {
+  VxTab *t = (VxTab *)vt;
+  vx_finish(t);
+  int rc = SQLITE_OK;
+  for (size_t i = 0; i < sizeof(VX_SHADOWS) / sizeof(VX_SHADOWS[0]) && rc == SQLITE_OK; i++) {
+    rc = vx_exec(t->db, 0, "drop table if exists \"%w\".\"%w_%s\"", t->schema, t->name,
+                 VX_SHADOWS[i]);
+  }
+  if (rc == SQLITE_OK) vx_free(t);
+  return rc;
+}
+
+static int vx_rename(sqlite3_vtab *vt, const char *to) {
+  VxTab *t = (VxTab *)vt;
+  vx_finish(t); /* they name the old tables */
+  char *err = 0;
+  int rc = SQLITE_OK;
+  for (int i = 0; i < t->nmeta && rc == SQLITE_OK; i++) {
+    rc = vx_exec(t->db, &err, "drop index \"%w\".\"%w_rowids_m%d\"", t->schema, t->name, i);
+  }
+  if (rc == SQLITE_OK && t->npart > 0) {
+    rc = vx_exec(t->db, &err, "drop index \"%w\".\"%w_blocks_partition\"", t->schema, t->name);
+  }
+  for (size_t i = 0; i < sizeof(VX_SHADOWS) / sizeof(VX_SHADOWS[0]) && rc == SQLITE_OK; i++) {
+    rc = vx_exec(t->db, &err, "alter table \"%w\".\"%w_%s\" rename to \"%w_%s\"", t->schema,
+                 t->name, VX_SHADOWS[i], to, VX_SHADOWS[i]);
+  }
+  if (rc == SQLITE_OK) rc = vx_indexes(t, to, &err);
+  if (rc == SQLITE_OK) {
+    char *name = sqlite3_mprintf("%s", to);
+    if (!name) {
+      rc = SQLITE_NOMEM;
+    } else {
+      sqlite3_free(t->name);
+      t->name = name;
+    }
+  }
+  if (err) {
+    sqlite3_free(t->base.zErrMsg);
+    t->base.zErrMsg = err;
+  }
+  return rc;
+}
+
+static int vx_shadow_name(const char *suffix) {
+  for (size_t i = 0; i < sizeof(VX_SHADOWS) / sizeof(VX_SHADOWS[0]); i++) {
+    if (sqlite3_stricmp(suffix, VX_SHADOWS[i]) == 0) return 1;
+  }
+  return 0;
+}
+
+/*
+** PRAGMA integrity_check (SQLite 3.44 and later): every block is as the
+** writes leave it, and (not for quick_check) every row's record, float32
+** vector and location agree.  The first problem found is reported.
+*/
+static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, int flags,
+                        char **err) {
+  VxTab *t = (VxTab *)vt;
+  (void)schema;
+  sqlite3_str *sql = sqlite3_str_new(0);
+  sqlite3_str_appendall(sql, "select id, dims, capacity, count");
+  append_cols(sql, "", 'p', t->npart, 1);
+  sqlite3_str_appendf(sql, " from \"%w\".\"%w_blocks\" order by ", t->schema, t->name);
+  append_cols(sql, "", 'p', t->npart, 0);
+  sqlite3_str_appendall(sql, t->npart ? ", id" : "id");
+  Binds none = {0};
+  int rc;
+  sqlite3_stmt *st = prepare_bound(t, sql, &none, &rc);
+  if (!st) return rc;
+  sqlite3_value *prev[HS_MAX_FILTERS] = {0};
+  int64_t prev_id = -1, prev_full = 1, prev_dims = 0, total = 0, rows = 0;
+  uint8_t *buf = 0, *rec = 0;
+  float *v = 0;
+  sqlite3_blob *hc = 0, *hv = 0;
+  char *problem = 0;
+  while (!problem && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0), dims = sqlite3_column_int64(st, 1);
+    int64_t capacity = sqlite3_column_int64(st, 2), count = sqlite3_column_int64(st, 3);
+    int same = prev_id >= 0;
+    for (int i = 0; i < t->npart && same; i++) same = same_value(prev[i], sqlite3_column_value(st, 4 + i));
+    if (dims < 1 || dims > HS_MAX_DIMS || (t->dims && dims != t->dims)) {
+      problem = sqlite3_mprintf("%s: block %lld has %lld dimensions", name, id, dims);
+    } else if (count < 1 || count > capacity || capacity > HS_BLOCK_ROWS) {
+      problem = sqlite3_mprintf("%s: block %lld holds %lld rows in room for %lld", name, id,
+                                count, capacity);
+    } else if (same && (!prev_full || dims != prev_dims)) {
+      problem = sqlite3_mprintf("%s: block %lld follows a block of its partition that is not"
+                                " full or has other dimensions", name, id);
+    }
+    total += count;
+    prev_id = id, prev_full = count == capacity, prev_dims = dims;
+    free_values(prev, t->npart);
+    for (int i = 0; i < t->npart; i++) prev[i] = sqlite3_value_dup(sqlite3_column_value(st, 4 + i));
+    if (problem) break;
+    int64_t stride = rec_stride(dims);
+    if ((rc = vx_blob(t, &hc, "codes", id, 0))) break;
+    if (sqlite3_blob_bytes(hc) != capacity * stride) {
+      problem = sqlite3_mprintf("%s: the records of block %lld take %d bytes, not %lld", name, id,
+                                sqlite3_blob_bytes(hc), capacity * stride);
+      break;
+    }
+    if (flags & 1) continue; /* quick_check */
+    free(buf);
+    buf = malloc((size_t)(count * stride + stride));
+    v = realloc(v, sizeof(float) * (size_t)dims);
+    if (!buf || !v) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    rec = buf + count * stride;
+    if ((rc = vx_blob_read(t, hc, buf, count * stride, 0, "codes", id))) break;
+    for (int64_t s = 0; s < count && !problem && rc == SQLITE_OK; s++) {
+      int64_t rowid = rec_id(buf + s * stride), b, sl;
+      int found;
+      if ((rc = vx_find(t, rowid, &b, &sl, &found))) break;
+      if (!found || b != id || sl != s) {
+        problem = sqlite3_mprintf("%s: row %lld is in block %lld slot %lld, its location says"
+                                  " otherwise", name, rowid, id, s);
+      } else if ((rc = vx_read_vector(t, &hv, id, s, dims, v)) == SQLITE_OK) {
+        rec_build(rec, rowid, v, dims);
+        if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
+          problem = sqlite3_mprintf("%s: the record of row %lld does not match its vector", name,
+                                    rowid);
+        }
+      }
+      rows++;
+    }
+  }
+  if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
+  sqlite3_finalize(st);
+  if (rc == SQLITE_OK && !problem) {
+    char *q = sqlite3_mprintf("select count(*) from \"%w\".\"%w_rowids\"", t->schema, t->name);
+    rc = q ? sqlite3_prepare_v2(t->db, q, -1, &st, 0) : SQLITE_NOMEM;
+    sqlite3_free(q);
+    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) != total) {
+      problem = sqlite3_mprintf("%s: %lld rows have a location, the blocks hold %lld", name,
+                                sqlite3_column_int64(st, 0), total);
+    }
+    sqlite3_finalize(st);
+  }
+  free_values(prev, t->npart);
+  vx_blob_close(&hc);
+  vx_blob_close(&hv);
+  free(buf);
+  free(v);
+  if (problem) *err = problem;
+  else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && t->base.zErrMsg) *err = sqlite3_mprintf("%s", t->base.zErrMsg);
+  (void)rows;
+  return rc == SQLITE_NOMEM ? rc : SQLITE_OK;
+}
+
+static sqlite3_module vx_module = {
+    .iVersion = 4,
+    .xCreate = vx_create,
+    .xConnect = vx_connect,
+    .xBestIndex = vx_best_index,
+    .xDisconnect = vx_disconnect,
+    .xDestroy = vx_destroy,
+    .xOpen = vx_open,
+    .xClose = vx_close,
+    .xFilter = vx_filter,
+    .xNext = vx_next,
+    .xEof = vx_eof,
+    .xColumn = vx_column,
+    .xRowid = vx_rowid,
+    .xUpdate = vx_xupdate,
+    .xRename = vx_rename,
+    .xShadowName = vx_shadow_name,
+    .xIntegrity = vx_integrity,
 };
 
 /* ------------------------------------------------------------------------
@@ -1944,11 +3765,11 @@ __attribute__((visibility("default")))
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
   SQLITE_EXTENSION_INIT2(pApi);
   dot2();
-  TopkCache *cache = sqlite3_malloc(sizeof(TopkCache));
-  if (!cache) return init_error(db, pzErrMsg, "vector_topk", SQLITE_NOMEM);
-  memset(cache, 0, sizeof(*cache));
-  int rc = sqlite3_create_module_v2(db, "vector_topk", &topk_module, cache, cache_free);
-  if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "vector_topk", rc);
+  vtab_in_ok = sqlite3_libversion_number() >= 3038000;
+  int rc = sqlite3_create_module_v2(db, "vector_index", &vx_module, 0, 0);
+  if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "vector_index", rc);
+  rc = sqlite3_overload_function(db, "match", 2); /* so that `embedding MATCH ?` parses */
+  if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "match", rc);
   for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
     rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,
                                         FUNCTIONS[i].flags, 0, FUNCTIONS[i].xFunc,

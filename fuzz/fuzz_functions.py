@@ -1,7 +1,8 @@
 """atheris harness: the Python SQL functions against the C extension, on the same arguments.
 
 hybridsql/functions.py promises the semantics and error texts of csrc/hybridsql.c. Each input
-picks a statement, a Python backend (cffi, numpy, python) and bound values (NULL, interesting and
+picks a statement, a Python math (numpy's: the C kernels through cffi; numpy itself; pure
+Python) and bound values (NULL, interesting and
 raw integers and doubles, NaN, infinities, text, blobs of any length, float32 blobs, JSON of any
 shape, dates and paths, vectors of one dimension per input, rows of mixed dimensions for
 cosine_topk, huge k), runs it on two connections, one with the native extension and one with
@@ -20,7 +21,8 @@ import atheris
 with atheris.instrument_imports(include=["hybridsql"]):
     import apsw
 
-    from hybridsql.extension import load
+    from hybridsql.extension import load, register_python
+    from hybridsql.functions import Functions, NumpyMath, PythonMath, make_math
 
 # fmt: off
 INTS = [0, 1, -1, 2, 3, 5, 10000, 10001, 65536, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]
@@ -52,18 +54,22 @@ STATEMENTS = [
     ("select cosine_topk(?, ?, id, v) from rows", 2),
     ("select cosine_topk(q, k, id, v) from rows", 0),
 ]
-BACKENDS = ["cffi", "numpy", "python"]
+MATHS = {"cffi": make_math("numpy"), "numpy": NumpyMath(), "python": PythonMath()}
+BACKENDS = list(MATHS)
 
 
-def connection(backend: str) -> apsw.Connection:
+def connection(math_) -> apsw.Connection:
     conn = apsw.Connection(":memory:")
-    load(conn, backend)
+    if math_ is None:
+        load(conn, "extension")
+    else:
+        register_python(conn, Functions(math_))
     conn.execute("create table rows(id, q, k, v)")
     return conn
 
 
-NATIVE = connection("extension")
-PYTHON = {name: connection(name) for name in BACKENDS}
+NATIVE = connection(None)
+PYTHON = {name: connection(math_) for name, math_ in MATHS.items()}
 
 
 def floats_blob(values) -> bytes:

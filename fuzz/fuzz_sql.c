@@ -1,16 +1,18 @@
 /*
 ** A libFuzzer harness for the argument parsing of every SQL function in
-** csrc/hybridsql.c, of the table-valued function vector_topk and of the FTS5
+** csrc/hybridsql.c, of the virtual table module vector_index and of the FTS5
 ** function bm25_candidate, through SQLite itself.
 **
 ** hybridsql.c is compiled into the fuzzer with SQLITE_CORE, so its functions
 ** are registered on an in-memory database by calling sqlite3_hybridsql_init
 ** directly, against the system libsqlite3.  Each input picks one statement
 ** and the values bound to its parameters; cosine_topk() runs over a table of
-** up to 16 generated rows, vector_topk over a `vectors` table of up to 16,
-** bm25_candidate over a fixed FTS5 table of 64 rows with a generated query
-** (its words and operators, and n, come from the input's last bytes).
-** Values are bound, never spliced into SQL text.
+** up to 16 generated rows; k-nearest queries run over a vector_index table
+** `vectors` of up to 24 rows written by generated inserts, deletes and updates
+** (rows move between partitions, and blocks grow and empty); bm25_candidate
+** over a fixed FTS5 table of 64 rows with a generated query (its words and
+** operators, and n, come from the input's last bytes).  Values are bound,
+** never spliced into SQL text.
 **
 ** The input is read as a stream of bytes (a short input reads as zeros):
 **   byte 0           which statement (STATEMENTS below)
@@ -29,12 +31,13 @@
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined
 ** behaviour), every answer is checked against the header's requirements:
 ** cosine in [-1, 1], bm25_score in [0, 1], decay in [0, 1], cosine_topk JSON
-** valid with at most k rows, vector_blob/vector_json round trips exact,
-** vector_topk the same rows and scores as cosine_topk (Requirement 10; both
-** skip rows by error bounds, so this checks the bounds), bm25_candidate the
-** same ranks as bm25() alone, to the bit (Requirement 11), and every error message
-** starts with the name of a hybridsql function (Requirement 3) or is SQLite's
-** own refusal.
+** valid with at most k rows, vector_blob/vector_json round trips exact, a
+** vector_index k-nearest query the same rows and scores as cosine_topk over
+** the rows the same conditions select (Requirement 10; both skip rows by error
+** bounds, so this checks the bounds, and the writes that keep the blocks),
+** bm25_candidate the same ranks as bm25() alone, to the bit (Requirement 11),
+** and every error message starts with the name of a hybridsql function or of
+** the table (Requirement 3) or is SQLite's own refusal.
 **
 ** Build and run: see fuzz/README.md.
 */
@@ -348,13 +351,20 @@ static const struct {
     {"select r, json_valid(r), json_array_length(r), (select k from fz order by rowid limit 1)"
      " from (select cosine_topk(q, k, id, v) as r from fz)",
      0, TOPK, FZ_ROWS},
-    /* Requirement 10: vector_topk, compared with cosine_topk on the same rows. */
-    {"select id, score from vector_topk(?1, ?2, ?3, ?4, ?5)", 5, VTOPK, VECTOR_ROWS},
-    {"select id, score from vector_topk(?1, ?2, ?3)", 3, NONE, VECTOR_ROWS},
-    {"select id, score from vector_topk(?1, ?2)", 2, NONE, VECTOR_ROWS},
-    {"select id, score from vector_topk(?1)", 1, NONE, VECTOR_ROWS},
-    {"select id, score from vector_topk where query = ?1 and k = ?2 and ids = ?3", 3, NONE,
+    /* Requirement 10: k-nearest queries, compared with cosine_topk (KNN_REFERENCE). */
+    {"select rowid, score from vectors where vector match ?1 and k = ?2", 2, VTOPK, VECTOR_ROWS},
+    {"select rowid, score from vectors where vector match ?1 and k = ?2 and model_id = ?3", 3,
+     VTOPK, VECTOR_ROWS},
+    {"select rowid, score from vectors where vector match ?1 and k = ?2"
+     " and rowid in (select value from json_each(?3))",
+     3, VTOPK, VECTOR_ROWS},
+    {"select rowid, score from vectors where vector match ?1 and k = ?2 and n >= ?3", 3, VTOPK,
      VECTOR_ROWS},
+    {"select rowid, score from vectors where vector match ?1 order by score desc limit ?2", 2,
+     NONE, VECTOR_ROWS},
+    {"select rowid, model_id, n, vector from vectors where chunk_id = ?1", 1, NONE, VECTOR_ROWS},
+    {"select rowid, model_id, n, length(vector) from vectors where model_id = ?1 or n < ?2", 2,
+     NONE, VECTOR_ROWS},
     {"select hybridsql_version(), hybridsql_debug()", 0, NONE, NO_ROWS},
     /* Requirement 11: bm25_candidate, compared with plain bm25() on the same query. */
     {"select id, rank from (select rowid as id, bm25_candidate(ft, ?2) as rank from ft"
@@ -371,21 +381,28 @@ static const char *FT_WORDS[] = {"alpha", "beta", "gamma", "delta", "omega", "ce
                                  "gene"};
 static const char *FT_JOINS[] = {" OR ", " OR ", " AND ", " NOT ", " ", " OR NEAR(", " OR \"a "};
 
-/* cosine_topk over what vector_topk(?1, ?2, ?3, ?4, ?5) reads, as (id, score) rows. */
+/* cosine_topk over the rows each k-nearest statement selects (by its index), as (id, score). */
+static const char *KNN_REFERENCE[] = {
+    "",
+    "and model_id = ?3",
+    "and chunk_id in (select value from json_each(?3))",
+    "and n >= ?3",
+};
 static const char *COSINE_TOPK_OF_VECTORS =
     "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(("
-    " select cosine_topk(?1, ?2, chunk_id, vector) from vectors"
-    " where (?3 is null or model_id = ?3)"
-    " and (?4 is null or chunk_id in (select value from json_each(?4)))))";
+    " select cosine_topk(?1, ?2, chunk_id, vector) from vectors where 1 %s))";
 
 static const char *FUNCTION_NAMES[] = {
-    "cosine_similarity(): ", "cosine_topk(): ", "bm25_score(): ", "hybrid_score(): ",
-    "temporal_decay(): ",    "vector_blob(): ", "vector_json(): ", "vector_topk(): ",
-    "bm25_candidate(): "};
+    "cosine_similarity(): ", "cosine_topk(): ",    "bm25_score(): ",
+    "hybrid_score(): ",      "temporal_decay(): ", "vector_blob(): ",
+    "vector_json(): ",       "vectors: ",          "bm25_candidate(): ",
+    "UNIQUE constraint failed: vectors.rowid"};
 
 static sqlite3 *db;
 static sqlite3_stmt *prepared[COUNT(STATEMENTS)];
-static sqlite3_stmt *insert_fz, *clear_fz, *insert_vector, *clear_vectors, *reference, *plain;
+static sqlite3_stmt *insert_fz, *clear_fz, *insert_vector, *delete_vector, *update_vector,
+    *clear_vectors, *reference[4], *plain;
+static size_t first_knn; /* STATEMENTS index of the first k-nearest statement */
 
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "fuzz_sql: %s: %s\n", what, detail);
@@ -405,17 +422,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   if (sqlite3_open(":memory:", &db) != SQLITE_OK) die("open", sqlite3_errmsg(db));
   if (sqlite3_hybridsql_init(db, 0, 0) != SQLITE_OK) die("init", sqlite3_errmsg(db));
-  /* fz for cosine_topk; meta and vectors as hybridsql's schema has them, for vector_topk. */
+  /* fz for cosine_topk; vectors as hybridsql's schema declares its own, with a metadata column. */
   const char *schema =
       "create table fz(id, q, k, v);"
-      "create table meta(key text primary key, value) without rowid;"
-      "insert into meta values ('vectors_version', 0);"
-      "create table vectors(chunk_id integer primary key, model_id text not null,"
-      " vector blob not null);"
-      "create trigger vi after insert on vectors begin"
-      " update meta set value = value + 1 where key = 'vectors_version'; end;"
-      "create trigger vd after delete on vectors begin"
-      " update meta set value = value + 1 where key = 'vectors_version'; end;";
+      "create virtual table vectors using vector_index(chunk_id integer primary key,"
+      " vector float[], model_id text partition key, n integer);";
   if (sqlite3_exec(db, schema, 0, 0, 0) != SQLITE_OK) die("schema", sqlite3_errmsg(db));
   /* ft: 64 rows of 1 to 40 words, so that rows differ in length as bm25() weighs it. */
   if (sqlite3_exec(db, "create virtual table ft using fts5(text)", 0, 0, 0) != SQLITE_OK)
@@ -439,9 +450,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   for (size_t i = 0; i < COUNT(STATEMENTS); i++) prepared[i] = prepare(STATEMENTS[i].sql);
   insert_fz = prepare("insert into fz values (?1, ?2, ?3, ?4)");
   clear_fz = prepare("delete from fz");
-  insert_vector = prepare("insert or ignore into vectors values (?1, ?2, ?3)");
+  insert_vector = prepare("insert or replace into vectors(chunk_id, model_id, vector, n)"
+                          " values (?1, ?2, ?3, ?4)");
+  delete_vector = prepare("delete from vectors where chunk_id = ?1");
+  update_vector = prepare("update vectors set model_id = ?2, n = ?3 where chunk_id = ?1");
   clear_vectors = prepare("delete from vectors");
-  reference = prepare(COSINE_TOPK_OF_VECTORS);
+  while (STATEMENTS[first_knn].check != VTOPK) first_knn++;
+  for (size_t i = 0; i < COUNT(KNN_REFERENCE); i++) {
+    if (STATEMENTS[first_knn + i].check != VTOPK) die("KNN_REFERENCE", "one per VTOPK statement");
+    char *sql = sqlite3_mprintf(COSINE_TOPK_OF_VECTORS, KNN_REFERENCE[i]);
+    reference[i] = prepare(sql);
+    sqlite3_free(sql);
+  }
   return 0;
 }
 
@@ -473,22 +493,39 @@ static void fill_fz(Input *in) {
   }
 }
 
-/* Fills vectors with up to 16 rows; a row whose values the table refuses is left out. */
+/*
+** Writes up to 24 generated operations to vectors: inserts (or replaces) of a
+** generated vector in partition m1, m2 or a generated value, deletes, and
+** updates that move a row to another partition.  What the table refuses is
+** left out.
+*/
 static void fill_vectors(Input *in) {
   run_to_end(clear_vectors);
-  unsigned rows = next_byte(in) % 17;
-  for (unsigned r = 0; r < rows; r++) {
+  unsigned ops = next_byte(in) % 25;
+  for (unsigned r = 0; r < ops; r++) {
     unsigned shape = next_byte(in);
-    sqlite3_bind_int64(insert_vector, 1, (int64_t)(shape % 40) - 8);
-    if (shape & 0x40) {
-      make_value(in, &values[5]);
-      bind(insert_vector, 2, &values[5]);
-    } else {
-      sqlite3_bind_text(insert_vector, 2, (shape & 0x80) ? "m2" : "m1", 2, SQLITE_STATIC);
+    int64_t id = (int64_t)(shape % 40) - 8;
+    if ((shape & 0xc0) == 0xc0) {
+      sqlite3_bind_int64(delete_vector, 1, id);
+      run_to_end(delete_vector);
+      continue;
     }
-    make_value(in, &values[6]);
-    bind(insert_vector, 3, &values[6]);
-    run_to_end(insert_vector); /* a NOT NULL or type error just leaves the row out */
+    sqlite3_stmt *st = (shape & 0xc0) == 0x80 ? update_vector : insert_vector;
+    sqlite3_bind_int64(st, 1, id);
+    if (shape & 0x20) {
+      make_value(in, &values[5]);
+      bind(st, 2, &values[5]);
+    } else {
+      sqlite3_bind_text(st, 2, (shape & 0x10) ? "m2" : "m1", 2, SQLITE_STATIC);
+    }
+    if (st == update_vector) {
+      sqlite3_bind_int64(st, 3, next_byte(in) % 8);
+    } else {
+      make_value(in, &values[6]);
+      bind(st, 3, &values[6]);
+      sqlite3_bind_int64(st, 4, next_byte(in) % 8);
+    }
+    run_to_end(st); /* a refused value just leaves the row as it was */
   }
 }
 
@@ -499,6 +536,8 @@ static void check_error(const char *sql) {
   }
   /* What SQLite itself refuses is an honest error too. */
   if (strcmp(msg, "out of memory") == 0 || strcmp(msg, "string or blob too big") == 0) return;
+  if (strcmp(msg, "datatype mismatch") == 0) return; /* a LIMIT that is not an integer */
+  if (strstr(msg, "JSON")) return;                       /* json_each refusing the id list */
   if (strncmp(msg, "fts5: ", 6) == 0) return; /* FTS5 refusing a generated query */
   fprintf(stderr, "statement: %s\n", sql);
   die("error text names no function (Requirement 3)", msg);
@@ -534,7 +573,7 @@ static void check_row(sqlite3_stmt *stmt, enum Check check, const char *sql) {
       break;
     case VTOPK:
       if (!(sqlite3_column_double(stmt, 1) >= -1.0 && sqlite3_column_double(stmt, 1) <= 1.0))
-        die(sql, "vector_topk score outside [-1, 1]");
+        die(sql, "k-nearest score outside [-1, 1]");
       break;
     case NONE:
       break;
@@ -566,13 +605,14 @@ static int collect(sqlite3_stmt *stmt, enum Check check, const char *sql, Hits *
   return rc == SQLITE_DONE;
 }
 
-/* Requirement 10: where both answer, vector_topk gives cosine_topk's rows and scores. */
-static void compare_with_cosine_topk(const Hits *got) {
+/* Requirement 10: where both answer, a k-nearest query gives cosine_topk's rows and scores. */
+static void compare_with_cosine_topk(size_t which, const Hits *got) {
   Hits want;
-  for (int i = 1; i <= 4; i++) bind(reference, i, &values[i - 1]);
-  int ok = collect(reference, NONE, COSINE_TOPK_OF_VECTORS, &want, 1);
-  sqlite3_reset(reference);
-  sqlite3_clear_bindings(reference);
+  sqlite3_stmt *ref = reference[which - first_knn];
+  for (int i = 1; i <= STATEMENTS[which].nparams; i++) bind(ref, i, &values[i - 1]);
+  int ok = collect(ref, NONE, COSINE_TOPK_OF_VECTORS, &want, 1);
+  sqlite3_reset(ref);
+  sqlite3_clear_bindings(ref);
   if (!ok) return;
   int same = got->n == want.n;
   for (int64_t i = 0; same && i < got->n; i++) {
@@ -580,11 +620,11 @@ static void compare_with_cosine_topk(const Hits *got) {
   }
   if (!same) {
     for (int64_t i = 0; i < got->n || i < want.n; i++) {
-      fprintf(stderr, "  %lld: vector_topk %lld %.17g, cosine_topk %lld %.17g\n", (long long)i,
+      fprintf(stderr, "  %lld: vector_index %lld %.17g, cosine_topk %lld %.17g\n", (long long)i,
               (long long)(i < got->n ? got->id[i] : -1), i < got->n ? got->score[i] : 0,
               (long long)(i < want.n ? want.id[i] : -1), i < want.n ? want.score[i] : 0);
     }
-    die("vector_topk differs from cosine_topk (Requirement 10)", "see above");
+    die("a k-nearest query differs from cosine_topk (Requirement 10)", STATEMENTS[which].sql);
   }
 }
 
@@ -655,7 +695,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int ok = collect(stmt, STATEMENTS[which].check, STATEMENTS[which].sql, &hits, 0);
   sqlite3_reset(stmt);
   sqlite3_clear_bindings(stmt);
-  if (ok && STATEMENTS[which].check == VTOPK) compare_with_cosine_topk(&hits);
+  if (ok && STATEMENTS[which].check == VTOPK) compare_with_cosine_topk(which, &hits);
   if (ok && STATEMENTS[which].check == BM25C) compare_with_bm25(query, n, &hits);
   return 0;
 }

@@ -9,7 +9,9 @@ from hybridsql.errors import ExtensionError
 from hybridsql.functions import Functions, make_math
 
 ENTRY_POINT = "sqlite3_hybridsql_init"
-BACKENDS = ("auto", "extension", "cffi", "numpy", "python")
+# The backends, one name each, here and in searches (SearchOptions.backend): the native
+# extension inside SQLite, or Python (with numpy and the C kernels through cffi, or pure).
+BACKENDS = ("auto", "extension", "numpy", "python")
 
 # (SQL name, number of arguments) of every scalar function; cosine_topk is the aggregate.
 SCALARS = (
@@ -42,8 +44,9 @@ def load(conn, backend: str = "auto") -> str:
 
     ``auto`` loads the native extension and, where the connection cannot load extensions
     (Python's sqlite3 built without ``enable_load_extension``), registers Python versions of the
-    same functions: the C kernels through cffi, else numpy, else pure Python. Returns the name of
-    the backend that answers: ``extension``, ``cffi``, ``numpy`` or ``python``.
+    same functions (``numpy``: the C kernels through cffi when built, else numpy). Returns the
+    name of the backend that answers: ``extension``, ``numpy`` or ``python``. Only the extension
+    has the ``vector_index`` tables and FTS5's ``bm25_candidate()``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -54,7 +57,7 @@ def load(conn, backend: str = "auto") -> str:
         except (ExtensionError, AttributeError, apsw.Error, sqlite3.Error) as e:
             if backend == "extension":
                 raise ExtensionError(f"cannot load the native extension: {e}") from e
-    vmath = make_math("auto" if backend in ("auto", "extension") else backend)
+    vmath = make_math("numpy" if backend in ("auto", "extension") else backend)
     register_python(conn, Functions(vmath))
     return vmath.name
 
@@ -63,7 +66,10 @@ def _load_native(conn) -> None:
     path = loadable_path()
     conn.enable_load_extension(True)
     try:
-        conn.load_extension(path, ENTRY_POINT)
+        if isinstance(conn, apsw.Connection):
+            conn.load_extension(path, ENTRY_POINT)
+        else:  # sqlite3 and pysqlite3 take no entry point before Python 3.12: SQLite derives
+            conn.load_extension(path)  # sqlite3_hybridsql_init from the file name
     finally:
         conn.enable_load_extension(False)
 

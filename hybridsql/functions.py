@@ -2,7 +2,7 @@
 
 The semantics and error texts are those of csrc/hybridsql.c; "Requirement N" cites its header.
 Every vector becomes its float32 blob first; the math on blobs runs in the C kernels through cffi
-when they are built, else in numpy, else in pure Python.
+when they are built, else in numpy (backend ``numpy``), or in pure Python (backend ``python``).
 """
 
 import heapq
@@ -50,6 +50,7 @@ class PythonMath:
     """Pure Python, double precision."""
 
     name = "python"
+    kernels = "python"
 
     @staticmethod
     def floats(blob):
@@ -70,6 +71,7 @@ class NumpyMath(PythonMath):
     """numpy, double precision."""
 
     name = "numpy"
+    kernels = "numpy"
 
     def __init__(self):
         import numpy
@@ -89,9 +91,11 @@ class NumpyMath(PythonMath):
 
 
 class CffiMath:
-    """The C kernels of the extension, called through cffi."""
+    """The C kernels of the extension, called through cffi: the numpy backend's math when they
+    are built (the same bits as the extension, and faster than numpy on one pair of vectors)."""
 
-    name = "cffi"
+    name = "numpy"
+    kernels = "cffi"
     first_nonfinite = staticmethod(_native.first_nonfinite)
     cosine = staticmethod(_native.cosine)
 
@@ -107,19 +111,11 @@ def _clamp_cosine(ab: float, aa: float, bb: float) -> float:
     return max(-1.0, min(1.0, ab / math.sqrt(aa * bb)))
 
 
-def make_math(backend: str = "auto"):
-    """The vector math for ``backend``: ``cffi``, ``numpy``, ``python`` or ``auto``."""
-    if backend == "auto":
-        backend = "cffi" if _native.AVAILABLE else "numpy"
-    if backend == "cffi":
-        if not _native.AVAILABLE:
-            raise ImportError("the cffi kernels are not built")
-        return CffiMath()
+def make_math(backend: str = "numpy"):
+    """The vector math of the Python backends: ``numpy`` (the C kernels through cffi when they
+    are built, else numpy itself) or ``python``."""
     if backend == "numpy":
-        try:
-            return NumpyMath()
-        except ImportError:
-            return PythonMath()
+        return CffiMath() if _native.AVAILABLE else NumpyMath()
     if backend == "python":
         return PythonMath()
     raise ValueError(f"unknown backend {backend!r}")
@@ -377,8 +373,10 @@ class Functions:
         return VERSION
 
     def hybridsql_debug(self, sqlite_version: str = "") -> str:
-        simd = f"; simd {_native.simd_path()}" if self.math.name == "cffi" else ""
-        return f"hybridsql {VERSION}; backend {self.math.name}{simd}; sqlite {sqlite_version}"
+        kernels = f"; kernels {self.math.kernels}"
+        if self.math.kernels == "cffi":
+            kernels += f"; simd {_native.simd_path()}"
+        return f"hybridsql {VERSION}; backend {self.math.name}{kernels}; sqlite {sqlite_version}"
 
     def topk(self):
         """A fresh cosine_topk() aggregate state (Requirement 5)."""

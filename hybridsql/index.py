@@ -20,7 +20,6 @@ from hybridsql.errors import IndexingError
 from hybridsql.extension import connect
 from hybridsql.schema import ensure_schema
 from hybridsql.search import (
-    DOCUMENTS,
     Profile,
     Searcher,
     SearchOptions,
@@ -148,12 +147,12 @@ class HybridIndex:
         return self.searcher.search(query, SearchOptions(**options), self.documents())
 
     def documents(self) -> Profile:
-        """The documents-only profile; no filter at all while the database holds no memories,
-        so the vector side scans the packed vectors unfiltered."""
+        """The documents-only profile; while the database holds no memories, the keyword side
+        need not test each match's kind."""
         memories = self.conn.execute(
             "select exists(select 1 from chunks where kind = 'memory')"
         ).fetchone()[0]
-        return document_profile() if memories else DOCUMENTS
+        return document_profile(mixed=bool(memories))
 
     def index_folder(self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None):
         """Indexes the markdown under ``root``; returns an IndexReport."""
@@ -250,11 +249,12 @@ class HybridIndex:
                 )
                 if vectors:
                     conn.execute(
-                        "insert into vectors values (?, ?, ?)",
+                        "insert into vectors(chunk_id, vector, model_id, kind)"
+                        " values (?, ?, ?, 'document')",
                         (
                             conn.last_insert_rowid(),
-                            self.embedder.model_id,
                             vectors[i].astype("<f4").tobytes(),
+                            self.embedder.model_id,
                         ),
                     )
 
@@ -263,25 +263,28 @@ class HybridIndex:
         if self.embedder is None:
             return 0
         model = self.embedder.model_id
-        done = 0
+        done, after = 0, None
         while True:
             rows = self.conn.execute(
-                "select c.id, c.text from chunks c left join vectors v on v.chunk_id = c.id"
-                " where v.chunk_id is null or v.model_id != ? order by c.id limit ?",
-                (model, batch),
+                "select c.id, c.text, c.kind from chunks c where c.id > coalesce(?, -1 << 63)"
+                " and c.id not in (select chunk_id from vectors where model_id = ?)"
+                " order by c.id limit ?",
+                (after, model, batch),
             ).fetchall()
             if not rows:
                 return done
-            vectors = self.embedder.embed([text for _, text in rows])
+            vectors = self.embedder.embed([text for _, text, _ in rows])
             with transaction(self.conn):
                 self.conn.executemany(
-                    "insert or replace into vectors values (?, ?, ?)",
+                    "insert or replace into vectors(chunk_id, vector, model_id, kind)"
+                    " values (?, ?, ?, ?)",
                     [
-                        (cid, model, v.astype("<f4").tobytes())
-                        for (cid, _), v in zip(rows, vectors, strict=False)
+                        (cid, v.astype("<f4").tobytes(), model, kind)
+                        for (cid, _, kind), v in zip(rows, vectors, strict=True)
                     ],
                 )
             done += len(rows)
+            after = rows[-1][0]
 
 
 class transaction:

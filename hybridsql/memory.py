@@ -253,6 +253,8 @@ def memory_profile(
             filters.append(condition)
             params[name] = value
     return Profile(
+        kind="memory",
+        kind_filter=False,  # the join with memories keeps memories only
         join="join memories m on m.chunk_id = c.id",
         filters=" and ".join(filters),
         relevance=RELEVANCE,
@@ -616,8 +618,8 @@ class MemoryStore:
         )
         if vector is not None:
             conn.execute(
-                "insert into vectors values (?, ?, ?)",
-                (memory_id, self.index.embedder.model_id, vector.astype("<f4").tobytes()),
+                "insert into vectors(chunk_id, vector, model_id, kind) values (?, ?, ?, 'memory')",
+                (memory_id, vector.astype("<f4").tobytes(), self.index.embedder.model_id),
             )
         return memory_id
 

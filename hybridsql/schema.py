@@ -1,19 +1,21 @@
 """The database schema: one table of chunks, its two FTS5 indexes, and its vectors.
 
 Memory files and an agent's memories are both rows of ``chunks`` (``kind`` tells which), so one
-search statement serves both. Triggers keep the FTS5 tables and ``vectors`` in step with
-``chunks``, cascade deletes (files to chunks to vectors), and count every change to
-``vectors`` in ``meta`` so that cached copies of the
-vectors (the numpy matrix) know when to refresh.
+search statement serves both. Triggers keep the FTS5 tables in step with ``chunks`` and cascade
+deletes (files to chunks to vectors). ``vectors`` is a ``vector_index`` table of the extension
+(csrc/hybridsql.c, Requirement 10), partitioned by model and kind: it owns its storage, and keeps
+what any connection caches of it correct by itself.
 """
 
 import apsw
 
-SCHEMA_VERSION = 1
+from hybridsql.errors import IndexingError
+
+SCHEMA_VERSION = 2
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 1), ('vectors_version', 0);
+insert or ignore into meta values ('schema_version', 2);
 
 create table if not exists files(
   id integer primary key,
@@ -39,12 +41,12 @@ create table if not exists chunks(
 create index if not exists chunks_file on chunks(file_id);
 create index if not exists chunks_kind on chunks(kind);
 
-create table if not exists vectors(
-  chunk_id integer primary key, -- chunks(id)
-  model_id text not null,
-  vector blob not null          -- float32 little-endian
+-- One vector per chunk (chunk_id is the rowid), float32, tagged with its model; kind is the
+-- chunk's, so that a search of documents or of memories reads only their blocks.
+create virtual table if not exists vectors using vector_index(
+  chunk_id integer primary key, vector float[], model_id text partition key,
+  kind text partition key
 );
-create index if not exists vectors_model on vectors(model_id);
 
 -- Deletes cascade by trigger, so they hold whatever a client's foreign_keys setting is.
 create trigger if not exists files_delete after delete on files begin
@@ -52,16 +54,6 @@ create trigger if not exists files_delete after delete on files begin
 end;
 create trigger if not exists chunks_delete after delete on chunks begin
   delete from vectors where chunk_id = old.id;
-end;
-
-create trigger if not exists vectors_count_insert after insert on vectors begin
-  update meta set value = value + 1 where key = 'vectors_version';
-end;
-create trigger if not exists vectors_count_update after update on vectors begin
-  update meta set value = value + 1 where key = 'vectors_version';
-end;
-create trigger if not exists vectors_count_delete after delete on vectors begin
-  update meta set value = value + 1 where key = 'vectors_version';
 end;
 
 -- An agent's memories: the content is a chunks row (kind 'memory'), the rest is here.
@@ -139,9 +131,26 @@ end;
 
 
 def ensure_schema(conn: apsw.Connection) -> bool:
-    """Creates the schema if missing; returns whether FTS5 is available in this SQLite."""
+    """Creates the schema if missing, or upgrades an older one, in one transaction; returns
+    whether FTS5 is available in this SQLite. Needs the native extension (vector_index)."""
     with conn:
-        conn.execute(TABLES)
+        version = schema_version(conn)
+        if version is not None and version > SCHEMA_VERSION:
+            raise IndexingError(
+                f"this index was made by a newer hybridsql (schema {version}; this one knows"
+                f" {SCHEMA_VERSION}): upgrade hybridsql"
+            )
+        if version == 1:
+            _upgrade_from_1(conn)
+        try:
+            conn.execute(TABLES)
+        except apsw.SQLError as e:
+            if "vector_index" in str(e):
+                raise IndexingError(
+                    "writing an index needs hybridsql's native extension, which this connection"
+                    f" has not loaded ({e})"
+                ) from e
+            raise
         try:
             conn.execute(FTS)
             fts = True
@@ -152,13 +161,51 @@ def ensure_schema(conn: apsw.Connection) -> bool:
     return fts
 
 
+def schema_version(conn: apsw.Connection):
+    """meta.schema_version, or None for a database with no hybridsql index."""
+    has_meta = conn.execute(
+        "select count(*) from sqlite_schema where type = 'table' and name = 'meta'"
+    ).fetchone()[0]
+    if not has_meta:
+        return None
+    row = conn.execute("select value from meta where key = 'schema_version'").fetchone()
+    return None if row is None else row[0]
+
+
+def _upgrade_from_1(conn: apsw.Connection) -> None:
+    """Schema 1 kept vectors in a plain table, with triggers counting writes in
+    meta.vectors_version: they move into the vector_index table. A row the new table refuses
+    (a malformed vector, or dimensions unlike its model's other vectors) is left out; its chunk
+    is embedded again by the next indexing run."""
+    conn.execute(
+        "drop trigger if exists vectors_count_insert; drop trigger if exists vectors_count_update;"
+        " drop trigger if exists vectors_count_delete; drop trigger if exists chunks_delete;"
+        " drop index if exists vectors_model; alter table vectors rename to vectors_schema1;"
+    )
+    conn.execute(TABLES)
+    insert = "insert into vectors(chunk_id, vector, model_id, kind)"
+    rows = (
+        "select v.chunk_id, v.vector, v.model_id, c.kind"
+        " from vectors_schema1 v join chunks c on c.id = v.chunk_id order by v.chunk_id"
+    )
+    try:
+        with conn:
+            conn.execute(f"{insert} {rows}")
+    except apsw.Error:  # then row by row, leaving out those refused
+        for row in conn.execute(rows).fetchall():
+            try:
+                with conn:
+                    conn.execute(f"{insert} values (?, ?, ?, ?)", row)
+            except apsw.Error:
+                pass
+    conn.execute(
+        "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
+        " update meta set value = 2 where key = 'schema_version'"
+    )
+
+
 def has_fts(conn: apsw.Connection) -> bool:
     """Whether the FTS5 tables exist in this database."""
     return bool(
         conn.execute("select count(*) from sqlite_schema where name = 'chunks_fts'").fetchone()[0]
     )
-
-
-def vectors_version(conn: apsw.Connection) -> int:
-    """A counter that changes whenever any connection writes to ``vectors``."""
-    return conn.execute("select value from meta where key = 'vectors_version'").fetchone()[0]

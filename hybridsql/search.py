@@ -1,13 +1,13 @@
 """Hybrid search: one SQL statement fuses FTS5 bm25 with vector scores, decay and limits.
 
-The statement (see docs/architecture.md) takes vector candidates from ``cosine_topk`` (backend
-``sql``) or from a JSON list computed in numpy or pure Python (backends ``numpy`` and
-``python``), keyword candidates from FTS5, joins both, scores, decays, filters and limits.
+The statement (see docs/architecture.md) takes vector candidates from a k-nearest query on the
+``vectors`` table (backend ``extension``: vector_index in the native extension) or from a JSON
+list found by :class:`hybridsql.vectors.VectorReader` in numpy or pure Python (backends ``numpy``
+and ``python``), keyword candidates from FTS5, joins both, scores, decays, filters and limits.
 """
 
 import functools
 import json
-import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from hybridsql.errors import QueryError
-from hybridsql.schema import has_fts, vectors_version
+from hybridsql.extension import BACKENDS
+from hybridsql.schema import has_fts
+from hybridsql.vectors import VectorReader
 
 MODES = ("hybrid", "keyword", "semantic")
 FUSIONS = ("linear", "rrf")
 KEYWORD_NORMS = ("max", "saturation")
-BACKENDS = ("auto", "sql", "aggregate", "numpy", "python")
 RRF_K = 60
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
@@ -203,101 +204,6 @@ def _like_pattern(term: str) -> str:
     return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-# -- the vector side for the numpy and python backends ----------------------------------------
-
-
-class VectorMatrix:
-    """All vectors of one model as an (N, D) float32 matrix, refreshed when ``vectors`` changes."""
-
-    def __init__(self):
-        self.key = None
-        self.ids = np.empty(0, dtype=np.int64)
-        self.matrix = np.empty((0, 0), dtype=np.float32)
-        self.inv_norms = np.empty(0, dtype=np.float32)
-
-    def get(self, conn, model_id: str):
-        """(ids, matrix, inverse row norms), read again only when the vectors have changed."""
-        key = (model_id, vectors_version(conn))
-        if key != self.key:
-            rows = conn.execute(
-                "select chunk_id, vector from vectors where model_id = ? order by chunk_id",
-                (model_id,),
-            ).fetchall()
-            self.ids = np.array([r[0] for r in rows], dtype=np.int64)
-            self.matrix = (
-                np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
-                if rows
-                else np.empty((0, 0), dtype=np.float32)
-            )
-            self.inv_norms = inverse_norms(self.matrix)
-            self.key = key
-        return self.ids, self.matrix, self.inv_norms
-
-
-def inverse_norms(matrix, block: int = 65536):
-    """1 / |row| for each row of a float32 matrix, 0 for an all-zero row. The norms are summed
-    in float64 (a block of rows at a time), where float32 squares of tiny values underflow."""
-    norms = np.empty(len(matrix), dtype=np.float64)
-    for start in range(0, len(matrix), block):
-        part = matrix[start : start + block].astype(np.float64)
-        norms[start : start + block] = np.sqrt(np.einsum("ij,ij->i", part, part))
-    with np.errstate(over="ignore"):
-        return np.divide(1, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)
-
-
-SAFE_SQUARED_NORMS = (1e-20, 1e20)  # where the float32 bound holds: HS_SAFE_LO/HI in the C code
-
-
-def numpy_topk(matrix, ids, query, k: int, inv_norms=None):
-    """Top-k by ``matrix @ query``, rescored in float64 so every backend agrees, and exact.
-
-    The float32 scores are off by at most 4 (d + 16) 2^-24 |q| (the C code's float32 bound,
-    csrc/hybridsql.c), so only rows within twice that of the k-th best can be in the top k:
-    those are rescored, with rows whose norm is outside the bound's range and any non-finite
-    score. ``inv_norms`` (from ``inverse_norms``) saves recomputing the row norms every query.
-    """
-    if len(ids) == 0:
-        return []
-    q = np.asarray(query, dtype=np.float32)
-    inv = inverse_norms(matrix) if inv_norms is None else inv_norms
-    with np.errstate(over="ignore", invalid="ignore"):
-        approx = (matrix @ q) * inv
-    q64 = q.astype(np.float64)
-    qq = float(q64 @ q64)
-    n = len(ids)
-    lo, hi = SAFE_SQUARED_NORMS
-    if k >= n or not lo <= qq <= hi:
-        idx = np.arange(n)
-    else:
-        err = (matrix.shape[1] + 16) * 2.0**-22 * math.sqrt(qq)
-        finite = np.isfinite(approx)
-        kth = np.partition(np.where(finite, approx, -np.inf), n - k)[n - k]
-        unsafe = (inv > 0) & ((inv < hi**-0.5) | (inv > lo**-0.5))
-        idx = np.flatnonzero((approx >= kth - 2 * err) | ~finite | unsafe)
-    m64 = matrix[idx].astype(np.float64)
-    denom = np.sqrt((m64 * m64).sum(axis=1) * qq)
-    exact = np.clip(np.divide(m64 @ q64, denom, out=np.zeros(len(idx)), where=denom > 0), -1, 1)
-    order = sorted(range(len(idx)), key=lambda j: (-exact[j], ids[idx[j]]))[:k]
-    return [[int(ids[idx[j]]), float(exact[j])] for j in order]
-
-
-def python_topk(rows, query: bytes, k: int):
-    """Top-k with per-row cosine in pure Python (no numpy), the fallback of last resort."""
-    from array import array
-
-    q = array("f", query)
-    qq = math.fsum(x * x for x in q)
-    hits = []
-    for chunk_id, blob in rows:
-        v = array("f", blob)
-        vv = math.fsum(x * x for x in v)
-        dot = math.fsum(x * y for x, y in zip(q, v, strict=False))
-        score = 0.0 if qq == 0 or vv == 0 else max(-1.0, min(1.0, dot / math.sqrt(qq * vv)))
-        hits.append((-score, chunk_id))
-    hits.sort()
-    return [[i, -s] for s, i in hits[:k]]
-
-
 # -- the statement -----------------------------------------------------------------------------
 
 
@@ -305,21 +211,28 @@ def python_topk(rows, query: bytes, k: int):
 class Profile:
     """What a kind of search adds to the statement, all of it fixed SQL written in code.
 
-    ``join`` joins more tables to ``chunks c``; ``filters`` is a condition on them, applied to
-    both candidate lists before their top-k; ``relevance`` scores a candidate from
-    ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
-    options); ``columns`` maps more result columns to their SQL. User values reach it only as
-    parameters.
+    ``kind`` is the kind of chunks searched ('document', 'memory'; None: all): the vector side
+    reads only that partition of ``vectors``, and the keyword side tests ``c.kind`` unless
+    ``kind_filter`` says every chunk it can meet is of that kind. ``join`` joins more tables to
+    ``chunks c``; ``filters`` is a condition on them, applied to both candidate lists before
+    their top-k; ``relevance`` scores a candidate from ``vector_score``, ``keyword_score`` and
+    the joined columns (None: the fusion of the options); ``columns`` maps more result columns
+    to their SQL. User values reach it only as parameters.
     """
 
+    kind: str | None = None
     join: str = ""
     filters: str = ""
+    kind_filter: bool = True
     relevance: str | None = None
     columns: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
 
+    def keyword_filters(self) -> str:
+        """The condition the keyword side tests: the kind (when needed) and the filters."""
+        kind = "c.kind = :kind" if self.kind and self.kind_filter else ""
+        return " and ".join(f for f in (kind, self.filters) if f)
 
-DOCUMENTS = Profile()  # every chunk, for a database that holds no memories
 
 # The statement's own column names, which a Profile's columns may not reuse.
 RESERVED = frozenset(
@@ -329,13 +242,15 @@ RESERVED = frozenset(
 )
 
 
-def document_profile(project: str | None = None) -> Profile:
-    """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
+def document_profile(project: str | None = None, mixed: bool = True) -> Profile:
+    """The Profile of a document search; a project's documents are under ``projects/<name>/``.
+    ``mixed``: the database also holds memories, which the keyword side must leave out."""
     if project is None:
-        return Profile(filters="c.kind = 'document'")
+        return Profile(kind="document", kind_filter=mixed)
     return Profile(
-        filters="c.kind = 'document'"
-        " and instr('/' || c.path, '/projects/' || :doc_project || '/') > 0",
+        kind="document",
+        kind_filter=mixed,
+        filters="instr('/' || c.path, '/projects/' || :doc_project || '/') > 0",
         params={"doc_project": project},
     )
 
@@ -344,39 +259,32 @@ def build_statement(
     plan: KeywordPlan,
     opts: SearchOptions,
     vector_source: str | None,
-    profile: Profile = DOCUMENTS,
+    profile: Profile,
     native: bool = False,
+    vector_of=None,
 ) -> str:
-    """The one search statement. ``vector_source`` is ``tvf`` (vector_topk over the packed
-    vectors), ``topk`` (the cosine_topk aggregate), ``json`` (candidates bound as
-    :vector_candidates) or None (keyword-only). ``native``: the C extension is loaded, so
-    FTS5 has its bm25_candidate() function."""
+    """The one search statement. ``vector_source`` is ``knn`` (a k-nearest query on the
+    ``vectors`` table), ``json`` (candidates bound as :vector_candidates) or None (keyword-only).
+    ``native``: the C extension is loaded, so FTS5 has its bm25_candidate() function.
+    ``vector_of(id_sql)``: SQL for the vector of a chunk, for the candidates found by keyword."""
     clash = RESERVED.intersection(profile.columns)
     if clash:
         raise ValueError(f"profile columns would shadow the statement's own: {sorted(clash)}")
-    join, where = profile.join, f"and {profile.filters}" if profile.filters else ""
+    join, filters = profile.join, profile.keyword_filters()
+    where = f"and {filters}" if filters else ""
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
     parts = []
-    if vector_source == "tvf":
-        args = ":query_vector, :pool, :model"
-        if profile.filters:  # the filtered ids, so the top-k is taken among them
-            ids = f"select json_group_array(c.id) from chunks c {join} where {profile.filters}"
-            args += f", ({ids})"
-        parts.append(f"""vec(id, vscore) as (
-  select id, score from vector_topk({args})
-)""")
-    elif vector_source == "topk":
-        parts.append(f"""vec(id, vscore) as (
-  select json_extract(value, '$[0]'), json_extract(value, '$[1]')
-  from json_each((
-    select cosine_topk(:query_vector, :pool, v.chunk_id, v.vector)
-    from vectors v join chunks c on c.id = v.chunk_id {join}
-    where v.model_id = :model {where}
-  ))
+    if vector_source == "knn":
+        conds = " and kind = :kind" if profile.kind else ""
+        if profile.filters:  # the filtered ids, so that the top-k is taken among them
+            conds += f" and rowid in (select c.id from chunks c {join} where {profile.filters})"
+        parts.append(f"""vec(id, vscore) as materialized (
+  select rowid, score from vectors
+  where vector match :query_vector and k = :pool and model_id = :model{conds}
 )""")
     elif vector_source == "json":
-        parts.append("""vec(id, vscore) as (
+        parts.append("""vec(id, vscore) as materialized (
   select json_extract(value, '$[0]'), json_extract(value, '$[1]')
   from json_each(:vector_candidates)
 )""")
@@ -402,7 +310,7 @@ def build_statement(
         # that FTS5 sorts every matching row itself, where SQLite's sorter keeps only the
         # :pool best (a third of the keyword side's time at 100k chunks, bench/run.py).
         source, rank, test = f"{table} f", f"bm25({table})", where
-        if profile.filters:
+        if filters:
             source += f" join chunks c on c.id = f.rowid {join}"
         if native:
             # bm25_candidate() is bm25() but NULL for rows that cannot make the :pool best,
@@ -410,8 +318,8 @@ def build_statement(
             # the rows it ranks, so it must see only rows that pass the filters: CASE tests
             # them first.
             rank = f"bm25_candidate({table}, :pool)"
-            if profile.filters:
-                rank, test = f"case when {profile.filters} then {rank} end", ""
+            if filters:
+                rank, test = f"case when {filters} then {rank} end", ""
         parts.append(f"""kw_fts(id, rank) as materialized (
   select id, rank from (
     select f.rowid as id, {rank} as rank from {gate}{source}
@@ -447,19 +355,20 @@ def build_statement(
   select id, row_number() over (order by vscore desc, id) from vec where vscore >= :vector_floor
 )""")
     parts.append("""cand(id) as (select id from vec_ranked union select id from kw)""")
-    # The exact cosine of every candidate, also those found by keyword alone.
-    vscore = (
-        "(select cosine_similarity(:query_vector, v.vector) from vectors v"
-        " where v.chunk_id = c.id and v.model_id = :model)"
+    # The exact cosine of every candidate: the vector side's score, or for those found by
+    # keyword alone, their vector's.
+    cosine = (
+        f"coalesce(vec.vscore, cosine_similarity(:query_vector, {vector_of('c.id')}))"
         if vector_source
         else "null"
     )
     parts.append(f"""scored as materialized (
   select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
-         {vscore} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
+         {cosine} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
   from cand join chunks c on c.id = cand.id {join}
-  left join kw on kw.id = cand.id left join vec_ranked on vec_ranked.id = cand.id
+  left join kw on kw.id = cand.id left join vec on vec.id = cand.id
+  left join vec_ranked on vec_ranked.id = cand.id
 )""")
     if opts.fusion == "rrf":
         relevance = (
@@ -522,20 +431,22 @@ def explain_sql(sql: str, params: dict) -> str:
 
 
 class Searcher:
-    """Runs searches on one connection; keeps the numpy matrix between queries."""
+    """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
+    ``vectors`` table can be queried; otherwise the vector side always runs in Python."""
 
-    def __init__(self, conn, embedder=None, sql_vectors: bool = True):
+    def __init__(self, conn, embedder=None, native: bool = True):
         self.conn = conn
         self.embedder = embedder
-        self.sql_vectors = sql_vectors  # whether the C extension is loaded on this connection
-        self.matrix = VectorMatrix()
+        self.native = native
+        self.readers = {}  # numpy or python -> VectorReader, which keeps the blocks it read
         self.fts = has_fts(conn)
 
     def search(
-        self, query: str, opts: SearchOptions | None = None, profile: Profile = DOCUMENTS
+        self, query: str, opts: SearchOptions | None = None, profile: Profile | None = None
     ) -> SearchResults:
         opts = opts or SearchOptions()
         opts.check()
+        profile = profile or document_profile()
         if not isinstance(query, str):
             raise QueryError(f"query must be text, not {type(query).__name__}")
         query = clean_text(query)
@@ -558,23 +469,29 @@ class Searcher:
             "half_life_days": opts.half_life_days,
             "min_score": opts.min_score,
             "limit": params_limit(opts),
+            "kind": profile.kind,
             **{f"like{i}": _like_pattern(t) for i, t in enumerate(plan.like_terms)},
             **profile.params,
         }
-        source, backend = None, "sql"
+        source, backend, vector_of = None, self._backend(opts), None
         if mode != "keyword":
             query_vector = self.embedder.embed_one(query).astype("<f4")
             params["query_vector"] = query_vector.tobytes()
             params["model"] = self.embedder.model_id
-            source, backend = self._vector_source(opts, query_vector, params, profile)
-        sql = build_statement(plan, opts, source, profile, native=self.sql_vectors)
+            vector_of = self._vector_of(len(query_vector))
+            source = "knn" if backend == "extension" else "json"
+            if source == "json":
+                params["vector_candidates"] = json.dumps(
+                    self._python_topk(backend, params, profile)
+                )
+        sql = build_statement(plan, opts, source, profile, self.native, vector_of)
         used = set(re.findall(r":([a-z_0-9]+)", sql))
         params = {k: v for k, v in params.items() if k in used}
         rows = self.conn.execute(sql, params).fetchall()
         terms = highlight_terms(query)
         results = [self._result(r, terms, list(profile.columns)) for r in rows]
         if opts.mmr and results:
-            results = self._mmr(results, params.get("query_vector"), opts)
+            results = self._mmr(results, params, opts, vector_of)
         return SearchResults(
             results=results[: opts.max_results],
             mode=mode,
@@ -585,39 +502,48 @@ class Searcher:
             params=params,
         )
 
-    def _vector_source(self, opts, query_vector, params, profile):
-        """Where the vector candidates come from: ``topk`` in SQL, or a JSON list made here."""
-        backend = opts.backend
-        if backend == "auto":
-            backend = "sql" if self.sql_vectors else "numpy"
-        if backend == "sql" and self.sql_vectors:
-            return "tvf", "sql"  # the native extension's packed scan
-        if backend in ("sql", "aggregate"):
-            return "topk", "aggregate"
-        if profile.filters:  # only the vectors of rows that pass the filters
-            rows = self.conn.execute(
-                f"select v.chunk_id, v.vector from vectors v join chunks c on c.id = v.chunk_id"
-                f" {profile.join} where v.model_id = :model and {profile.filters}"
-                f" order by v.chunk_id",
-                {"model": params["model"], **profile.params},
-            ).fetchall()
-        elif backend == "python":
-            rows = self.conn.execute(
-                "select chunk_id, vector from vectors where model_id = ? order by chunk_id",
-                (params["model"],),
-            ).fetchall()
-        if backend == "numpy":
-            if profile.filters:
-                ids = np.array([r[0] for r in rows], dtype=np.int64)
-                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4")
-                matrix, inv = matrix.reshape(len(rows), -1), None
-            else:
-                ids, matrix, inv = self.matrix.get(self.conn, params["model"])
-            hits = numpy_topk(matrix, ids, query_vector, params["pool"], inv)
-        else:
-            hits = python_topk(rows, params["query_vector"], params["pool"])
-        params["vector_candidates"] = json.dumps(hits)
-        return "json", backend
+    def _backend(self, opts) -> str:
+        """What finds the vector candidates: the extension in SQL, or numpy or pure Python."""
+        if opts.backend == "auto":
+            return "extension" if self.native else "numpy"
+        if opts.backend == "extension" and not self.native:
+            raise QueryError(
+                "backend extension needs hybridsql's native extension, which this connection has"
+                " not loaded: use backend numpy or python"
+            )
+        return opts.backend
+
+    def _vector_of(self, dims: int):
+        """SQL for the vector of the chunk whose id is id_sql, in the current model."""
+        if self.native:
+            return lambda id_sql: (
+                f"(select v.vector from vectors v where v.chunk_id = {id_sql}"
+                " and v.model_id = :model)"
+            )
+        reader = self._reader("numpy")
+        return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
+
+    def _reader(self, math_: str) -> VectorReader:
+        if math_ not in self.readers:
+            self.readers[math_] = VectorReader(self.conn, "vectors", math_=math_)
+        return self.readers[math_]
+
+    def _python_topk(self, backend, params, profile) -> list:
+        """The vector candidates found by VectorReader (numpy or pure Python), the filters'
+        rows only."""
+        ids = None
+        if profile.filters:
+            ids = [
+                r[0]
+                for r in self.conn.execute(
+                    f"select c.id from chunks c {profile.join} where {profile.filters}",
+                    profile.params,
+                )
+            ]
+        where = {"model_id": params["model"]}
+        if profile.kind:
+            where["kind"] = profile.kind
+        return self._reader(backend).topk(params["query_vector"], params["pool"], where, ids)
 
     @staticmethod
     def _result(row, terms, extra_names) -> SearchResult:
@@ -642,20 +568,21 @@ class Searcher:
             extra=dict(zip(extra_names, row[15:], strict=False)),
         )
 
-    def _mmr(self, results, query_vector, opts):
+    def _mmr(self, results, params, opts, vector_of):
         """Maximal marginal relevance: trade a little score for results unlike those above."""
-        if query_vector is None:
+        if "query_vector" not in params:
             return results
         ids = [r.id for r in results]
-        marks = ",".join("?" * len(ids))
+        marks = ", ".join(f":id{i}" for i in range(len(ids)))
         blobs = dict(
             self.conn.execute(
-                f"select chunk_id, vector from vectors where chunk_id in ({marks})", ids
+                f"select c.id, {vector_of('c.id')} from chunks c where c.id in ({marks})",
+                {"model": params["model"], **{f"id{i}": v for i, v in enumerate(ids)}},
             ).fetchall()
         )
         vecs = {}
         for i in ids:
-            if i in blobs:
+            if blobs.get(i) is not None:
                 v = np.frombuffer(blobs[i], dtype="<f4").astype(np.float64)
                 n = np.linalg.norm(v)
                 vecs[i] = v / n if n else v

@@ -145,7 +145,7 @@ def check_integrity(conn):
 
 
 def test_writers_and_readers_lose_nothing_and_never_see_locked(tmp_path):
-    import apsw
+    import hybridsql
 
     db = str(tmp_path / "busy.db")
     idx, _ = open_store(db)  # the schema, before the crowd arrives
@@ -164,7 +164,7 @@ def test_writers_and_readers_lose_nothing_and_never_see_locked(tmp_path):
     )
     assert len(files) >= WRITERS and len(memories) >= WRITERS and searches >= READERS
 
-    conn = apsw.Connection(db)
+    conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     check_integrity(conn)
     indexed = {(root, path) for root, path in conn.execute("select root, path from files")}
     lost = [(root, path) for root, path, _ in files if (root, path) not in indexed]

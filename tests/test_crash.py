@@ -23,11 +23,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import apsw
 import numpy as np
 import pytest
 from conftest import HYBRIDSQL
 
+import hybridsql
 from hybridsql.chunking import chunk_markdown
 
 KILLS = int(os.environ.get("HYBRIDSQL_CRASH_KILLS", "24"))
@@ -162,7 +162,7 @@ def run_index(root, db, url, kill_after=None):
 
 def indexed_versions(db) -> dict:
     """{path: sha256} of the files in the index."""
-    conn = apsw.Connection(db)
+    conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     try:
         return dict(conn.execute("select path, sha256 from files"))
     finally:
@@ -171,7 +171,7 @@ def indexed_versions(db) -> dict:
 
 def check_consistent(db, folder) -> int:
     """Integrity, and every indexed file whole and one of its versions; returns the file count."""
-    conn = apsw.Connection(db)
+    conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     try:
         assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
         for table in ("chunks_fts", "chunks_trigram"):
@@ -236,7 +236,7 @@ def test_kill_9_at_random_points_then_the_next_run_completes(tmp_path, embedding
     on_disk = folder.on_disk()
     assert indexed == len(on_disk)
     assert indexed_versions(db) == folder.current()
-    conn = apsw.Connection(db)
+    conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     unembedded = conn.execute(
         "select count(*) from chunks c left join vectors v on v.chunk_id = c.id"
         " where v.chunk_id is null"

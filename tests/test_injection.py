@@ -204,7 +204,29 @@ REVIEWED = {
         "keyword_score": "a value of a literal dict, keyed by the validated keyword_norm",
         "RRF_K": "module constant, an int",
         "RRF_K + 1": "module constant, an int",
-        "marks": "',' joined '?' placeholders, one per id",
+        "marks": "', ' joined ':id{i}' placeholders, i a range index",
+        "conds": "literals of build_statement, and Profile.filters (SQL written in code)",
+        "vector_of('c.id')": "Searcher._vector_of: a literal subquery on vectors, or"
+        " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",
+        "cosine": "a literal of build_statement around vector_of('c.id'), or 'null'",
+        "id_sql": "the literal 'c.id' given to vector_of",
+    },
+    "schema.py": {
+        "insert": "_upgrade_from_1's own constant text",
+    },
+    "vectors.py": {
+        "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",
+        "self._name('rowids')": "quoted(): a quoted identifier",
+        "self._name('blocks')": "quoted(): a quoted identifier",
+        "self._name('vectors')": "quoted(): a quoted identifier",
+        "self._name('codes')": "quoted(): a quoted identifier",
+        "g": "group_rows(dims), an int",
+        "4 * dims": "an int (dims is len() of the query)",
+        "dims": "an int (len() of the query)",
+        "rowid_sql": "the literal 'c.id' from Searcher._vector_of",
+        "conds": "' and b.p<int> = :<param>' with param names written in code",
+        '" and ".join(conds)': "'p<int> is ?' placeholders",
+        "BLOCK_GROUPS": "module constant, an int",
     },
 }
 

@@ -342,7 +342,7 @@ def test_every_vector_backend_gives_the_same_filtered_ranking(index, mode):
             ranking=Ranking(recall_boost=0),
             clock=clock,
         )
-        for b in ("sql", "numpy", "python")
+        for b in ("extension", "numpy", "python")
     }
     texts = [
         "Users log in with Okta single sign-on",
@@ -354,16 +354,22 @@ def test_every_vector_backend_gives_the_same_filtered_ranking(index, mode):
     ]
     for i, text in enumerate(texts):
         for project in ("billing", "tide"):
-            add(stores["sql"], text, project=project, sector="episodic" if i % 3 else "semantic")
+            add(
+                stores["extension"],
+                text,
+                project=project,
+                sector="episodic" if i % 3 else "semantic",
+            )
     runs = {
         b: s.search("how do users sign in", project="tide", mode=mode, limit=4)
         for b, s in stores.items()
     }
-    assert {r.backend for r in runs.values()} == {"sql", "numpy", "python"}
-    assert len(runs["sql"]) == 4 and {h.memory.project for h in runs["sql"]} == {"tide"}
-    assert ids(runs["numpy"]) == ids(runs["sql"]) == ids(runs["python"])
+    assert {r.backend for r in runs.values()} == {"extension", "numpy", "python"}
+    assert len(runs["extension"]) == 4
+    assert {h.memory.project for h in runs["extension"]} == {"tide"}
+    assert ids(runs["numpy"]) == ids(runs["extension"]) == ids(runs["python"])
     for b in ("numpy", "python"):
-        assert [h.score for h in runs[b]] == pytest.approx([h.score for h in runs["sql"]])
+        assert [h.score for h in runs[b]] == pytest.approx([h.score for h in runs["extension"]])
 
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])
