@@ -4,10 +4,12 @@ import dataclasses
 import json
 import re
 import time
+from importlib import resources
 from pathlib import Path
 
 import pytest
 import tokenizers
+from conftest import read_scifact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,9 +17,8 @@ from hybridsql.chunking import Chunk, chunk_markdown, count_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_FILES = sorted((ROOT / "examples" / "memory").rglob("*.md"))
-SHARED = ROOT.parent / "shared"
-TOKENIZER = SHARED / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
-SCIFACT = SHARED / "data" / "scifact" / "corpus.jsonl"
+# all-MiniLM-L6-v2's tokenizer, as the package vendors it for the local model.
+TOKENIZER = resources.files("hybridsql") / "data" / "tokenizer.json"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -69,7 +70,7 @@ def test_count_tokens_grows_with_long_words():
 
 
 def real_tokenizer():
-    tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
+    tok = tokenizers.Tokenizer.from_str(TOKENIZER.read_text(encoding="utf-8"))
     tok.no_truncation()
     tok.no_padding()
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
@@ -81,8 +82,7 @@ def ratio(texts, real):
 
 def test_estimate_matches_tokenizer_on_english():
     real = real_tokenizer()
-    with SCIFACT.open() as corpus:
-        docs = [json.loads(line) for _, line in zip(range(500), corpus, strict=False)]
+    docs = read_scifact("corpus", 500)
     assert 0.95 <= ratio([d["title"] + "\n" + d["text"] for d in docs], real) <= 1.05
     english = [
         line
