@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import sqlite3
@@ -477,7 +478,39 @@ def test_topk_matches_brute_force(backend, where, keep):
         assert [i for i, _ in top[:2]] == [10, 11]  # equal scores, lower id first
 
 
-@pytest.mark.parametrize("simd", ["generic", "sse2", "avx2"])
+def cpu_flags():
+    """The CPU's feature flags, as Linux lists them in /proc/cpuinfo; none where it cannot."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split()[2:]}
+    except OSError:
+        return set()
+
+
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+AVX2 = X86_64 and {"avx2", "fma"} <= cpu_flags()
+
+
+@pytest.mark.parametrize(
+    "simd",
+    [
+        "generic",
+        pytest.param(
+            "sse2",
+            marks=pytest.mark.skipif(
+                not X86_64,
+                reason=f"the SSE2 path is built on x86-64 only, not {platform.machine()}",
+            ),
+        ),
+        pytest.param(
+            "avx2",
+            marks=pytest.mark.skipif(
+                not AVX2,
+                reason="the CPU has no AVX2 and FMA (per /proc/cpuinfo): the AVX2 path cannot run",
+            ),
+        ),
+    ],
+)
 def test_every_simd_path_gives_the_same_scores(simd):
     rng = np.random.default_rng(3)
     q, rows = rng.standard_normal(37), rng.standard_normal((20, 37))
