@@ -8,7 +8,6 @@ import apsw
 from hybridsql.errors import ExtensionError
 from hybridsql.functions import Functions, make_math
 
-ENTRY_POINT = "sqlite3_hybridsql_init"
 BACKENDS = ("auto", "extension", "cffi", "numpy", "python")
 
 # (SQL name, number of arguments) of every scalar function; cosine_topk is the aggregate.
@@ -63,7 +62,9 @@ def _load_native(conn) -> None:
     path = loadable_path()
     conn.enable_load_extension(True)
     try:
-        conn.load_extension(path, ENTRY_POINT)
+        # No entry point: SQLite derives sqlite3_hybridsql_init from the file name, and Python's
+        # sqlite3 takes none before 3.12.
+        conn.load_extension(path)
     finally:
         conn.enable_load_extension(False)
 
