@@ -19,13 +19,13 @@ import platform
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
 import apsw
 import faiss
 import numpy as np
+import scifact
 import sqlite_vec
 
 import hybridsql
@@ -36,7 +36,7 @@ from hybridsql.search import inverse_norms, numpy_topk
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-SCIFACT = os.path.join(HERE, "..", "..", "shared", "data", "scifact")
+SCIFACT = scifact.DATA
 K, QUERIES, MODEL = 10, 20, "bench"
 MMAP = 1 << 36
 
@@ -351,8 +351,6 @@ def bench_hybrid(sizes, log):
     scifact_db = os.path.join(RESULTS, "scifact.db")
     if not os.path.exists(scifact_db):
         log("  building bench/results/scifact.db first (bench/scifact.py)")
-        import scifact
-
         with HybridIndex(scifact_db, embedder="local") as idx:
             scifact.build(idx)
     src = apsw.Connection(scifact_db)
@@ -554,8 +552,6 @@ def chart(topk_rows, path):
 
 
 def quality(log):
-    import scifact
-
     idx = HybridIndex(os.path.join(RESULTS, "scifact.db"), embedder="local")
     scifact.build(idx)
     queries, qrels = scifact.load_jsonl("queries.jsonl"), scifact.load_qrels("test")
@@ -571,8 +567,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="N 10k and 100k, D 384 only")
     args = parser.parse_args()
+    scifact.require_data()  # before the top-k runs, not after them
     os.makedirs(RESULTS, exist_ok=True)
-    sys.path.insert(0, HERE)
 
     def log(text):
         print(text, flush=True)

@@ -17,10 +17,26 @@ import time
 from hybridsql.index import HybridIndex, transaction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "..", "..", "shared", "data", "scifact")
+# The full set in the BEIR layout (the tests use the part of it in tests/data/scifact): the folder
+# HYBRIDSQL_SCIFACT names, else ../shared/data/scifact beside the repository.
+DATA = os.environ.get("HYBRIDSQL_SCIFACT") or os.path.join(
+    HERE, "..", "..", "shared", "data", "scifact"
+)
+FILES = ("corpus.jsonl", "queries.jsonl", "qrels-test.tsv", "qrels-train.tsv")
 DB = os.path.join(HERE, "results", "scifact.db")
 
 sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def require_data():
+    """Exits with one line saying where SciFact goes when a file of it is missing."""
+    missing = [name for name in FILES if not os.path.isfile(os.path.join(DATA, name))]
+    if missing:
+        sys.exit(
+            f"No SciFact in {os.path.abspath(DATA)} (no {', '.join(missing)}): put the full set"
+            " there, or set HYBRIDSQL_SCIFACT to the folder that holds corpus.jsonl, queries.jsonl,"
+            " qrels-test.tsv and qrels-train.tsv."
+        )
 
 
 def load_jsonl(name):
@@ -87,6 +103,7 @@ def main():
     parser.add_argument("--split", default="test", choices=["test", "train"])
     parser.add_argument("--sweep", action="store_true", help="the tuning grid")
     args = parser.parse_args()
+    require_data()
     os.makedirs(os.path.dirname(DB), exist_ok=True)
     idx = HybridIndex(DB, embedder="local")
     build(idx)

@@ -8,7 +8,6 @@ import apsw
 from hybridsql.errors import ExtensionError
 from hybridsql.functions import Functions, make_math
 
-ENTRY_POINT = "sqlite3_hybridsql_init"
 # The backends, one name each, here and in searches (SearchOptions.backend): the native
 # extension inside SQLite, or Python (with numpy and the C kernels through cffi, or pure).
 BACKENDS = ("auto", "extension", "numpy", "python")
@@ -66,10 +65,9 @@ def _load_native(conn) -> None:
     path = loadable_path()
     conn.enable_load_extension(True)
     try:
-        if isinstance(conn, apsw.Connection):
-            conn.load_extension(path, ENTRY_POINT)
-        else:  # sqlite3 and pysqlite3 take no entry point before Python 3.12: SQLite derives
-            conn.load_extension(path)  # sqlite3_hybridsql_init from the file name
+        # No entry point: SQLite derives sqlite3_hybridsql_init from the file name, and Python's
+        # sqlite3 takes none before 3.12.
+        conn.load_extension(path)
     finally:
         conn.enable_load_extension(False)
 

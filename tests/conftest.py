@@ -1,8 +1,12 @@
-"""Shared fixtures: fresh databases with hybridsql loaded, and a memory folder from examples/."""
+"""Shared fixtures: fresh databases with hybridsql loaded, a memory folder from examples/, and
+the SciFact records vendored in tests/data/scifact."""
 
+import gzip
+import json
 import os
 import shutil
 import sys
+from itertools import islice
 
 import pytest
 
@@ -10,10 +14,18 @@ import hybridsql
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples", "memory")
-SCIFACT = os.path.join(os.path.dirname(ROOT), "shared", "data", "scifact")
+SCIFACT = os.path.join(ROOT, "tests", "data", "scifact")
 # The installed command. Not `python -m hybridsql`: from the checkout, that would import the
 # source tree (uncompiled in a clean clone) instead of the installed package.
 HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
+
+
+def read_scifact(name, count):
+    """The first count records of SciFact's corpus or queries, as tests/data/scifact holds them."""
+    with gzip.open(os.path.join(SCIFACT, f"{name}.jsonl.gz"), "rt", encoding="utf-8") as f:
+        records = [json.loads(line) for line in islice(f, count)]
+    assert len(records) == count, f"tests/data/scifact/{name}.jsonl.gz has {len(records)} lines"
+    return records
 
 
 @pytest.fixture

@@ -3,15 +3,13 @@ drops before reading their lengths. Ordering by it must give what `order by bm25
 gives, ranks equal to the bit, on a real collection (SciFact abstracts and claims), with
 filters and in the shell."""
 
-import json
-import os
 import re
 import shutil
 import subprocess
 
 import apsw
 import pytest
-from conftest import SCIFACT
+from conftest import read_scifact
 
 import hybridsql
 from hybridsql.search import keyword_plan
@@ -21,11 +19,6 @@ WITH = (
     "select id, rank from (select rowid as id, {rank} as rank from t where t match ?1)"
     " where rank is not null order by rank limit ?2"
 )
-
-
-def read_jsonl(name, limit):
-    with open(os.path.join(SCIFACT, name)) as f:
-        return [json.loads(line) for _, line in zip(range(limit), f, strict=False)]
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +31,10 @@ def scifact():
             "insert into t(rowid, text) values (?, ?)",
             [
                 (i + 1, d["title"] + "\n" + d["text"])
-                for i, d in enumerate(read_jsonl("corpus.jsonl", 3000))
+                for i, d in enumerate(read_scifact("corpus", 3000))
             ],
         )
-    claims = [keyword_plan(q["text"]).match for q in read_jsonl("queries.jsonl", 200)]
+    claims = [keyword_plan(q["text"]).match for q in read_scifact("queries", 200)]
     return conn, [m for m in claims if m]
 
 
@@ -147,7 +140,7 @@ def test_every_kind_of_fts5_table(options):
     rank it gives equal to bm25()'s."""
     conn = hybridsql.connect(":memory:", backend="extension")
     conn.execute(f"create virtual table t using fts5({options})")
-    docs = read_jsonl("corpus.jsonl", 1000)
+    docs = read_scifact("corpus", 1000)
     with conn:
         conn.executemany(
             "insert into t(rowid, title, body) values (?, ?, ?)",
@@ -156,7 +149,7 @@ def test_every_kind_of_fts5_table(options):
     # One-word terms only: detail=column and none cannot match phrases.
     claims = [
         " OR ".join(f'"{w}"' for w in re.findall(r"[^\W_]+", q["text"]))
-        for q in read_jsonl("queries.jsonl", 40)
+        for q in read_scifact("queries", 40)
     ] + ['"cell"* OR "protein"']
     if "detail=none" not in options:  # which has no column filters
         claims.append('title: "cancer" OR "gene"')

@@ -3,21 +3,23 @@
 import dataclasses
 import json
 import re
-import time
+from collections import Counter
+from importlib import resources
 from pathlib import Path
 
 import pytest
 import tokenizers
+from conftest import read_scifact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybridsql import chunking
 from hybridsql.chunking import Chunk, chunk_markdown, count_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_FILES = sorted((ROOT / "examples" / "memory").rglob("*.md"))
-SHARED = ROOT.parent / "shared"
-TOKENIZER = SHARED / "models" / "all-MiniLM-L6-v2" / "tokenizer.json"
-SCIFACT = SHARED / "data" / "scifact" / "corpus.jsonl"
+# all-MiniLM-L6-v2's tokenizer, as the package vendors it for the local model.
+TOKENIZER = resources.files("hybridsql") / "data" / "tokenizer.json"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -69,7 +71,7 @@ def test_count_tokens_grows_with_long_words():
 
 
 def real_tokenizer():
-    tok = tokenizers.Tokenizer.from_file(str(TOKENIZER))
+    tok = tokenizers.Tokenizer.from_str(TOKENIZER.read_text(encoding="utf-8"))
     tok.no_truncation()
     tok.no_padding()
     return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
@@ -81,8 +83,7 @@ def ratio(texts, real):
 
 def test_estimate_matches_tokenizer_on_english():
     real = real_tokenizer()
-    with SCIFACT.open() as corpus:
-        docs = [json.loads(line) for _, line in zip(range(500), corpus, strict=False)]
+    docs = read_scifact("corpus", 500)
     assert 0.95 <= ratio([d["title"] + "\n" + d["text"] for d in docs], real) <= 1.05
     english = [
         line
@@ -254,12 +255,46 @@ def test_bad_arguments_are_refused(kwargs, message):
         chunk_markdown("text", **kwargs)
 
 
-def test_one_megabyte_is_fast_and_deterministic():
-    text = "\n".join(p.read_text(encoding="utf-8") for p in EXAMPLE_FILES)
-    text = text * (1_000_000 // len(text.encode()) + 1)
-    started = time.perf_counter()
-    chunks = chunk_markdown(text)
-    assert time.perf_counter() - started < 2.0
+def chunking_work(text, monkeypatch):
+    """(work, chunks) of chunk_markdown(text), the work counted: characters whose tokens were
+    estimated, items the window loops read from the per-line lists, characters of the chunks."""
+    work = Counter()
+    tenths, windows = chunking._tenths, chunking._windows
+
+    class Counted(list):
+        def __getitem__(self, i):
+            work["items read"] += 1
+            return super().__getitem__(i)
+
+    def counted_tenths(line):
+        work["characters costed"] += len(line)
+        return tenths(line)
+
+    def counted_windows(costs, budget, overlap, hard, soft):
+        return windows(Counted(costs), budget, overlap, Counted(hard), Counted(soft))
+
+    with monkeypatch.context() as m:
+        m.setattr(chunking, "_tenths", counted_tenths)
+        m.setattr(chunking, "_windows", counted_windows)
+        chunks = chunk_markdown(text)
+    work["characters of chunks"] = sum(len(c.text) for c in chunks)
+    return work, chunks
+
+
+def test_one_megabyte_takes_linear_work_and_is_deterministic(monkeypatch):
+    """Each character costed at most once, a few reads a line, the text about once in the chunks,
+    and four times the text four times the work. Counted, not timed: a loaded machine cannot fail
+    it, and a quadratic step cannot pass it (bench/run.py times indexing, chunking included)."""
+    examples = "\n".join(p.read_text(encoding="utf-8") for p in EXAMPLE_FILES)
+    quarter = examples * (250_000 // len(examples.encode()) + 1)
+    text = quarter * 4
+    assert len(text.encode()) > 1_000_000
+    small, _ = chunking_work(quarter, monkeypatch)
+    work, chunks = chunking_work(text, monkeypatch)
+    assert work["characters costed"] <= len(text)
+    assert work["items read"] <= 4 * len(LINE_BREAK.split(text))
+    assert work["characters of chunks"] <= 1.5 * len(text)
+    assert all(work[name] <= 4.5 * small[name] for name in work), (small, work)
     assert chunk_markdown(text) == chunks
 
 

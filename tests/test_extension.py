@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import sqlite3
@@ -251,6 +252,9 @@ def apsw_conn(backend):
 
 
 WAYS = ["shell", "apsw", "sqlite-utils", "numpy", "numpy-math", "python"]
+# sqlite-utils (Python's sqlite3) gets the native extension where Python's sqlite3 can load
+# extensions, else the Python functions, which differ where the tests below say.
+SQLITE3_NATIVE = hybridsql.backend_of(sqlite_utils.Database(memory=True).conn) == "extension"
 
 
 def query_one(way, sql):
@@ -264,11 +268,6 @@ def query_one(way, sql):
         return sqlite_utils.Database(memory=True).execute(sql).fetchone()[0]
     conn = hybridsql.connect(":memory:") if way == "apsw" else apsw_conn(way)
     return conn.execute(sql).fetchone()[0]
-
-
-def sqlite_utils_backend():
-    """extension where sqlite-utils' sqlite3 module can load extensions (pysqlite3-binary)."""
-    return hybridsql.backend_of(sqlite_utils.Database(memory=True).conn)
 
 
 def assert_same(got, want):
@@ -285,7 +284,7 @@ def assert_same(got, want):
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("sql,want", VALUES, ids=[v[0][7:60] for v in VALUES])
 def test_values_agree_everywhere(way, sql, want):
-    if way == "sqlite-utils" and want == [] and sqlite_utils_backend() != "extension":
+    if way == "sqlite-utils" and want == [] and not SQLITE3_NATIVE:
         # Python's sqlite3 returns NULL for a Python aggregate over no rows without calling it.
         want = None
     assert_same(query_one(way, sql), want)
@@ -302,6 +301,18 @@ def test_exact_error_text(way, sql, message):
 def test_shell_reports_the_same_error(sql, message):
     rows, err = run_shell(sql)
     assert rows == [] and message in err
+
+
+@pytest.mark.parametrize("sql,message", ERRORS[:3], ids=[e[0][7:60] for e in ERRORS[:3]])
+def test_sqlite_utils_raises_with_the_text_of_the_extension_only(sql, message):
+    """Python's sqlite3 passes the native extension's error text on, but replaces a Python
+    function's with its own generic one."""
+    if SQLITE3_NATIVE:
+        text = "^" + re.escape(message) + "$"
+    else:
+        text = "^user-defined function raised exception$"
+    with pytest.raises(sqlite_utils.utils.OperationalError, match=text):  # sqlite3's or pysqlite3's
+        query_one("sqlite-utils", sql)
 
 
 @pytest.mark.parametrize("sql,message", ERRORS[:3], ids=[e[0][7:60] for e in ERRORS[:3]])
@@ -343,10 +354,12 @@ def test_native_flags_deterministic_and_innocuous_where_true():
         assert bool(f & deterministic) == (key != ("hybridsql_debug", 0)), key
 
 
-def test_sqlite3_module_gets_python_functions():
+def test_sqlite3_module_loads_the_extension_where_it_can():
+    """Python's sqlite3 loads the native extension where it is built to load extensions (Debian's
+    python3 is, pyenv's builds by default are not), else gets Python functions."""
     conn = sqlite3.connect(":memory:")
     backend = hybridsql.load(conn)
-    assert backend in ("extension", "numpy", "python")
+    assert (backend == "extension") == hasattr(conn, "enable_load_extension"), backend
     assert hybridsql.backend_of(conn) == backend
     assert conn.execute("select hybrid_score(0.8, -4.2)").fetchone()[0] == pytest.approx(
         0.6487323943661972
@@ -491,7 +504,39 @@ def test_topk_matches_brute_force(backend, where, keep):
         assert [i for i, _ in top[:2]] == [10, 11]  # equal scores, lower id first
 
 
-@pytest.mark.parametrize("simd", ["generic", "sse2", "avx2"])
+def cpu_flags():
+    """The CPU's feature flags, as Linux lists them in /proc/cpuinfo; none where it cannot."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split()[2:]}
+    except OSError:
+        return set()
+
+
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+AVX2 = X86_64 and {"avx2", "fma"} <= cpu_flags()
+
+
+@pytest.mark.parametrize(
+    "simd",
+    [
+        "generic",
+        pytest.param(
+            "sse2",
+            marks=pytest.mark.skipif(
+                not X86_64,
+                reason=f"the SSE2 path is built on x86-64 only, not {platform.machine()}",
+            ),
+        ),
+        pytest.param(
+            "avx2",
+            marks=pytest.mark.skipif(
+                not AVX2,
+                reason="the CPU has no AVX2 and FMA (per /proc/cpuinfo): the AVX2 path cannot run",
+            ),
+        ),
+    ],
+)
 def test_every_simd_path_gives_the_same_scores(simd):
     rng = np.random.default_rng(3)
     q, rows = rng.standard_normal(37), rng.standard_normal((20, 37))

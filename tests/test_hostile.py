@@ -1,11 +1,11 @@
-"""Hostile queries: whatever a user types, a search gives results or a clear error.
+"""Hostile queries: whatever a user types, a search answers it.
 
 Generated queries mix FTS5 operators, SQL and LIKE syntax, quotes, control characters, invalid
 UTF-8 (as Python sees it: lone surrogates from ``surrogateescape``, U+FFFD from ``replace``), CJK
 with ASCII, emoji, combining marks and long repetitions, and go through ``HybridIndex.search``
 (every mode, random options) and ``MemoryStore.search`` on the example memory folder with a few
-memories added. A search must return results (finite scores, at most ``max_results``) or raise
-a ``HybridSQLError``; anything else fails.
+memories added. Every text is a valid query: a search must return results (finite scores, at
+most ``max_results``, possibly none); any exception fails the test, a ``HybridSQLError`` included.
 
 The suite runs a deterministic sample; the long run is documented in docs/reliability.md:
 HYBRIDSQL_HOSTILE_QUERIES=100000 pytest -s tests/test_hostile.py -k sample
@@ -20,7 +20,6 @@ from collections import Counter
 
 import pytest
 
-from hybridsql.errors import HybridSQLError
 from hybridsql.extension import loadable_path
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
@@ -133,19 +132,17 @@ def random_options(rng: random.Random) -> dict:
 
 
 def outcome(search, query: str, mode: str, options: dict) -> str:
-    """'results' or 'clear error'; anything else raises AssertionError with the failure."""
+    """'hits' or 'no hits'; an exception raises AssertionError with the query that raised it."""
     try:
         found = search(query, mode=mode, **options)
-    except HybridSQLError:
-        return "clear error"
-    except Exception as exc:  # everything else is a failure
+    except Exception as exc:  # a HybridSQLError too: no text is an invalid query
         raise AssertionError(f"{mode} search of {query[:200]!r} {options} raised {exc!r}") from exc
     limit = options.get("max_results", options.get("limit", 10))
     assert len(found) <= limit
     ids = [r.memory.id if hasattr(r, "memory") else r.id for r in found]
     assert len(set(ids)) == len(ids)
     assert all(math.isfinite(r.score) and r.score >= 0 for r in found), query
-    return "results"
+    return "hits" if len(found) else "no hits"
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +202,7 @@ def test_sample_of_generated_queries(index):
         if (n + 1) % 10000 == 0:  # the long run takes an hour: show that it moves
             print(f"\n{n + 1} queries, {sum(tally.values())} searches: {dict(tally)}", flush=True)
     print(f"\n{QUERIES} queries, {sum(tally.values())} searches: {dict(tally)}")
-    assert tally["results"] > QUERIES // 2
+    assert tally["hits"] > QUERIES // 2  # the words among the noise are found
 
 
 BIG = 1_000_000
@@ -213,22 +210,26 @@ BIG = 1_000_000
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])
 @pytest.mark.parametrize(
-    "query",
+    "query, tier, paths",
     [
-        pytest.param("x" * BIG, id="one 1 MB word"),
-        pytest.param(" ".join(["wrd"] * (BIG // 4)), id="1 MB of one word"),
-        pytest.param("\x00\x01\x1b" * (BIG // 3), id="1 MB of control characters"),
-        pytest.param("'\"" * (BIG // 2), id="1 MB of quotes"),
-        pytest.param("部" * (BIG // 3), id="1 MB of one CJK run"),
-        pytest.param("AND OR NOT NEAR( * ^ : " * (BIG // 24), id="1 MB of FTS5"),
+        pytest.param("x" * BIG, "none", [], id="one 1 MB word"),
+        pytest.param(" ".join(["wrd"] * (BIG // 4)), "none", [], id="1 MB of one word"),
+        pytest.param("\x00\x01\x1b" * (BIG // 3), "none", [], id="1 MB of control characters"),
+        pytest.param("'\"" * (BIG // 2), "none", [], id="1 MB of quotes"),
+        pytest.param("部" * (BIG // 3), "none", [], id="1 MB of one CJK run"),
+        pytest.param(
+            "AND OR NOT NEAR( * ^ : " * (BIG // 24),
+            "fts",
+            ["memory/2026-10-29.md"],  # "near-total outage": the operators are searched as words
+            id="1 MB of FTS5",
+        ),
     ],
 )
-def test_one_megabyte_queries(index, query, mode):
+def test_one_megabyte_queries_are_answered(index, query, tier, paths, mode):
     idx, _ = index
-    try:
-        found = idx.search(query, mode=mode)
-    except HybridSQLError:
-        return
+    found = idx.search(query, mode=mode)
+    assert found.keyword_tier == tier
+    assert [r.path for r in found] == paths
     assert all(math.isfinite(r.score) for r in found)
 
 

@@ -5,10 +5,9 @@ import os
 import shutil
 import subprocess
 from datetime import datetime, timezone
-from itertools import islice
 
 import pytest
-from conftest import HYBRIDSQL, SCIFACT
+from conftest import HYBRIDSQL, read_scifact
 
 import hybridsql
 from hybridsql.errors import QueryError
@@ -330,10 +329,8 @@ def test_backends_agree_on_the_examples(idx, query):
 @pytest.fixture(scope="module")
 def scifact(tmp_path_factory):
     """300 SciFact abstracts (title and first 300 characters) and 25 test queries."""
-    with open(os.path.join(SCIFACT, "corpus.jsonl")) as f:
-        docs = [json.loads(line) for line in islice(f, 300)]
-    with open(os.path.join(SCIFACT, "queries.jsonl")) as f:
-        queries = [json.loads(line)["text"] for line in islice(f, 25)]
+    docs = read_scifact("corpus", 300)
+    queries = [q["text"] for q in read_scifact("queries", 25)]
     index = HybridIndex(str(tmp_path_factory.mktemp("scifact") / "s.db"), embedder="local")
     with transaction(index.conn):
         index.conn.executemany(
