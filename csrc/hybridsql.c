@@ -1441,6 +1441,7 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 #define HS_CACHE_BYTES ((size_t)4 << 30) /* per table and connection */
 #define HS_SWEEP_EVERY 256       /* queries between sweeps of dropped blocks */
 #define HS_FORMAT 1
+#define HS_TAILS 64 /* partitions whose last block a table remembers */
 
 /* Rows in one T_vectors group for vectors of d dimensions: a power of two, about 16 KiB. */
 static int64_t group_rows(int64_t d) {
@@ -1480,8 +1481,10 @@ typedef struct CBlock {
 typedef struct Cache {
   CBlock *b;
   int64_t n, cap;
-  I64Map at; /* block id -> index in b */
-  size_t bytes;
+  I64Map at;         /* block id -> index in b */
+  I64Map seen;       /* block id -> the nonce it had when last read and not kept */
+  uint8_t *scratch;  /* where a block not kept is read */
+  size_t scratch_cap, bytes;
   uint64_t clock, sweep;
 } Cache;
 
@@ -1517,6 +1520,7 @@ typedef struct VxTab {
   int64_t dims; /* D of float[D]; 0 for float[], one D per partition */
   int busy;     /* inside a method that reads or writes the shadow tables */
   int64_t rows; /* for xBestIndex's costs */
+  int64_t tails[HS_TAILS]; /* by a hash of partition values: a block that was its last */
   Cache cache;
   sqlite3_stmt *st[VS_COUNT];
 } VxTab;
@@ -1861,7 +1865,6 @@ static sqlite3_stmt *vs(VxTab *t, int which, int *rc) {
 static int vs_run(VxTab *t, sqlite3_stmt *st) {
   int rc = sqlite3_step(st);
   sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : vx_sql_fail(t, rc);
 }
 
@@ -1886,7 +1889,9 @@ static int vx_exec(sqlite3 *db, char **err, const char *fmt, ...) {
 static void cache_clear(Cache *c) {
   for (int64_t i = 0; i < c->n; i++) free(c->b[i].buf);
   free(c->b);
+  free(c->scratch);
   map_free(&c->at);
+  map_free(&c->seen);
   memset(c, 0, sizeof(*c));
 }
 
@@ -1983,7 +1988,10 @@ static int cache_sweep(VxTab *t) {
     if (!map_put(&live, sqlite3_column_int64(st, 0), 0)) rc = SQLITE_NOMEM;
     else rc = SQLITE_OK;
   }
-  if (rc == SQLITE_DONE) rc = cache_drop(c, not_in, &live) ? SQLITE_OK : SQLITE_NOMEM;
+  if (rc == SQLITE_DONE) {
+    rc = cache_drop(c, not_in, &live) ? SQLITE_OK : SQLITE_NOMEM;
+    map_free(&c->seen); /* forgets deleted blocks; the others are kept at their next read */
+  }
   else if (rc != SQLITE_NOMEM) rc = vx_sql_fail(t, rc);
   sqlite3_finalize(st);
   map_free(&live);
@@ -2040,11 +2048,54 @@ typedef struct BlockRow {
   int64_t id, dims, capacity, count;
 } BlockRow;
 
-/* The last block of the partition whose values are parts[] (found = 0 when it has none). */
+static int same_value(sqlite3_value *a, sqlite3_value *b);
+
+static uint64_t hash_values(sqlite3_value *const *v, int n) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < n; i++) {
+    int type = sqlite3_value_type(v[i]);
+    uint64_t x = (uint64_t)type;
+    if (type == SQLITE_INTEGER || type == SQLITE_FLOAT) {
+      double d = sqlite3_value_double(v[i]); /* 3 and 3.0 are the same partition */
+      memcpy(&x, &d, sizeof(x));
+    } else if (type != SQLITE_NULL) {
+      const unsigned char *p = sqlite3_value_blob(v[i]);
+      for (int j = 0, len = sqlite3_value_bytes(v[i]); j < len; j++) x = x * 31 + p[j];
+    }
+    h = mix64(h ^ x);
+  }
+  return h;
+}
+
+/*
+** The last block of the partition whose values are parts[] (found = 0 when it
+** has none).  The partition's last block is remembered: a block that is still
+** of that partition and not full is its last, since only a partition's last
+** block has free slots.  So most inserts read one block row by its id, and
+** only a full block sends them to the partition's index.
+*/
 static int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *found) {
   int rc;
-  sqlite3_stmt *st = vs(t, VS_TAIL, &rc);
-  if (!st) return rc;
+  int64_t *remembered = &t->tails[hash_values(parts, t->npart) % HS_TAILS];
+  sqlite3_stmt *st;
+  if (*remembered) {
+    if (!(st = vs(t, VS_BLOCK, &rc))) return rc;
+    sqlite3_bind_int64(st, 1, *remembered);
+    rc = sqlite3_step(st);
+    int ok = rc == SQLITE_ROW && sqlite3_column_int64(st, 2) < sqlite3_column_int64(st, 1);
+    for (int i = 0; i < t->npart && ok; i++) ok = same_value(sqlite3_column_value(st, 3 + i), parts[i]);
+    if (ok) {
+      out->id = *remembered;
+      out->dims = sqlite3_column_int64(st, 0);
+      out->capacity = sqlite3_column_int64(st, 1);
+      out->count = sqlite3_column_int64(st, 2);
+      *found = 1;
+    }
+    sqlite3_reset(st);
+    if (ok) return SQLITE_OK;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return vx_sql_fail(t, rc);
+  }
+  if (!(st = vs(t, VS_TAIL, &rc))) return rc;
   for (int i = 0; i < t->npart; i++) sqlite3_bind_value(st, i + 1, parts[i]);
   rc = sqlite3_step(st);
   *found = rc == SQLITE_ROW;
@@ -2053,9 +2104,9 @@ static int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *fo
     out->dims = sqlite3_column_int64(st, 1);
     out->capacity = sqlite3_column_int64(st, 2);
     out->count = sqlite3_column_int64(st, 3);
+    *remembered = out->id;
   }
   sqlite3_reset(st);
-  sqlite3_clear_bindings(st);
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
 }
 
@@ -2185,6 +2236,7 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
     for (int i = 0; i < t->npart; i++) sqlite3_bind_value(st, i + 4, parts[i]);
     if ((rc = vs_run(t, st))) return rc;
     b.id = sqlite3_last_insert_rowid(t->db);
+    t->tails[hash_values(parts, t->npart) % HS_TAILS] = b.id;
     if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, b.capacity * rec_stride(d)))) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
@@ -2868,28 +2920,44 @@ static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
   return SQLITE_OK;
 }
 
-/* The records of block r, from the cache or read now (then *fresh is set: keep or free it). */
+/*
+** The records of block r: from the cache, or read now.  A block is kept in the
+** cache the second time a query reads it at the same nonce (then *fresh is set
+** and the caller keeps buf once it has scanned it); the first time, it is read
+** into a scratch buffer.  So a connection that asks once, as every command-line
+** process does, does not pay to fill a cache (most of that is the page faults
+** of new memory), and a block that changes at every write is not cached at all.
+*/
 static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t **buf,
                          int *fresh) {
-  CBlock *e = cache_find(&t->cache, r->id);
+  Cache *c = &t->cache;
+  CBlock *e = cache_find(c, r->id);
   *fresh = 0;
   if (e && e->nonce == r->nonce && e->count == r->count && e->dims == r->dims) {
-    e->used = t->cache.clock;
+    e->used = c->clock;
     *buf = e->buf;
     return SQLITE_OK;
   }
-  int64_t bytes = r->count * rec_stride(r->dims);
-  *buf = malloc((size_t)bytes);
+  int64_t bytes = r->count * rec_stride(r->dims), seen;
+  int keep = map_find(&c->seen, r->id, &seen) && seen == r->nonce;
+  if (keep) {
+    *buf = malloc((size_t)bytes);
+  } else {
+    if ((size_t)bytes > c->scratch_cap) {
+      free(c->scratch);
+      c->scratch_cap = 0;
+      if ((c->scratch = malloc((size_t)bytes))) c->scratch_cap = (size_t)bytes;
+    }
+    *buf = c->scratch;
+    if (*buf && !map_put(&c->seen, r->id, r->nonce)) *buf = 0;
+  }
   if (!*buf) return SQLITE_NOMEM;
   int rc = vx_blob(t, h, "codes", r->id, 0);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);
-  if (rc) {
-    free(*buf);
-    *buf = 0;
-    return rc;
-  }
-  *fresh = 1;
-  return SQLITE_OK;
+  if (rc && keep) free(*buf);
+  if (rc) *buf = 0;
+  *fresh = rc == SQLITE_OK && keep;
+  return rc;
 }
 
 /* A k-nearest query: the k rows most like a->q among those the conditions select. */
