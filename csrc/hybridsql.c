@@ -17,9 +17,10 @@
 **       select temporal_decay('memory/2026-10-22.md', '2026-11-21') -> 0.5
 **   vector_blob(x), vector_json(x)           -> BLOB, TEXT
 **       convert between the encodings.  select vector_json(vector_blob('[0.1, 2]')) -> [0.1,2]
-**   vector_topk(query, k [, model [, ids [, precision]]])  -> table (id, score)
-**       the fast form of cosine_topk over hybridsql's own `vectors` table.
-**       select id, score from vector_topk(:q, 10, 'all-MiniLM-L6-v2-int8')
+**   create virtual table T using vector_index(COLUMN float[D], ...)
+**       a table that owns its vectors; its k-nearest query is the fast form
+**       of cosine_topk.  select rowid, score from T where COLUMN match :q
+**       and k = 10 and project = 'x'
 **   bm25_candidate(fts_table, n)             -> REAL or NULL, an FTS5 function
 **       the row's bm25() rank, or NULL when it cannot be among the n best:
 **       order by it with LIMIT n instead of by bm25(), for a fraction of the work.
@@ -72,19 +73,30 @@
 ** 9. vector_blob(x) returns the float32 BLOB of vector x; vector_json(x) its
 **    JSON text, each value printed with the fewest digits (6 to 9) that read
 **    back as the same float32.
-** 10. vector_topk(query, k [, model [, ids [, precision]]]) is an eponymous
-**    table-valued function with rows (id, score): the same k rows and scores
-**    as cosine_topk(query, k, chunk_id, vector) over the rows of table
-**    `vectors(chunk_id, model_id, vector)` whose model_id is `model` (every
-**    row when NULL), restricted to the ids in `ids` (JSON array of integers;
-**    unknown ids are ignored) when given.  It scans a packed copy of those
-**    vectors kept per connection and rebuilt when meta.vectors_version, which
-**    triggers bump on every write from any connection, has changed; a copy
-**    read inside an open transaction is used once and dropped.  The first
-**    pass runs on an int8 copy (precision 'int8', the default) or in float32
-**    (precision 'float32') with a bound on each row's error, so that every
-**    row that could be in the top k is rescored as Requirement 4 and the
-**    answer is exact.  A NULL query gives no rows.
+** 10. vector_index is a virtual table module.  Its declaration names one
+**    vector column, NAME float[D] (every row has D dimensions) or NAME float[]
+**    (the rows of one partition share theirs); at most one NAME integer primary
+**    key, another name for the rowid; and up to 24 columns NAME TYPE, TYPE text,
+**    integer or real, each a partition column with "partition key" after it,
+**    else a metadata column.  A row's vector is read as Requirement 1 and must
+**    not be NULL; a partition or metadata value is NULL or of its column's type
+**    (an integer is taken for a real).  score and k are hidden columns.  A query
+**    "VECTOR match Q and k = K" (or "... order by score desc limit K") gives
+**    the K rows most like Q among those its other conditions select, with
+**    score the cosine of Requirement 4: the same rows and scores as
+**    cosine_topk(Q, K, rowid, VECTOR) over those rows, best first, ties by
+**    rowid.  The conditions applied before the top k are comparisons (=, <,
+**    <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE, GLOB, IN) of the
+**    rowid, a partition column or a metadata column with a value; SQLite
+**    applies any other condition to the K rows.  A NULL Q gives no rows.  The
+**    first pass bounds each row's cosine from its int8 record (rec_build) and
+**    the rows that could be in the top k are rescored exactly, so the answer
+**    is exact whatever the data.  Without MATCH, the table is an ordinary
+**    table of its columns.  INSERT, UPDATE (of any column, the rowid too) and
+**    DELETE work as on a table, with ON CONFLICT REPLACE and IGNORE for the
+**    rowid; a table's rows live in its shadow tables, written in the
+**    statement's transaction, so any connection reads them straight from the
+**    file.
 ** 11. bm25_candidate(fts_table, n), an FTS5 auxiliary function, is NULL for
 **    a row whose bm25() rank cannot be among the n best of the rows it has
 **    returned a rank for so far in this query, and otherwise that rank, equal
@@ -328,18 +340,20 @@ static void dot2f_avx2(const float *a, const float *b, int64_t d, float *ab, flo
 }
 
 __attribute__((target("avx2")))
+/*
+** a.b with maddubs (unsigned x signed bytes): |a| times b with a's sign, so that
+** pairs of products, at most 2 x 127 x 128, never saturate 16 bits.  a is the
+** query's codes, within [-127, 127] (quantize).
+*/
 static int32_t doti8_avx2(const int8_t *a, const int8_t *b, int64_t d) {
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc = _mm256_setzero_si256();
   int64_t i = 0;
   for (; i + 32 <= d; i += 32) {
     __m256i va = _mm256_loadu_si256((const __m256i *)(a + i));
     __m256i vb = _mm256_loadu_si256((const __m256i *)(b + i));
-    __m256i alo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(va));
-    __m256i ahi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(va, 1));
-    __m256i blo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(vb));
-    __m256i bhi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(vb, 1));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(alo, blo));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ahi, bhi));
+    __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(va), _mm256_sign_epi8(vb, va));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, ones));
   }
   __m128i h = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
   h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
@@ -1478,11 +1492,81 @@ typedef struct CBlock {
   uint64_t used; /* the query that last used it */
 } CBlock;
 
+/*
+** The buffers of cached full blocks (the most, by far), as slots of 2 MiB-aligned
+** regions advised for transparent huge pages: a cache filled in 4 KiB pages pays
+** a page fault per 4 KiB, most of a fill's time.  Other sizes come from malloc.
+** Regions are given back when the cache goes.
+*/
+typedef struct Pool {
+  size_t slot, region; /* the bytes of a full block's records, and of a region; 0 at first */
+  uint8_t **regions, **free;
+  int64_t nregions, nfree, capfree;
+} Pool;
+
+#define HS_REGION ((size_t)2 << 20)
+
+static uint8_t *pool_get(Pool *p, size_t bytes, int full) {
+  if (!full || (p->slot && bytes != p->slot)) return malloc(bytes);
+  p->slot = bytes;
+  if (p->nfree == 0) {
+    size_t per = HS_REGION >= 8 * bytes ? HS_REGION / bytes : 8, size = per * bytes;
+    size = (size + HS_REGION - 1) / HS_REGION * HS_REGION;
+    p->region = size;
+    void *region = 0;
+    uint8_t **regions = realloc(p->regions, sizeof(*regions) * (size_t)(p->nregions + 1));
+    if (!regions) return 0;
+    p->regions = regions;
+    if ((int64_t)per > p->capfree) {
+      uint8_t **grown = realloc(p->free, sizeof(*grown) * per);
+      if (!grown) return 0;
+      p->free = grown, p->capfree = (int64_t)per;
+    }
+    if (posix_memalign(&region, HS_REGION, size) != 0) return 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    madvise(region, size, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
+#endif
+    p->regions[p->nregions++] = region;
+    for (size_t i = 0; i < per; i++) p->free[p->nfree++] = (uint8_t *)region + i * bytes;
+  }
+  return p->free[--p->nfree];
+}
+
+static int pool_owns(const Pool *p, const uint8_t *buf) {
+  for (int64_t i = 0; i < p->nregions; i++) {
+    if (buf >= p->regions[i] && buf < p->regions[i] + p->region) return 1;
+  }
+  return 0;
+}
+
+static void pool_put(Pool *p, uint8_t *buf) {
+  if (!buf) return;
+  if (!pool_owns(p, buf)) {
+    free(buf);
+    return;
+  }
+  if (p->nfree == p->capfree) {
+    int64_t cap = p->capfree ? 2 * p->capfree : 64;
+    uint8_t **grown = realloc(p->free, sizeof(*grown) * (size_t)cap);
+    if (!grown) return; /* the slot stays unused until the cache goes */
+    p->free = grown, p->capfree = cap;
+  }
+  p->free[p->nfree++] = buf;
+}
+
+static void pool_clear(Pool *p) {
+  for (int64_t i = 0; i < p->nregions; i++) free(p->regions[i]);
+  free(p->regions);
+  free(p->free);
+  memset(p, 0, sizeof(*p));
+}
+
 typedef struct Cache {
   CBlock *b;
   int64_t n, cap;
   I64Map at;         /* block id -> index in b */
   I64Map seen;       /* block id -> the nonce it had when last read and not kept */
+  Pool pool;         /* where the records of cached full blocks are */
   uint8_t *scratch;  /* where a block not kept is read */
   size_t scratch_cap, bytes;
   uint64_t clock, sweep;
@@ -1887,11 +1971,12 @@ static int vx_exec(sqlite3 *db, char **err, const char *fmt, ...) {
 /* ---- the cache of records ---- */
 
 static void cache_clear(Cache *c) {
-  for (int64_t i = 0; i < c->n; i++) free(c->b[i].buf);
+  for (int64_t i = 0; i < c->n; i++) pool_put(&c->pool, c->b[i].buf);
   free(c->b);
   free(c->scratch);
   map_free(&c->at);
   map_free(&c->seen);
+  pool_clear(&c->pool);
   memset(c, 0, sizeof(*c));
 }
 
@@ -1915,7 +2000,7 @@ static int cache_drop(Cache *c, int (*drop)(const CBlock *, void *), void *arg) 
   for (int64_t i = 0; i < c->n; i++) {
     if (drop(&c->b[i], arg)) {
       c->bytes -= (size_t)(c->b[i].count * rec_stride(c->b[i].dims));
-      free(c->b[i].buf);
+      pool_put(&c->pool, c->b[i].buf);
     } else {
       c->b[m++] = c->b[i];
     }
@@ -1945,7 +2030,7 @@ static void cache_keep(Cache *c, int64_t id, int64_t nonce, int64_t count, int64
       }
       cut++;
       if (cut > c->clock || !cache_drop(c, older_than, &cut)) {
-        free(buf);
+        pool_put(&c->pool, buf);
         return;
       }
     }
@@ -1953,19 +2038,19 @@ static void cache_keep(Cache *c, int64_t id, int64_t nonce, int64_t count, int64
       int64_t cap = c->cap ? 2 * c->cap : 64;
       CBlock *grown = realloc(c->b, sizeof(CBlock) * (size_t)cap);
       if (!grown) {
-        free(buf);
+        pool_put(&c->pool, buf);
         return;
       }
       c->b = grown, c->cap = cap;
     }
     if (!map_put(&c->at, id, c->n)) {
-      free(buf);
+      pool_put(&c->pool, buf);
       return;
     }
     e = &c->b[c->n++];
   } else {
     c->bytes -= (size_t)(e->count * rec_stride(e->dims));
-    free(e->buf);
+    pool_put(&c->pool, e->buf);
   }
   e->id = id, e->nonce = nonce, e->count = count, e->dims = dims, e->buf = buf;
   e->used = c->clock;
@@ -2941,7 +3026,7 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   int64_t bytes = r->count * rec_stride(r->dims), seen;
   int keep = map_find(&c->seen, r->id, &seen) && seen == r->nonce;
   if (keep) {
-    *buf = malloc((size_t)bytes);
+    *buf = pool_get(&c->pool, (size_t)bytes, r->count == HS_BLOCK_ROWS);
   } else {
     if ((size_t)bytes > c->scratch_cap) {
       free(c->scratch);
@@ -2954,7 +3039,7 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   if (!*buf) return SQLITE_NOMEM;
   int rc = vx_blob(t, h, "codes", r->id, 0);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);
-  if (rc && keep) free(*buf);
+  if (rc && keep) pool_put(&c->pool, *buf);
   if (rc) *buf = 0;
   *fresh = rc == SQLITE_OK && keep;
   return rc;
