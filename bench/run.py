@@ -1,24 +1,24 @@
 """hybridsql against what users would pick instead, measured in one process and one run.
 
     pip install ".[bench]"
-    python bench/run.py            # N in 10k, 100k, 1M x D in 384, 768 (about 40 minutes)
-    python bench/run.py --quick    # N in 10k, 100k x D 384
+    python bench/run.py            # vectors: N in 10k, 100k, 1M x D 384 (about 45 minutes)
+    python bench/run.py --quick    # vectors: N in 10k, 100k
 
-Writes bench/results/report.md and bench/results/topk.png; docs/benchmarks.md explains them.
-Every time is the median of 20 warm queries, the systems timed in turn query by query; every
-system's top-10 is checked against an exact float64 top-10. The targets are ratios between
-systems measured here, never wall-clock asserts.
+Writes bench/results/report.md; docs/benchmarks.md explains it. Vector top-k is measured in
+bench/vectors.py; hybrid search, indexing and quality here. The targets are ratios between
+systems measured in the same run, never wall-clock asserts.
 """
 
 import argparse
 import calendar
-import gc
 import json
 import os
 import platform
 import re
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -27,17 +27,19 @@ import faiss
 import numpy as np
 import scifact
 import sqlite_vec
+import vectors
 
 import hybridsql
 from hybridsql.embed import Embedder, LocalProvider
 from hybridsql.index import HybridIndex, transaction
+from hybridsql.memory import MemoryStore
 from hybridsql.schema import ensure_schema
-from hybridsql.search import inverse_norms, numpy_topk
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 SCIFACT = scifact.DATA
-K, QUERIES, MODEL = 10, 20, "bench"
+K, QUERIES = 10, 20
+MODEL = LocalProvider.model_id  # the hybrid files' vectors: the local model's, with noise
 MMAP = 1 << 36
 
 
@@ -53,202 +55,6 @@ def connect(path, mmap):
     conn.enable_load_extension(False)
     conn.execute(f"pragma mmap_size = {MMAP if mmap else 0}")
     return conn
-
-
-# -- vector top-k ------------------------------------------------------------------------------
-
-
-def vectors(n, d, seed=1, block=50_000):
-    """The benchmark's vectors, made block by block so 1M x 768 never needs two copies."""
-    rng = np.random.default_rng(seed + d)
-    for start in range(0, n, block):
-        yield start, rng.standard_normal((min(block, n - start), d)).astype(np.float32)
-
-
-def build_topk_db(n, d):
-    """One file with the same vectors three ways: hybridsql's `vectors`, a plain table with a
-    project column (for cosine_topk and filters) and a sqlite-vec vec0 table."""
-    path = os.path.join(RESULTS, f"topk_{n}_{d}.db")
-    if os.path.exists(path):
-        return path
-    tmp = path + ".part"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(tmp + suffix):
-            os.remove(tmp + suffix)
-    conn = connect(tmp, mmap=False)
-    ensure_schema(conn)
-    conn.execute(
-        "create table items(id integer primary key, project integer, vector blob);"
-        f"create virtual table vec_items using vec0(project integer, embedding float[{d}]"
-        " distance_metric=cosine)"
-    )
-    conn.execute("drop trigger vectors_count_insert")  # one version bump at the end instead
-    for start, block in vectors(n, d):
-        rows = [(start + i, (start + i) % 10, v.tobytes()) for i, v in enumerate(block)]
-        with conn:
-            conn.executemany("insert into items values (?, ?, ?)", rows)
-            conn.executemany(
-                "insert into vectors values (?, 'bench', ?)", [(i, v) for i, _, v in rows]
-            )
-            conn.executemany(
-                "insert into vec_items(rowid, project, embedding) values (?, ?, ?)", rows
-            )
-    with conn:
-        conn.execute("create index items_project on items(project)")
-        conn.execute("update meta set value = value + 1 where key = 'vectors_version'")
-    conn.close()
-    os.rename(tmp, path)
-    return path
-
-
-def exact_topk(matrix64, norms, q, k, rows=None):
-    q64 = q.astype(np.float64)
-    scores = (matrix64 @ q64) / np.where(norms > 0, norms, 1) / np.linalg.norm(q64)
-    if rows is not None:
-        keep = np.full(len(scores), -np.inf)
-        keep[rows] = scores[rows]
-        scores = keep
-    order = np.lexsort((np.arange(len(scores)), -scores))[:k]
-    return [int(i) for i in order]
-
-
-def interleaved(systems, runs=QUERIES, warm=2):
-    """Median ms of each system, timed query by query in turn so that they all see the same
-    load: on a shared machine the load moves, and ratios between systems must not."""
-    times = {name: [] for name in systems}
-    for i in range(warm + runs):
-        for name, fn in systems.items():
-            start = time.perf_counter()
-            fn(i % runs)
-            if i >= warm:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) * 1000 for name, ts in times.items()}
-
-
-def bench_topk(n, d, log):
-    path = build_topk_db(n, d)
-    matrix = np.concatenate([b for _, b in vectors(n, d)])
-    ids = np.arange(n, dtype=np.int64)
-    qs = np.random.default_rng(99).standard_normal((QUERIES, d)).astype(np.float32)
-    blobs = [q.tobytes() for q in qs]
-    project = np.arange(n) % 10 == 3
-    prows = np.flatnonzero(project)
-    matrix64 = matrix.astype(np.float64)
-    norms = np.linalg.norm(matrix64, axis=1)
-    truth = [exact_topk(matrix64, norms, q, K) for q in qs]
-    truth_f = [exact_topk(matrix64, norms, q, K, prows) for q in qs]
-    matrix64 = None
-    gc.collect()
-
-    sql_cases = [
-        ("hybridsql vector_topk int8", "select id from vector_topk(?, 10, 'bench')", truth),
-        (
-            "hybridsql vector_topk float32",
-            "select id from vector_topk(?, 10, 'bench', null, 'float32')",
-            truth,
-        ),
-        (
-            "hybridsql cosine_topk aggregate",
-            "select cosine_topk(?, 10, id, vector) from items",
-            truth,
-        ),
-        (
-            "sqlite-vec vec0 KNN",
-            "select rowid from vec_items where embedding match ? and k = 10",
-            truth,
-        ),
-        (
-            "filtered 10%: hybridsql vector_topk",
-            "select id from vector_topk(?, 10, 'bench',"
-            " (select json_group_array(id) from items where project = 3))",
-            truth_f,
-        ),
-        (
-            "filtered 10%: hybridsql cosine_topk",
-            "select cosine_topk(?, 10, id, vector) from items where project = 3",
-            truth_f,
-        ),
-        (
-            "filtered 10%: sqlite-vec vec0 KNN",
-            "select rowid from vec_items where embedding match ? and k = 10 and project = 3",
-            truth_f,
-        ),
-    ]
-    conns = {False: connect(path, mmap=False), True: connect(path, mmap=True)}
-    systems, answers, wants = {}, {}, {}
-
-    def sql_ids(conn, sql, blob):
-        rows = conn.execute(sql, (blob,)).fetchall()
-        if sql.startswith("select cosine_topk"):
-            return [hit[0] for hit in json.loads(rows[0][0])]
-        return [r[0] for r in rows]
-
-    for mmap, conn in conns.items():
-        for name, sql, want in sql_cases:
-            label = name + (" (mmap)" if mmap else "")
-            systems[label] = lambda i, c=conn, sql=sql: c.execute(sql, (blobs[i],)).fetchall()
-            answers[label] = [sql_ids(conn, sql, b) for b in blobs]
-            wants[label] = want
-
-    inv = inverse_norms(matrix)  # what the search's cached VectorMatrix keeps
-    normed = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-    sub = normed[project]
-    qn = qs / np.linalg.norm(qs, axis=1, keepdims=True)
-    faiss.omp_set_num_threads(1)
-    index = faiss.IndexFlatIP(d)
-    index.add(normed)
-
-    def np_topk(m, q, rows=None):
-        s_ = m @ q
-        top = np.argpartition(-s_, K)[:K]
-        top = top[np.argsort(-s_[top])]
-        return top if rows is None else rows[top]
-
-    py = {
-        "hybridsql numpy path": (
-            lambda i: numpy_topk(matrix, ids, qs[i], K, inv),
-            lambda r: [h[0] for h in r],
-            truth,
-        ),
-        "numpy matmul + argpartition": (lambda i: np_topk(normed, qn[i]), list, truth),
-        "filtered 10%: numpy": (lambda i: np_topk(sub, qn[i], prows), list, truth_f),
-        "faiss IndexFlatIP, 1 thread": (
-            lambda i: index.search(qn[i : i + 1], K),
-            lambda r: r[1][0].tolist(),
-            truth,
-        ),
-    }
-    for name, (fn, to_ids, want) in py.items():
-        systems[name] = fn
-        answers[name] = [to_ids(fn(i)) for i in range(QUERIES)]
-        wants[name] = want
-    systems["bandwidth floor (numpy sum)"] = lambda i: matrix.sum()
-    times = interleaved(systems)
-
-    row = {"n": n, "d": d, "times": times, "recall": {}}
-    for name, got in answers.items():
-        want = wants[name]
-        row["recall"][name] = float(
-            np.mean([len(set(g) & set(w)) / K for g, w in zip(got, want, strict=True)])
-        )
-    for name, ms in times.items():
-        rec = row["recall"].get(name)
-        log(
-            f"  {n:>8} x {d}  {name:<44} {ms:9.2f} ms"
-            + ("" if rec is None else f"  recall {rec:.3f}")
-        )
-    for mmap, conn in conns.items():
-        tag = " (mmap)" if mmap else ""
-        start = time.perf_counter()
-        conn.execute("update meta set value = value + 1 where key = 'vectors_version'")
-        conn.execute("select * from vector_topk(?, 1, 'bench')", (blobs[0],)).fetchall()
-        row["times"]["vector_topk packing after a write" + tag] = (
-            time.perf_counter() - start
-        ) * 1000
-        conn.close()
-    index = normed = sub = matrix = None
-    gc.collect()
-    return row
 
 
 # -- hybrid end to end -------------------------------------------------------------------------
@@ -292,7 +98,11 @@ def build_hybrid_db(n, doc_vectors):
                 ),
             )
             v = doc_vectors[doc] + rng.normal(0, 0.01, 384).astype(np.float32)
-            conn.execute("insert into vectors values (?, ?, ?)", (i + 1, MODEL, v.tobytes()))
+            conn.execute(
+                "insert into vectors(chunk_id, vector, model_id, kind)"
+                " values (?, ?, ?, 'document')",
+                (i + 1, v.tobytes(), MODEL),
+            )
             conn.execute(
                 "insert into vec_chunks(rowid, embedding) values (?, ?)", (i + 1, v.tobytes())
             )
@@ -348,31 +158,15 @@ def two_query_search(conn, query, qvec, now, pool=100, limit=10):
 
 
 def bench_hybrid(sizes, log):
-    scifact_db = os.path.join(RESULTS, "scifact.db")
-    if not os.path.exists(scifact_db):
-        log("  building bench/results/scifact.db first (bench/scifact.py)")
-        with HybridIndex(scifact_db, embedder="local") as idx:
-            scifact.build(idx)
-    src = apsw.Connection(scifact_db)
-    doc_vectors = {
-        path: np.frombuffer(blob, dtype="<f4")
-        for path, blob in src.execute(
-            "select c.path, v.vector from chunks c join vectors v on v.chunk_id = c.id"
-        )
-    }
-    src.close()
-    with open(os.path.join(SCIFACT, "queries.jsonl")) as f:
-        queries = [json.loads(line)["text"] for line in f][:50]
+    doc_vectors = abstract_vectors(log)
+    queries = scifact_queries()
     provider = LocalProvider()
     qvecs = provider.embed(queries)
     rows = []
     now = calendar.timegm((2026, 11, 21, 0, 0, 0, 0, 0, 0))
     for n in sizes:
         path = build_hybrid_db(n, doc_vectors)
-        idx = HybridIndex(path, embedder="none")
-        idx.embedder = Embedder(Fixed(queries, qvecs), idx.conn)
-        idx.searcher.embedder = idx.embedder
-        idx.conn.execute(f"pragma mmap_size = {MMAP}")
+        idx = open_fixed(path, queries, qvecs)
         conn = connect(path, mmap=True)
         ours, theirs, overlap, fewer = [], [], [], []
         for _ in range(2):  # warm-up
@@ -407,6 +201,122 @@ def bench_hybrid(sizes, log):
         idx.close()
         conn.close()
     return rows
+
+
+def abstract_vectors(log):
+    """Each SciFact abstract's vector from the local model (bench/scifact.py's index)."""
+    scifact_db = os.path.join(RESULTS, "scifact.db")
+    if not os.path.exists(scifact_db):
+        log("  building bench/results/scifact.db first (bench/scifact.py)")
+        with HybridIndex(scifact_db, embedder="local") as idx:
+            scifact.build(idx)
+    src = hybridsql.connect(scifact_db)
+    out = {
+        path: np.frombuffer(blob, dtype="<f4")
+        for path, blob in src.execute(
+            "select c.path, v.vector from chunks c join vectors v on v.chunk_id = c.id"
+        )
+    }
+    src.close()
+    return out
+
+
+def scifact_queries():
+    with open(os.path.join(SCIFACT, "queries.jsonl")) as f:
+        return [json.loads(line)["text"] for line in f][:50]
+
+
+def open_fixed(path, queries, qvecs, texts=(), vecs=()):
+    """A HybridIndex whose embedder knows the benchmark's texts (the local model's vectors made
+    beforehand), so that no time is spent embedding."""
+    idx = HybridIndex(path, embedder="none")
+    idx.embedder = Embedder(Fixed([*queries, *texts], [*qvecs, *vecs]), idx.conn)
+    idx.searcher.embedder = idx.embedder
+    return idx
+
+
+def bench_memories(n, log):
+    """At n chunks: a document search with and without 1,000 memories in the same file, and the
+    agent loop (add one memory, then search the memories), the embedding time left out."""
+    doc_vectors = abstract_vectors(log)
+    queries = scifact_queries()
+    qvecs = LocalProvider().embed(queries)
+    docs = build_hybrid_db(n, doc_vectors)
+    mixed = docs.replace(".db", "_memories.db")
+    texts = [f"{q} (memory {i})" for i, q in enumerate(queries * 20)][:1000]
+    rng = np.random.default_rng(5)
+    vecs = [
+        qvecs[i % len(queries)] + rng.normal(0, 0.02, 384).astype(np.float32)
+        for i in range(len(texts))
+    ]
+    if not os.path.exists(mixed):
+        shutil.copy(docs, mixed)
+        with open_fixed(mixed, queries, qvecs, texts, vecs) as idx:
+            store = MemoryStore(idx)
+            for i, text in enumerate(texts):
+                store.add(text, project=f"p{i % 10}", sector="semantic")
+    now = calendar.timegm((2026, 11, 21, 0, 0, 0, 0, 0, 0))
+    plain, both = open_fixed(docs, queries, qvecs), open_fixed(mixed, queries, qvecs, texts, vecs)
+    for idx in (plain, both):
+        idx.search(queries[0], now=now)
+    times = vectors.interleaved(
+        {
+            "documents only": lambda i: plain.search(queries[i], now=now),
+            "documents and 1,000 memories": lambda i: both.search(queries[i], now=now),
+        },
+        runs=len(queries),
+    )
+    store = MemoryStore(both)
+    loop = []
+    for i, q in enumerate(queries):
+        start = time.perf_counter()
+        memory = store.add(texts[i], project="p1", sector="episodic")
+        store.search(q, project="p1", limit=10)
+        loop.append((time.perf_counter() - start) * 1000)
+        store.delete(memory.id, hard=True)
+    plain.close()
+    both.close()
+    row = {
+        "n": n,
+        **times,
+        "agent loop p50": statistics.median(loop),
+        "agent loop p95": percentile(loop, 95),
+    }
+    log(
+        f"  memories {n:>7}: documents only {times['documents only']:.1f} ms, with memories "
+        f"{times['documents and 1,000 memories']:.1f} ms; agent loop p50 "
+        f"{row['agent loop p50']:.1f} ms"
+    )
+    return row
+
+
+def bench_processes(log):
+    """`hybridsql search` as a new process (the local model, a real query) on 1k and 100k
+    chunks: the wall time of the whole command."""
+    doc_vectors = abstract_vectors(log)
+    query = scifact_queries()[0]
+    out = {}
+    for n in (1_000, 100_000):
+        path = build_hybrid_db(n, doc_vectors)
+        cmd = [
+            os.path.join(os.path.dirname(sys.executable), "hybridsql"),
+            "search",
+            query,
+            "--db",
+            path,
+            "--embedder",
+            "local",
+            "--json",
+        ]
+        subprocess.run(cmd, capture_output=True, check=True)  # the files in the page cache
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            subprocess.run(cmd, capture_output=True, check=True)
+            times.append((time.perf_counter() - start) * 1000)
+        out[n] = statistics.median(times)
+        log(f"  hybridsql search, new process, {n:>7} chunks: {out[n]:.0f} ms")
+    return out
 
 
 class Fixed:
@@ -472,48 +382,91 @@ def ratio(a, b):
     return f"{a:.1f} / {b:.1f} ms = {a / b:.2f} x"
 
 
-def targets(topk_rows, hybrid_rows):
-    """The issue's targets, each with its figure and whether this run met it."""
+def targets(vector_rows, hybrid_rows, memory_rows, processes):
+    """The targets of the issues, each with its figure and whether this run met it."""
     lines = ["| target | measured | |", "| --- | --- | --- |"]
 
     def row(label, measured, ok):
         lines.append(f"| {label} | {measured} | {'met' if ok else '**not met**'} |")
 
-    cell = next((r for r in topk_rows if r["n"] == 100_000 and r["d"] == 384), None)
-    for tag in (" (mmap)", "") if cell else ():
-        t, setting = cell["times"], "mmap" if tag else "no mmap"
-        vec0 = t["sqlite-vec vec0 KNN" + tag]
-        agg = t["hybridsql cosine_topk aggregate" + tag]
-        floor = t["bandwidth floor (numpy sum)"]
-        # The fastest SQL path: vector_topk with its default int8 first pass (exact).
-        i8 = t["hybridsql vector_topk int8" + tag]
-        row(f"vector_topk <= 0.25 x vec0 KNN ({setting})", ratio(i8, vec0), i8 <= 0.25 * vec0)
-        row(
-            f"vector_topk <= 2.5 x bandwidth floor ({setting})",
-            ratio(i8, floor),
-            i8 <= 2.5 * floor,
-        )
-        row(f"cosine_topk aggregate <= 1.0 x vec0 KNN ({setting})", ratio(agg, vec0), agg <= vec0)
-        for name, unfiltered in (("vector_topk", i8), ("cosine_topk", agg)):
-            f10 = t[f"filtered 10%: hybridsql {name}" + tag]
-            row(
-                f"filtered 10% <= 0.5 x unfiltered, {name} ({setting})",
-                ratio(f10, unfiltered),
-                f10 <= 0.5 * unfiltered,
+    for r in vector_rows:
+        if r["d"] != 384 or r["n"] not in (100_000, 1_000_000):
+            continue
+        size = f"{r['n']:,} x {r['d']}"
+        for mode, m in r["modes"].items():
+            w = m["warm"]
+            warm, vec0 = w["vector_index"], w["sqlite-vec vec0"]
+            for which in ("first query, fresh connection", "first query, new process"):
+                first = m[which]
+                row(
+                    f"{size}, {mode}: {which} <= 0.25 x vec0",
+                    ratio(first, vec0),
+                    first <= 0.25 * vec0,
+                )
+                row(
+                    f"{size}, {mode}: {which} <= 3 x the warm query",
+                    ratio(first, warm),
+                    first <= 3 * warm,
+                )
+            after, before = (
+                m["first query after another connection wrote a row"],
+                m["warm query (interleaved with the writes)"],
             )
-        rec = cell["recall"]["hybridsql vector_topk int8" + tag]
+            row(
+                f"{size}, {mode}: first query after a write <= 1.5 x warm",
+                ratio(after, before),
+                after <= 1.5 * before,
+            )
+            row(f"{size}, {mode}: warm query <= 0.1 x vec0", ratio(warm, vec0), warm <= 0.1 * vec0)
+            for kind in ("partition", "metadata"):
+                f10 = w[f"vector_index, {kind} 10%"]
+                row(
+                    f"{size}, {mode}: a {kind} filter of 10% <= 0.5 x unfiltered",
+                    ratio(f10, warm),
+                    f10 <= 0.5 * warm,
+                )
+            rec = m["recall"]["vector_index"]
+            row(f"{size}, {mode}: recall@10 of vector_index", f"{rec:.3f}", rec == 1.0)
+        if r["n"] == 1_000_000:
+            one = r["modes"]["default I/O"]["one-row insert"]
+            row(f"{size}: one-row insert p50 < 2 ms", f"{one:.3f} ms", one < 2)
+        rates = r["insert rows/s"]
+        bulk = rates["vector_index"] / rates["plain table"]
         row(
-            f"int8 >= 3 x faster than float32 cosine_topk, recall@10 >= 0.98 ({setting})",
-            f"{agg / i8:.1f} x faster, recall {rec:.3f}",
-            agg >= 3 * i8 and rec >= 0.98,
+            f"{size}: bulk insert >= 0.5 x a plain table's rate",
+            f"{rates['vector_index']:,.0f} / {rates['plain table']:,.0f} rows/s = {bulk:.2f} x",
+            bulk >= 0.5,
         )
-    big = next((r for r in topk_rows if r["n"] == 1_000_000 and r["d"] == 384), None)
-    if big:
-        t = big["times"]
-        agg = min(t["hybridsql cosine_topk aggregate"], t["hybridsql cosine_topk aggregate (mmap)"])
-        i8 = min(t["hybridsql vector_topk int8"], t["hybridsql vector_topk int8 (mmap)"])
-        row("1M x 384 vector_topk under 150 ms", f"{i8:.0f} ms", i8 < 150)
-        row("1M x 384 cosine_topk aggregate under 150 ms", f"{agg:.0f} ms", agg < 150)
+        disk = r["disk"]
+        row(
+            f"{size}: disk <= 1.35 x the raw float32 bytes",
+            f"{disk['bytes / raw float32']:.3f} x",
+            disk["bytes / raw float32"] <= 1.35,
+        )
+        row(
+            f"{size}: after deleting half and VACUUM <= 0.6 x the size before",
+            f"{disk['after deleting half, / before']:.3f} x",
+            disk["after deleting half, / before"] <= 0.6,
+        )
+    for m in memory_rows:
+        docs, both = m["documents only"], m["documents and 1,000 memories"]
+        row(
+            f"{m['n']:,} chunks: document search with memories <= 1.2 x documents only",
+            ratio(both, docs),
+            both <= 1.2 * docs,
+        )
+        row(
+            f"{m['n']:,} chunks: agent loop (add, then search) p50 < 25 ms",
+            f"{m['agent loop p50']:.1f} ms",
+            m["agent loop p50"] < 25,
+        )
+    if processes:
+        big, small = processes[100_000], processes[1_000]
+        row(
+            "a fresh `hybridsql search` on 100k chunks <= 1.25 x on 1k",
+            ratio(big, small),
+            big <= 1.25 * small,
+        )
     h = next((r for r in hybrid_rows if r["n"] == 100_000), None)
     if h:
         ours, theirs = h["hybridsql p50"], h["two-query p50"]
@@ -524,31 +477,6 @@ def targets(topk_rows, hybrid_rows):
             ours <= 0.5 * theirs,
         )
     return lines
-
-
-def chart(topk_rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = sorted((r for r in topk_rows if r["d"] == 384), key=lambda r: r["n"])
-    if len(rows) < 2:
-        return False
-    names = [k for k in rows[0]["times"] if not k.startswith(("filtered", "vector_topk packing"))]
-    fig, ax = plt.subplots(figsize=(9, 6))
-    for name in names:
-        ax.plot([r["n"] for r in rows], [r["times"][name] for r in rows], marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("vectors (N), D = 384")
-    ax.set_ylabel("median query time, ms (k = 10)")
-    ax.set_title("Vector top-k, warm, one process")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
 
 
 def quality(log):
@@ -565,7 +493,7 @@ def quality(log):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N 10k and 100k, D 384 only")
+    parser.add_argument("--quick", action="store_true", help="vectors at N 10k and 100k only")
     args = parser.parse_args()
     scifact.require_data()  # before the top-k runs, not after them
     os.makedirs(RESULTS, exist_ok=True)
@@ -574,51 +502,74 @@ def main():
         print(text, flush=True)
 
     sizes = [10_000, 100_000] + ([] if args.quick else [1_000_000])
-    dims = [384] + ([] if args.quick else [768])
     run = f"python bench/run.py{' --quick' if args.quick else ''}"
-    topk_rows, hybrid_rows, indexing, ndcg = [], [], {}, {}
+    done = {
+        "vectors": [],
+        "hybrid": [],
+        "memories": [],
+        "processes": {},
+        "indexing": {},
+        "ndcg": {},
+    }
     log("vector top-k")
-    for d in dims:
-        for n in sizes:
-            topk_rows.append(bench_topk(n, d, log))
-            write_report(run, topk_rows, hybrid_rows, indexing, ndcg)  # a late failure loses less
+    for n in sizes:
+        done["vectors"].append(vectors.bench_vectors(n, 384, log))
+        write_report(run, done)  # a late failure loses less
     log("hybrid end to end")
-    hybrid_rows = bench_hybrid([10_000, 100_000], log)
+    done["hybrid"] = bench_hybrid([10_000, 100_000], log)
+    done["memories"] = [bench_memories(100_000, log)]
+    done["processes"] = bench_processes(log)
+    write_report(run, done)
     log("indexing")
-    indexing = bench_indexing(log)
+    done["indexing"] = bench_indexing(log)
     log("quality")
-    ndcg = quality(log)
-    print("\n".join(write_report(run, topk_rows, hybrid_rows, indexing, ndcg)))
+    done["ndcg"] = quality(log)
+    print("\n".join(write_report(run, done)))
 
 
-def write_report(run, topk_rows, hybrid_rows, indexing, ndcg):
-    """Writes bench/results/report.md (and the chart) from what has been measured so far."""
-    lines = []
-    lines += [
+def write_report(run, done):
+    """Writes bench/results/report.md (and report.json) from what has been measured so far."""
+    lines = [
         "# hybridsql benchmark",
         "",
         f"Hardware: {hardware()}",
         "",
-        f"Run: `{run}` on "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Times are medians of "
-        f"{QUERIES} warm queries, k = {K}; recall is the share of an exact float64 top-10 "
-        "each system found.",
+        f"Run: `{run}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Times are "
+        f"medians (warm queries: {QUERIES}, timed query by query in turn with the others), "
+        f"k = {K}; recall is the share of an exact float64 top-10 each system found.",
         "",
         "## Targets",
         "",
-        *targets(topk_rows, hybrid_rows),
+        *targets(done["vectors"], done["hybrid"], done["memories"], done["processes"]),
         "",
     ]
-    for r in topk_rows:
-        lines += [
-            f"## Vector top-k, N = {r['n']:,}, D = {r['d']}",
-            "",
-            "| system | ms | recall@10 |",
-            "| --- | --- | --- |",
-        ]
-        for name, ms in r["times"].items():
-            rec = r["recall"].get(name)
-            lines.append(f"| {name} | {ms:.2f} | {'' if rec is None else f'{rec:.3f}'} |")
+    for r in done["vectors"]:
+        lines += [f"## Vector top-k, N = {r['n']:,}, D = {r['d']}", ""]
+        modes = list(r["modes"])
+        lines += ["| | " + " | ".join(modes) + " |", "| --- |" + " --- |" * len(modes)]
+        names = list(r["modes"][modes[0]]["warm"])
+        for name in names:
+            cells = []
+            for mode in modes:
+                ms = r["modes"][mode]["warm"].get(name)
+                rec = r["modes"][mode]["recall"].get(name)
+                cells.append(
+                    ""
+                    if ms is None
+                    else f"{ms:.2f} ms" + ("" if rec is None else f" (recall {rec:.3f})")
+                )
+            lines.append(f"| warm: {name} | " + " | ".join(cells) + " |")
+        for key, value in r["modes"][modes[0]].items():
+            if isinstance(value, float):
+                lines.append(
+                    f"| {key} | " + " | ".join(f"{r['modes'][m][key]:.2f} ms" for m in modes) + " |"
+                )
+        for name, ms in r.get("others", {}).items():
+            lines.append(f"| {name} | {ms:.2f} ms | |")
+        for name, rate in r["insert rows/s"].items():
+            lines.append(f"| bulk insert, {name} | {rate:,.0f} rows/s | |")
+        for name, x in r["disk"].items():
+            lines.append(f"| disk: {name} | {x:.3f} | |")
         lines.append("")
     lines += [
         "## Hybrid search end to end (SciFact text, 50 queries)",
@@ -627,32 +578,37 @@ def write_report(run, topk_rows, hybrid_rows, indexing, ndcg):
         " top-10 overlap |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for h in hybrid_rows:
+    for h in done["hybrid"]:
         lines.append(
             f"| {h['n']:,} | {h['hybridsql p50']:.1f} ms | {h['hybridsql p95']:.1f} ms | "
             f"{h['hybridsql keyword_terms=8 p50']:.1f} ms | "
             f"{h['two-query p50']:.1f} ms | {h['two-query p95']:.1f} ms | "
             f"{h['top-10 overlap']:.2f} |"
         )
+    lines += ["", "## Memories and processes", ""]
+    for m in done["memories"]:
+        lines += [f"- {m['n']:,} chunks: {k} {v:.1f} ms" for k, v in m.items() if k != "n"]
+    for n, ms in done["processes"].items():
+        lines.append(f"- `hybridsql search` as a new process on {n:,} chunks: {ms:.0f} ms")
     lines += [
         "",
         "## Indexing",
         "",
         "| | chunks/s |",
         "| --- | --- |",
-        *[f"| {k} | {v:.1f} |" for k, v in indexing.items()],
+        *[f"| {k} | {v:.1f} |" for k, v in done["indexing"].items()],
         "",
         "## Quality: SciFact test split, nDCG@10",
         "",
         "| configuration | nDCG@10 |",
         "| --- | --- |",
-        *[f"| {k} | {v:.3f} |" for k, v in ndcg.items()],
+        *[f"| {k} | {v:.3f} |" for k, v in done["ndcg"].items()],
         "",
     ]
-    if chart(topk_rows, os.path.join(RESULTS, "topk.png")):
-        lines += ["![query time versus N](topk.png)", ""]
     with open(os.path.join(RESULTS, "report.md"), "w") as f:
         f.write("\n".join(lines))
+    with open(os.path.join(RESULTS, "report.json"), "w") as f:
+        json.dump(done, f, indent=1, default=str)
     return lines
 
 

@@ -2692,7 +2692,7 @@ static int vtab_in_ok;
 
 static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   VxTab *t = (VxTab *)vt;
-  int match = -1, k = 0, n = 0, eq = 0, rowid_eq = 0, rowid_set = 0;
+  int match = -1, k = 0, n = 0, eq = 0, rowid_eq = 0, rowid_set = 0, equalities = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH && c->iColumn == t->vec) {
@@ -2737,6 +2737,8 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
           sqlite3_vtab_in(info, i, 1)) {
         op = 'I'; /* the whole IN list in one xFilter: a k-nearest query cannot be split */
         if (role == 'R') rowid_set = 1;
+      } else if (match >= 0 && (op == '=' || op == 'i') && role != 'M' && role != 'K') {
+        equalities++;
       }
       info->aConstraintUsage[i].argvIndex = ++n;
       info->aConstraintUsage[i].omit = (unsigned char)omit;
@@ -2749,7 +2751,11 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   if (match >= 0) {
     if (rowid_eq || rowid_set) rows = rows < 100 ? rows : 100;
     info->idxNum = 1;
-    info->estimatedCost = 1000.0 + rows;
+    /* A k-nearest query over the table itself, whatever the join: a plan that takes an
+    ** equality from another table (v.rowid = c.id, with v the inner loop) would answer each
+    ** outer row apart.  An equality with a constant is usable in every plan, so its weight
+    ** changes no choice; one with another table's column makes its plan the dearest. */
+    info->estimatedCost = (1000.0 + rows) * pow(1e3, equalities);
     info->estimatedRows = 10;
     int o = info->nOrderBy;
     const struct sqlite3_index_orderby *ob = info->aOrderBy;

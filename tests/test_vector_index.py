@@ -165,6 +165,24 @@ def test_limit_order_by_and_other_columns(filled):
     assert conn.execute("select count(*) from t where project = 'a'").fetchone()[0] == 750
 
 
+def test_a_join_asks_the_k_nearest_of_the_table_itself(filled):
+    """With another table joined on the rowid, the k-nearest query is still over the whole
+    table (the vector table is the outer loop), not k rows for each joined row."""
+    _, conn, store = filled
+    conn.execute("create table notes(id integer primary key, title text)")
+    with conn:
+        conn.executemany("insert into notes values (?, ?)", [(i, f"note {i}") for i in store])
+    q = store[20][0].tobytes()
+    want = knn(conn, store[20][0], 3)[0]
+    for sql in (
+        "select n.id from notes n join t on t.id = n.id where t.e match ? and t.k = 3",
+        "select n.id from t join notes n on n.id = t.rowid where t.e match ? and t.k = 3",
+        "select n.id from notes n, t where t.rowid = n.id and t.e match ? and t.k = 3"
+        " and n.title like 'note%'",
+    ):
+        assert [r[0] for r in conn.execute(sql, (q,))] == want, sql
+
+
 def test_nested_queries_on_one_table(filled):
     _, conn, store = filled
     rows = conn.execute(
