@@ -1468,6 +1468,18 @@ static int64_t group_id(int64_t block, int64_t slot, int64_t d) {
   return block * 256 + slot / group_rows(d);
 }
 
+/*
+** A block's data (T_codes.data) for `cap` rows of d dimensions: the records,
+** then for each numeric (integer or real) metadata column its values, 8 bytes
+** each (int64 or double), and a NULL flag per row (1 byte; the flags padded
+** to 8 bytes), so that a filter on one reads a few bytes a row.
+*/
+static int64_t num_area(int64_t cap) { return cap * 8 + ((cap + 7) & ~(int64_t)7); }
+
+static int64_t num_offset(int64_t cap, int64_t d, int num) {
+  return cap * rec_stride(d) + num * num_area(cap);
+}
+
 static sqlite3_int64 fresh_nonce(void) {
   sqlite3_int64 x;
   sqlite3_randomness(sizeof(x), &x);
@@ -1483,14 +1495,21 @@ typedef struct VxCol {
   int role;   /* VX_VECTOR, VX_ALIAS, VX_PARTITION or VX_METADATA */
   int type;   /* VX_TEXT, VX_INTEGER or VX_REAL: partition and metadata columns */
   int shadow; /* its number among the partition columns (p0...) or metadata (m0...) */
+  int num;    /* a numeric metadata column: its number among them (block_bytes), else -1 */
 } VxCol;
 
 /* A block's records as a connection last read them. */
 typedef struct CBlock {
-  int64_t id, nonce, count, dims;
+  int64_t id, nonce, count, dims, capacity;
+  size_t bytes;
   uint8_t *buf;
   uint64_t used; /* the query that last used it */
 } CBlock;
+
+/* A block as a query's block list gives it. */
+typedef struct BlockRef {
+  int64_t id, dims, capacity, count, nonce;
+} BlockRef;
 
 /*
 ** The buffers of cached full blocks (the most, by far), as slots of 2 MiB-aligned
@@ -1599,7 +1618,7 @@ typedef struct VxTab {
   sqlite3_vtab base;
   sqlite3 *db;
   char *schema, *name;
-  int ncol, vec, alias, npart, nmeta;
+  int ncol, vec, alias, npart, nmeta, nnum;
   VxCol *col;
   int64_t dims; /* D of float[D]; 0 for float[], one D per partition */
   int busy;     /* inside a method that reads or writes the shadow tables */
@@ -1611,6 +1630,11 @@ typedef struct VxTab {
 
 #define VX_SCORE(t) ((t)->ncol)
 #define VX_K(t) ((t)->ncol + 1)
+
+/* The bytes of a block's data for `cap` rows of d dimensions (num_offset). */
+static int64_t block_bytes(const VxTab *t, int64_t cap, int64_t d) {
+  return num_offset(cap, d, t->nnum);
+}
 
 /* ---- errors ---- */
 
@@ -1787,6 +1811,7 @@ static int vx_parse(VxTab *t, int argc, const char *const *argv, char **err) {
       }
       c->role = partition ? VX_PARTITION : VX_METADATA;
       c->shadow = partition ? t->npart++ : t->nmeta++;
+      c->num = !partition && c->type != VX_TEXT ? t->nnum++ : -1;
     }
     sqlite3_free(words);
     static const char *const reserved[] = {"score", "k", "rowid", "oid", "_rowid_"};
@@ -1999,7 +2024,7 @@ static int cache_drop(Cache *c, int (*drop)(const CBlock *, void *), void *arg) 
   int64_t m = 0;
   for (int64_t i = 0; i < c->n; i++) {
     if (drop(&c->b[i], arg)) {
-      c->bytes -= (size_t)(c->b[i].count * rec_stride(c->b[i].dims));
+      c->bytes -= c->b[i].bytes;
       pool_put(&c->pool, c->b[i].buf);
     } else {
       c->b[m++] = c->b[i];
@@ -2018,9 +2043,8 @@ static int older_than(const CBlock *b, void *arg) { return b->used < *(uint64_t 
 ** there is no room because this query uses every cached block.  A caller
 ** never holds a CBlock across this call.
 */
-static void cache_keep(Cache *c, int64_t id, int64_t nonce, int64_t count, int64_t dims,
-                       uint8_t *buf) {
-  size_t bytes = (size_t)(count * rec_stride(dims));
+static void cache_keep(Cache *c, const BlockRef *r, size_t bytes, uint8_t *buf) {
+  int64_t id = r->id;
   CBlock *e = cache_find(c, id);
   if (!e) {
     while (c->bytes + bytes > HS_CACHE_BYTES) {
@@ -2049,10 +2073,11 @@ static void cache_keep(Cache *c, int64_t id, int64_t nonce, int64_t count, int64
     }
     e = &c->b[c->n++];
   } else {
-    c->bytes -= (size_t)(e->count * rec_stride(e->dims));
+    c->bytes -= e->bytes;
     pool_put(&c->pool, e->buf);
   }
-  e->id = id, e->nonce = nonce, e->count = count, e->dims = dims, e->buf = buf;
+  e->id = id, e->nonce = r->nonce, e->count = r->count, e->dims = r->dims;
+  e->capacity = r->capacity, e->bytes = bytes, e->buf = buf;
   e->used = c->clock;
   c->bytes += bytes;
 }
@@ -2241,32 +2266,79 @@ static int vx_id_op(VxTab *t, int which, int64_t a, int64_t b) {
   return vs_run(t, st);
 }
 
+/* The numeric metadata of one row, as block_bytes keeps it: 8 bytes and a NULL flag a column. */
+static void num_encode(const VxTab *t, sqlite3_value *const *metas, uint8_t *vals,
+                       uint8_t *nulls) {
+  for (int i = 0; i < t->ncol; i++) {
+    const VxCol *c = &t->col[i];
+    if (c->num < 0) continue;
+    sqlite3_value *v = metas[c->shadow];
+    uint8_t *at = vals + 8 * c->num;
+    memset(at, 0, 8);
+    nulls[c->num] = sqlite3_value_type(v) == SQLITE_NULL;
+    if (nulls[c->num]) continue;
+    if (c->type == VX_INTEGER) {
+      int64_t x = sqlite3_value_int64(v);
+      memcpy(at, &x, 8);
+    } else {
+      double x = sqlite3_value_double(v);
+      memcpy(at, &x, 8);
+    }
+  }
+}
+
+/* Writes n bytes at offset through an open handle, checking that they are there. */
+static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int64_t offset,
+                    const char *what, int64_t id) {
+  if (offset + n > sqlite3_blob_bytes(h)) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, what, id);
+  }
+  int rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
+  return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
+}
+
+/* Writes a row's numeric metadata (vals, nulls from num_encode) at `slot` of block b. */
+static int put_nums(VxTab *t, sqlite3_blob *h, const BlockRow *b, int64_t slot,
+                    const uint8_t *vals, const uint8_t *nulls) {
+  int rc = SQLITE_OK;
+  for (int j = 0; j < t->nnum && rc == SQLITE_OK; j++) {
+    int64_t off = num_offset(b->capacity, b->dims, j);
+    rc = blob_put(t, h, vals + 8 * j, 8, off + 8 * slot, "codes", b->id);
+    if (rc == SQLITE_OK) rc = blob_put(t, h, nulls + j, 1, off + 8 * b->capacity + slot, "codes", b->id);
+  }
+  return rc;
+}
+
 /* Writes bytes at offset of the data of row id in T_suffix. */
 static int vx_write(VxTab *t, const char *suffix, int64_t id, const void *data, int64_t bytes,
                     int64_t offset) {
   sqlite3_blob *h = 0;
   int rc = vx_blob(t, &h, suffix, id, 1);
-  if (rc == SQLITE_OK) {
-    if (offset + bytes > sqlite3_blob_bytes(h)) {
-      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, suffix,
-                   id);
-    } else if ((rc = sqlite3_blob_write(h, data, (int)bytes, (int)offset)) != SQLITE_OK) {
-      rc = vx_sql_fail(t, rc);
-    }
-  }
+  if (rc == SQLITE_OK) rc = blob_put(t, h, data, bytes, offset, suffix, id);
   vx_blob_close(&h);
   return rc;
 }
 
-/* Writes row `rowid` (its record and float32 vector v) into slot `slot` of block b; `append`:
-** the slot is new, and the first of its group makes the group. */
+/*
+** Writes row `rowid` (its record, numeric metadata unless metas is NULL, and
+** float32 vector v) into slot `slot` of block b; `append`: the slot is new, and
+** the first of its group makes the group.
+*/
 static int vx_put(VxTab *t, const BlockRow *b, int64_t slot, int64_t rowid, const float *v,
-                  int append) {
+                  sqlite3_value *const *metas, int append) {
   int64_t d = b->dims, stride = rec_stride(d);
-  uint8_t *rec = sqlite3_malloc64((sqlite3_uint64)stride);
+  uint8_t *rec = sqlite3_malloc64((sqlite3_uint64)(stride + 9 * HS_MAX_FILTERS));
   if (!rec) return SQLITE_NOMEM;
   rec_build(rec, rowid, v, d);
-  int rc = vx_write(t, "codes", b->id, rec, stride, slot * stride);
+  sqlite3_blob *h = 0;
+  int rc = vx_blob(t, &h, "codes", b->id, 1);
+  if (rc == SQLITE_OK) rc = blob_put(t, h, rec, stride, slot * stride, "codes", b->id);
+  if (rc == SQLITE_OK && metas && t->nnum) {
+    uint8_t *vals = rec + stride, *nulls = vals + 8 * HS_MAX_FILTERS;
+    num_encode(t, metas, vals, nulls);
+    rc = put_nums(t, h, b, slot, vals, nulls);
+  }
+  vx_blob_close(&h);
   sqlite3_free(rec);
   if (rc == SQLITE_OK && append && slot % group_rows(d) == 0) {
     sqlite3_stmt *st = vs(t, VS_NEW_GROUP, &rc);
@@ -2282,17 +2354,26 @@ static int vx_put(VxTab *t, const BlockRow *b, int64_t slot, int64_t rowid, cons
   return rc;
 }
 
-/* Doubles the capacity of block b, full, keeping its records. */
+/* Doubles the capacity of block b, full, keeping its records and numeric metadata. */
 static int vx_grow(VxTab *t, BlockRow *b) {
-  int64_t bytes = b->count * rec_stride(b->dims);
-  uint8_t *old = sqlite3_malloc64((sqlite3_uint64)bytes);
+  int64_t d = b->dims, cap = b->capacity, old_bytes = block_bytes(t, cap, d);
+  int64_t new_bytes = block_bytes(t, 2 * cap, d);
+  uint8_t *old = sqlite3_malloc64((sqlite3_uint64)(old_bytes + new_bytes));
   if (!old) return SQLITE_NOMEM;
+  uint8_t *grown = old + old_bytes;
+  memset(grown, 0, (size_t)new_bytes);
   sqlite3_blob *h = 0;
   int rc = vx_blob(t, &h, "codes", b->id, 0);
-  if (rc == SQLITE_OK) rc = vx_blob_read(t, h, old, bytes, 0, "codes", b->id);
+  if (rc == SQLITE_OK) rc = vx_blob_read(t, h, old, old_bytes, 0, "codes", b->id);
   vx_blob_close(&h);
-  if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, 2 * b->capacity * rec_stride(b->dims));
-  if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, old, bytes, 0);
+  memcpy(grown, old, (size_t)(b->count * rec_stride(d)));
+  for (int j = 0; j < t->nnum; j++) {
+    memcpy(grown + num_offset(2 * cap, d, j), old + num_offset(cap, d, j), (size_t)(8 * b->count));
+    memcpy(grown + num_offset(2 * cap, d, j) + 16 * cap, old + num_offset(cap, d, j) + 8 * cap,
+           (size_t)b->count);
+  }
+  if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, new_bytes);
+  if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, grown, new_bytes, 0);
   if (rc == SQLITE_OK) b->capacity *= 2;
   sqlite3_free(old);
   return rc;
@@ -2322,11 +2403,11 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
     if ((rc = vs_run(t, st))) return rc;
     b.id = sqlite3_last_insert_rowid(t->db);
     t->tails[hash_values(parts, t->npart) % HS_TAILS] = b.id;
-    if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, b.capacity * rec_stride(d)))) return rc;
+    if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, block_bytes(t, b.capacity, d)))) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
   }
-  if ((rc = vx_put(t, &b, b.count, rowid, v, 1))) return rc;
+  if ((rc = vx_put(t, &b, b.count, rowid, v, metas, 1))) return rc;
   sqlite3_stmt *st = vs(t, VS_ADD_ROW, &rc);
   if (!st) return rc;
   sqlite3_bind_int64(st, 1, rowid);
@@ -2340,27 +2421,39 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
   return SQLITE_OK;
 }
 
-/* The row at (block, slot) of b moves to (to, to_slot); both of dims b->dims. */
-static int vx_move(VxTab *t, const BlockRow *b, int64_t slot, int64_t to, int64_t to_slot) {
+/* The row at (b, slot) moves to (to, to_slot): record, numeric metadata, vector, location. */
+static int vx_move(VxTab *t, const BlockRow *b, int64_t slot, const BlockRow *to,
+                   int64_t to_slot) {
   int64_t d = b->dims, stride = rec_stride(d);
-  uint8_t *buf = sqlite3_malloc64((sqlite3_uint64)(stride + 4 * d));
+  uint8_t *buf = sqlite3_malloc64((sqlite3_uint64)(stride + 4 * d + 9 * HS_MAX_FILTERS));
   if (!buf) return SQLITE_NOMEM;
+  uint8_t *vals = buf + stride + 4 * d, *nulls = vals + 8 * HS_MAX_FILTERS;
   sqlite3_blob *h = 0;
   int rc = vx_blob(t, &h, "codes", b->id, 0);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, h, buf, stride, slot * stride, "codes", b->id);
+  for (int j = 0; j < t->nnum && rc == SQLITE_OK; j++) {
+    int64_t off = num_offset(b->capacity, d, j);
+    rc = vx_blob_read(t, h, vals + 8 * j, 8, off + 8 * slot, "codes", b->id);
+    if (rc == SQLITE_OK) {
+      rc = vx_blob_read(t, h, nulls + j, 1, off + 8 * b->capacity + slot, "codes", b->id);
+    }
+  }
   vx_blob_close(&h);
   if (rc == SQLITE_OK) rc = vx_read_vector(t, &h, b->id, slot, d, (float *)(buf + stride));
   vx_blob_close(&h);
-  if (rc == SQLITE_OK) rc = vx_write(t, "codes", to, buf, stride, to_slot * stride);
+  if (rc == SQLITE_OK) rc = vx_blob(t, &h, "codes", to->id, 1);
+  if (rc == SQLITE_OK) rc = blob_put(t, h, buf, stride, to_slot * stride, "codes", to->id);
+  if (rc == SQLITE_OK) rc = put_nums(t, h, to, to_slot, vals, nulls);
+  vx_blob_close(&h);
   if (rc == SQLITE_OK) {
-    rc = vx_write(t, "vectors", group_id(to, to_slot, d), buf + stride, 4 * d,
+    rc = vx_write(t, "vectors", group_id(to->id, to_slot, d), buf + stride, 4 * d,
                   (to_slot % group_rows(d)) * 4 * d);
   }
   if (rc == SQLITE_OK) {
     sqlite3_stmt *st = vs(t, VS_MOVE_ROW, &rc);
     if (st) {
       sqlite3_bind_int64(st, 1, rec_id(buf));
-      sqlite3_bind_int64(st, 2, to);
+      sqlite3_bind_int64(st, 2, to->id);
       sqlite3_bind_int64(st, 3, to_slot);
       rc = vs_run(t, st);
     }
@@ -2420,7 +2513,7 @@ static int vx_remove(VxTab *t, int64_t rowid) {
   }
   int64_t end = last.count - 1;
   if (last.id != block || end != slot) {
-    if ((rc = vx_move(t, &last, end, block, slot))) return rc;
+    if ((rc = vx_move(t, &last, end, &b, slot))) return rc;
     if (last.id != block && (rc = vx_touch(t, block))) return rc;
   }
   if ((rc = vx_id_op(t, VS_DROP_ROW, rowid, 0))) return rc;
@@ -2623,7 +2716,7 @@ static int vx_update(VxTab *t, int64_t old, int64_t rowid, NewRow *r) {
     goto done;
   }
   if (rc == SQLITE_OK && !r->vec_same) {
-    rc = vx_put(t, &b, slot, rowid, vec, 0);
+    rc = vx_put(t, &b, slot, rowid, vec, r->metas_same ? 0 : metas, 0);
     if (rc == SQLITE_OK) rc = vx_touch(t, block);
   }
   if (rc == SQLITE_OK && !r->metas_same) {
@@ -2632,6 +2725,15 @@ static int vx_update(VxTab *t, int64_t old, int64_t rowid, NewRow *r) {
       sqlite3_bind_int64(st, 1, rowid);
       for (int i = 0; i < t->nmeta; i++) sqlite3_bind_value(st, i + 2, metas[i]);
       rc = vs_run(t, st);
+    }
+    if (rc == SQLITE_OK && t->nnum && r->vec_same) { /* the block's copy of the numbers */
+      uint8_t vals[8 * HS_MAX_FILTERS], nulls[HS_MAX_FILTERS];
+      sqlite3_blob *h = 0;
+      num_encode(t, metas, vals, nulls);
+      rc = vx_blob(t, &h, "codes", block, 1);
+      if (rc == SQLITE_OK) rc = put_nums(t, h, &b, slot, vals, nulls);
+      vx_blob_close(&h);
+      if (rc == SQLITE_OK) rc = vx_touch(t, block);
     }
   }
 done:
@@ -2869,10 +2971,6 @@ static int cmp_slot(const void *a, const void *b) {
   return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
-typedef struct BlockRef {
-  int64_t id, dims, count, nonce;
-} BlockRef;
-
 /* Reads a rowid value with the rowid's integer affinity; 0 when it cannot be a rowid. */
 static int as_rowid(sqlite3_value *v, int64_t *out) {
   int type = sqlite3_value_numeric_type(v);
@@ -2913,7 +3011,8 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
   memset(a, 0, sizeof(*a));
   a->limit = a->offset = -1;
   a->blocks = sqlite3_str_new(0);
-  sqlite3_str_appendf(a->blocks, "select id, dims, count, nonce from \"%w\".\"%w_blocks\" where 1",
+  sqlite3_str_appendf(a->blocks, "select id, dims, count, nonce, capacity from \"%w\".\"%w_blocks\""
+                      " where 1",
                       t->schema, t->name);
   int rc = SQLITE_OK;
   for (int i = 0; i < argc && rc == SQLITE_OK; i++) {
@@ -3011,6 +3110,11 @@ static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
   return SQLITE_OK;
 }
 
+/* What a query reads of block r: its rows' records, and its numeric metadata if it has any. */
+static int64_t read_bytes(const VxTab *t, const BlockRef *r) {
+  return t->nnum ? block_bytes(t, r->capacity, r->dims) : r->count * rec_stride(r->dims);
+}
+
 /*
 ** The records of block r: from the cache, or read now.  A block is kept in the
 ** cache the second time a query reads it at the same nonce (then *fresh is set
@@ -3024,12 +3128,13 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   Cache *c = &t->cache;
   CBlock *e = cache_find(c, r->id);
   *fresh = 0;
-  if (e && e->nonce == r->nonce && e->count == r->count && e->dims == r->dims) {
+  if (e && e->nonce == r->nonce && e->count == r->count && e->dims == r->dims &&
+      e->capacity == r->capacity) {
     e->used = c->clock;
     *buf = e->buf;
     return SQLITE_OK;
   }
-  int64_t bytes = r->count * rec_stride(r->dims), seen;
+  int64_t bytes = read_bytes(t, r), seen;
   int keep = map_find(&c->seen, r->id, &seen) && seen == r->nonce;
   if (keep) {
     *buf = pool_get(&c->pool, (size_t)bytes, r->count == HS_BLOCK_ROWS);
@@ -3088,7 +3193,9 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     r->dims = sqlite3_column_int64(st, 1);
     r->count = sqlite3_column_int64(st, 2);
     r->nonce = sqlite3_column_int64(st, 3);
-    if (r->dims < 1 || r->dims > HS_MAX_DIMS || r->count < 0 || r->count > HS_BLOCK_ROWS) {
+    r->capacity = sqlite3_column_int64(st, 4);
+    if (r->dims < 1 || r->dims > HS_MAX_DIMS || r->count < 0 || r->count > r->capacity ||
+        r->capacity > HS_BLOCK_ROWS) {
       rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is corrupt", t->name, r->id);
       break;
     }
@@ -3151,7 +3258,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     if ((rc = block_records(t, r, &h, &buf, &fresh))) break;
     if (!knn_scan(&s, buf, r->count, r->id, listed ? list : 0, nlist, a->has_set ? &a->set : 0))
       rc = SQLITE_NOMEM;
-    if (fresh) cache_keep(&t->cache, r->id, r->nonce, r->count, r->dims, buf);
+    if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
   vx_blob_close(&h);
   /* Exact rescoring, best upper bound first, until none can reach the k-th best. */
@@ -3645,21 +3752,22 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     if (problem) break;
     int64_t stride = rec_stride(dims);
     if ((rc = vx_blob(t, &hc, "codes", id, 0))) break;
-    if (sqlite3_blob_bytes(hc) != capacity * stride) {
-      problem = sqlite3_mprintf("%s: the records of block %lld take %d bytes, not %lld", name, id,
-                                sqlite3_blob_bytes(hc), capacity * stride);
+    int64_t whole = block_bytes(t, capacity, dims);
+    if (sqlite3_blob_bytes(hc) != whole) {
+      problem = sqlite3_mprintf("%s: the data of block %lld takes %d bytes, not %lld", name, id,
+                                sqlite3_blob_bytes(hc), whole);
       break;
     }
     if (flags & 1) continue; /* quick_check */
     free(buf);
-    buf = malloc((size_t)(count * stride + stride));
+    buf = malloc((size_t)(whole + stride + 9 * HS_MAX_FILTERS));
     v = realloc(v, sizeof(float) * (size_t)dims);
     if (!buf || !v) {
       rc = SQLITE_NOMEM;
       break;
     }
-    rec = buf + count * stride;
-    if ((rc = vx_blob_read(t, hc, buf, count * stride, 0, "codes", id))) break;
+    rec = buf + whole;
+    if ((rc = vx_blob_read(t, hc, buf, whole, 0, "codes", id))) break;
     for (int64_t s = 0; s < count && !problem && rc == SQLITE_OK; s++) {
       int64_t rowid = rec_id(buf + s * stride), b, sl;
       int found;
@@ -3672,6 +3780,19 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
         if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
           problem = sqlite3_mprintf("%s: the record of row %lld does not match its vector", name,
                                     rowid);
+        }
+      }
+      if (rc == SQLITE_OK && !problem && t->nnum) { /* the block's copy of its numbers */
+        sqlite3_value *metas[HS_MAX_FILTERS] = {0};
+        uint8_t *vals = rec + stride, *nulls = vals + 8 * HS_MAX_FILTERS;
+        if ((rc = vx_metas(t, rowid, metas)) == SQLITE_OK) num_encode(t, metas, vals, nulls);
+        free_values(metas, t->nmeta);
+        for (int j = 0; j < t->nnum && rc == SQLITE_OK && !problem; j++) {
+          const uint8_t *at = buf + num_offset(capacity, dims, j);
+          if (memcmp(at + 8 * s, vals + 8 * j, 8) != 0 || at[8 * capacity + s] != nulls[j]) {
+            problem = sqlite3_mprintf("%s: the metadata of row %lld in its block differs from"
+                                      " its location's", name, rowid);
+          }
         }
       }
       rows++;
