@@ -8,6 +8,7 @@ and ``python``), keyword candidates from FTS5, joins both, scores, decays, filte
 
 import functools
 import json
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ import numpy as np
 
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
+from hybridsql.functions import MAX_K
 from hybridsql.schema import has_fts
 from hybridsql.vectors import VectorReader
 
@@ -23,6 +25,13 @@ MODES = ("hybrid", "keyword", "semantic")
 FUSIONS = ("linear", "rrf")
 KEYWORD_NORMS = ("max", "saturation")
 RRF_K = 60
+# The most results, candidates or terms a search takes: the extension's maximum k, so every
+# count is checked before it reaches SQL, the same for every way in.
+MAX_RESULTS = MAX_K
+# The longest query, in characters (about 25 pages of text). A query's cost grows with its
+# length, and the MCP server answers one call at a time, while a search uses no more than
+# MAX_TERMS distinct terms and the model's first 128 tokens.
+MAX_QUERY_CHARS = 50_000
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -79,13 +88,21 @@ class SearchOptions:
             value = getattr(self, name)
             if value not in allowed:
                 raise QueryError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        for name in COUNTS:
+            value, low = getattr(self, name), COUNTS[name]
+            if not whole(value) or not low <= value <= MAX_RESULTS:
+                rule = f"an integer from {low} to {MAX_RESULTS}"
+                raise QueryError(f"{name} must be {rule}, not {value!r}")
+        for name in NUMBERS:
+            value = getattr(self, name)
+            if value is None and name == "now":
+                continue
+            if not finite(value):
+                raise QueryError(f"{name} must be a finite number, not {value!r}")
         ranges = [
             ("vector_weight", self.vector_weight >= 0, ">= 0"),
             ("keyword_weight", self.keyword_weight >= 0, ">= 0"),
             ("saturation", self.saturation > 0, "> 0"),
-            ("max_results", self.max_results >= 1, ">= 1"),
-            ("candidate_pool", 1 <= self.candidate_pool <= 10000, "from 1 to 10000"),
-            ("keyword_terms", self.keyword_terms >= 0, ">= 0 (0 keeps every term)"),
             ("half_life_days", self.half_life_days > 0, "> 0"),
             ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
             ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
@@ -93,6 +110,34 @@ class SearchOptions:
         for name, ok, rule in ranges:
             if not ok:
                 raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+
+
+def whole(value) -> bool:
+    """Whether ``value`` is an integer (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def finite(value) -> bool:
+    """Whether ``value`` is a number SQLite takes as it is: a float neither NaN nor infinite,
+    or an integer of 64 bits (a bool is neither)."""
+    if whole(value):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+# The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
+# every term.
+COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0}
+NUMBERS = (
+    "vector_weight",
+    "keyword_weight",
+    "min_score",
+    "half_life_days",
+    "saturation",
+    "vector_floor",
+    "mmr_lambda",
+    "now",
+)
 
 
 @dataclass
@@ -194,6 +239,17 @@ def clean_text(text: str) -> str:
     """Text as SQLite can take it: lone surrogates (undecodable bytes, as Python decodes argv)
     become U+FFFD, as they do in indexed files."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: a terminal would act on them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """Text from files or the index made harmless on a terminal: each control character other
+    than tab and newline (an escape sequence that would clear the screen or retitle the window)
+    is shown as a Python-style escape, ``\\x1b``. JSON output is left as it is."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _quote(term: str) -> str:
@@ -449,6 +505,11 @@ class Searcher:
         profile = profile or document_profile()
         if not isinstance(query, str):
             raise QueryError(f"query must be text, not {type(query).__name__}")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(
+                f"the query is {len(query):,} characters long, over the limit of "
+                f"{MAX_QUERY_CHARS:,}; search with its key sentences"
+            )
         query = clean_text(query)
         mode, notes = opts.mode, []
         if mode != "keyword" and self.embedder is None:
