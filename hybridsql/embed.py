@@ -340,6 +340,11 @@ class Embedder:
         """Embed one text into a float32 vector of length dims."""
         return self.embed([text])[0]
 
+    def forget(self, text: str) -> None:
+        """Drops ``text``'s vector from the in-memory cache (as its rows leave the table)."""
+        with self._lock:
+            self._lru.pop(hashlib.sha256(text.encode("utf-8")).digest(), None)
+
     def _cached(self, key: bytes) -> np.ndarray | None:
         vector = self._lru.get(key)
         if vector is not None:
