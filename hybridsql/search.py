@@ -28,10 +28,11 @@ RRF_K = 60
 # The most results, candidates or terms a search takes: the extension's maximum k, so every
 # count is checked before it reaches SQL, the same for every way in.
 MAX_RESULTS = MAX_K
-# The longest query, in characters (about 25 pages of text). A query's cost grows with its
-# length, and the MCP server answers one call at a time, while a search uses no more than
-# MAX_TERMS distinct terms and the model's first 128 tokens.
-MAX_QUERY_CHARS = 50_000
+# The longest query, in characters: a megabyte of text. A search reads no more of a query than
+# it needs for its MAX_TERMS distinct terms and the model's tokens, but what reads the whole of
+# it (cleaning, splitting) still grows with its length, and the MCP server answers one call at
+# a time.
+MAX_QUERY_CHARS = 1_000_000
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -39,6 +40,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_TERMS = 32  # distinct query terms kept, for FTS5 and for LIKE
 MAX_TERM_CHARS = 64  # longer words and CJK runs are cut (a sha256 in hex still fits)
 _WORD = re.compile(rf"[^\W_{_CJK}]+")
+_PIECE = re.compile(f"[^\\s{_CJK}]+")  # text between whitespace and CJK
+_EDGES = ".,;:!?\"'()[]{}"  # punctuation around a typed word
 # Function words, left out of keyword queries that have other words: "recipe for chocolate
 # cake" must not match every note that says "for".
 STOPWORDS = frozenset(
@@ -212,11 +215,20 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
     length, words of three or more characters) serve when FTS5 is missing or finds nothing.
     """
-    cjk_runs = bounded(_CJK_RUN.findall(query))
-    pieces = [p for p in re.split(f"[\\s{_CJK}]+", query) if p]
-    words = [bounded(w, MAX_TERMS // 4) for piece in pieces for w in [_WORD.findall(piece)] if w]
-    content = [w for w in words if not (len(w) == 1 and w[0].lower() in STOPWORDS)]
-    words = list(dict.fromkeys(map(tuple, content or words)))[:MAX_TERMS]
+    cjk_runs = bounded(dict.fromkeys(_CJK_RUN.findall(query)))
+    words, stopwords = {}, {}
+    for piece in dict.fromkeys(_PIECE.findall(query)):  # each distinct piece, in order
+        parts = _WORD.findall(piece)
+        if not parts:
+            continue
+        word = tuple(bounded(parts, MAX_TERMS // 4))
+        if len(word) == 1 and word[0].lower() in STOPWORDS:
+            stopwords.setdefault(word)
+        else:
+            words.setdefault(word)
+            if len(words) == MAX_TERMS:
+                break  # the rest of a long text cannot change the plan
+    words = list(words or stopwords)[:MAX_TERMS]
     like_terms = bounded(cjk_runs + [w for piece in words for w in piece if len(w) >= 3])
     if not fts:
         return KeywordPlan(None, None, like_terms)
@@ -231,8 +243,14 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
 
 def bounded(terms, most: int = MAX_TERMS) -> list:
     """Distinct terms, at most ``most`` of them, each cut to MAX_TERM_CHARS: a pasted page or a
-    megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows."""
-    return list(dict.fromkeys(t[:MAX_TERM_CHARS] for t in terms))[:most]
+    megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows.
+    ``terms`` is read no further than it takes to find them."""
+    kept = {}
+    for term in terms:
+        kept.setdefault(term[:MAX_TERM_CHARS])
+        if len(kept) == most:
+            break
+    return list(kept)
 
 
 def clean_text(text: str) -> str:
@@ -675,11 +693,17 @@ def params_limit(opts: SearchOptions) -> int:
 def highlight_terms(query: str) -> list:
     """What a snippet marks: each word of the query as typed, its parts, and its CJK runs;
     stopwords only when the query has nothing else, as in keyword_plan."""
-    pieces = [p.strip(".,;:!?\"'()[]{}") for p in query.split()]
-    parts = [w for p in pieces for w in _WORD.findall(p)] + _CJK_RUN.findall(query)
-    terms = [t for t in dict.fromkeys(pieces + parts) if t]
-    content = [t for t in terms if t.lower() not in STOPWORDS]
-    return bounded(content or terms)
+    content = bounded(t for t in _typed_terms(query) if t and t.lower() not in STOPWORDS)
+    return content or bounded(t for t in _typed_terms(query) if t)
+
+
+def _typed_terms(query: str):
+    pieces = dict.fromkeys(query.split())
+    for piece in pieces:
+        yield piece.strip(_EDGES)
+    for piece in pieces:
+        yield from _WORD.findall(piece.strip(_EDGES))
+    yield from dict.fromkeys(_CJK_RUN.findall(query))
 
 
 @functools.lru_cache(maxsize=64)
