@@ -173,7 +173,6 @@ SQL_TEXT = re.compile(
 REVIEWED = {
     # Error messages that read like SQL ("create an index with ..."): never executed.
     "extension.py": {"path": "a database's file name in an error message, not SQL"},
-    "schema.py": {"path": "a database's file name in an error message, not SQL"},
     "memory.py": {
         "_SESSION_SQL": "module constant: the columns of sessions",
         "_MEMORY_SQL": "module constant: the columns of a memory",
@@ -216,6 +215,7 @@ REVIEWED = {
     },
     "schema.py": {
         "insert": "_upgrade_from_1's own constant text",
+        "path": "a database's file name in an error message, not SQL",
     },
     "vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",
