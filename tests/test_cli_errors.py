@@ -14,6 +14,7 @@ The MCP server gets its calls as JSON-RPC lines written here rather than through
 client, which cannot send what some rows send: NaN and infinity (it writes null).
 """
 
+import gzip
 import hashlib
 import importlib.metadata
 import json
@@ -121,6 +122,12 @@ ROWS = [
     Row("an index made by a newer hybridsql", ["search", "deploy", "--db", "{newer}"], NEWER),
     Row("an index made by a newer hybridsql", ["memory", "add", "x", "--db", "{newer}"], NEWER),
     Row("an index made by an older hybridsql", ["search", "deploy", "--db", "{older}"], OLDER),
+    Row(
+        "the last release's index (schema 1), read-only",
+        ["memory", "documents", "deploy", "--db", "{schema1}"],
+        "hybridsql: {schema1} was made by an older hybridsql (schema 1); run "
+        "`hybridsql index DIR --db {schema1}` to upgrade it",
+    ),
     Row(
         "a truncated database",
         ["search", "deploy", "--db", "{truncated}"],
@@ -480,6 +487,10 @@ def world(tmp_path_factory):
         shutil.copy(index, w[name])
         with closing(sqlite3.connect(w[name])) as db, db:
             db.execute("update meta set value = ? where key = 'schema_version'", (version,))
+    w["schema1"] = str(root / "schema1.db")
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "schema1.db.gz")
+    with gzip.open(data) as src, open(w["schema1"], "wb") as dst:
+        shutil.copyfileobj(src, dst)
     w["truncated"] = str(root / "truncated.db")
     shutil.copy(index, w["truncated"])
     os.truncate(w["truncated"], os.path.getsize(index) // 2)
