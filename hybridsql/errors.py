@@ -5,6 +5,10 @@ class HybridSQLError(Exception):
     """Base class of every error hybridsql raises on purpose."""
 
 
+class DatabaseError(HybridSQLError):
+    """The database cannot be used: missing, not a hybridsql index, damaged, read-only, full."""
+
+
 class ExtensionError(HybridSQLError):
     """The native SQLite extension could not be found or loaded."""
 

@@ -2,10 +2,11 @@
 
 import os
 import sqlite3
+import urllib.parse
 
 import apsw
 
-from hybridsql.errors import ExtensionError
+from hybridsql.errors import DatabaseError, ExtensionError
 from hybridsql.functions import Functions, make_math
 
 # The backends, one name each, here and in searches (SearchOptions.backend): the native
@@ -112,15 +113,120 @@ def _sqlite3_aggregate(functions: Functions):
     return Aggregate
 
 
-def connect(path: str, backend: str = "auto", busy_timeout_ms: int = 10000) -> apsw.Connection:
-    """An apsw connection with hybridsql loaded, in WAL mode with a busy timeout."""
-    conn = apsw.Connection(path)
-    conn.set_busy_timeout(busy_timeout_ms)
-    if path not in ("", ":memory:") and not path.startswith("file::memory:"):
-        conn.execute("pragma journal_mode = wal")
-    conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
+def connect(
+    path: str,
+    backend: str = "auto",
+    busy_timeout_ms: int = 10000,
+    readonly: bool = False,
+    create: bool = True,
+) -> apsw.Connection:
+    """An apsw connection with hybridsql loaded, in WAL mode with a busy timeout.
+
+    ``readonly`` opens with SQLITE_OPEN_READONLY and leaves the journal mode as it is (on a
+    read-only file system, the file is read as immutable); ``create=False`` refuses a file that
+    does not exist instead of creating it. A file that cannot be opened raises a DatabaseError
+    that says why.
+    """
+    memory = path in ("", ":memory:") or path.startswith("file::memory:")
+    if readonly:
+        flags = apsw.SQLITE_OPEN_READONLY
+    else:
+        flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+    conn = None
+    try:
+        try:
+            conn = apsw.Connection(path, flags=flags)
+            conn.execute("select count(*) from sqlite_schema")  # fails now on a non-database
+        except apsw.CantOpenError:
+            if not (readonly and _immutable_ok(path)):
+                raise
+            if conn is not None:
+                conn.close()
+            # A WAL database on a read-only file system: SQLite cannot make its -shm file, but
+            # nothing can change the file either, so it is read as immutable.
+            uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
+            conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
+        conn.set_busy_timeout(busy_timeout_ms)
+        if not memory and not readonly:
+            conn.execute("pragma journal_mode = wal")
+        conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
+    except apsw.Error as e:
+        if conn is not None:
+            close(conn, damaged=isinstance(e, DAMAGED))
+        problem = file_error(e, path, writing=not readonly)
+        if problem is None:
+            raise
+        raise problem from e
     load(conn, backend)
     return conn
+
+
+# The errors that say a database file is damaged: nothing more is written to it.
+DAMAGED = (apsw.CorruptError, apsw.NotADBError)
+
+
+def close(conn: apsw.Connection, damaged: bool = False) -> None:
+    """Closes ``conn``; on a ``damaged`` database without the checkpoint SQLite makes when the
+    last connection closes: the -wal file stays as it is (``sqlite3 .recover`` reads it)
+    instead of being copied into the damaged file."""
+    if damaged:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    conn.close()
+
+
+def _read_only_fs(path: str) -> bool:
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _immutable_ok(path: str) -> bool:
+    """Whether ``path`` is a file on a read-only file system with no transactions left in a
+    -wal file (reading it as immutable would miss those)."""
+    wal = path + "-wal"
+    return (
+        os.path.isfile(path)
+        and _read_only_fs(path)
+        and not (os.path.exists(wal) and os.path.getsize(wal) > 0)
+    )
+
+
+def file_error(error: apsw.Error, path: str, writing: bool = True) -> DatabaseError | None:
+    """The one-line DatabaseError for an SQLite error that is about the file ``path`` itself
+    (cannot be opened, not a database, damaged, read-only, full, locked): what is wrong and what
+    to do. None for any other error."""
+    if isinstance(error, apsw.NotADBError):
+        why = f"{path} is not a SQLite database (or its header is damaged)"
+        return DatabaseError(f"{why}; check the path, or restore the file from a backup")
+    if isinstance(error, apsw.CorruptError):
+        return DatabaseError(
+            f"{path} is damaged ({error}); restore it from a backup or recover it with "
+            f"`sqlite3 {path} .recover`"
+        )
+    if isinstance(error, apsw.FullError):
+        return DatabaseError(f"cannot write {path}: the disk is full; free some space and retry")
+    if isinstance(error, (apsw.BusyError, apsw.LockedError)):
+        return DatabaseError(f"{path} is locked by another process; try again when it is done")
+    if isinstance(error, (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError)):
+        return DatabaseError(_file_problem(path, writing, error))
+    return None
+
+
+def _file_problem(path: str, writing: bool, error: apsw.Error) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"cannot open {path}: it is a folder; name a database file in it"
+    if not os.path.isdir(folder):
+        return f"cannot open {path}: the folder {folder} does not exist"
+    if writing and _read_only_fs(path):
+        return f"cannot write {path}: its file system is read-only; copy it somewhere writable"
+    if not os.path.exists(path):
+        return f"{path} does not exist; create an index with `hybridsql index DIR --db {path}`"
+    if writing and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
+        return f"cannot write {path}: the file or its folder is read-only; check permissions"
+    return f"cannot open {path}: {error}"
 
 
 def backend_of(conn) -> str:

@@ -5,6 +5,8 @@ embedded (the embedding cache), and deleted files leave the index. Each file is 
 own transaction, so an interrupted run leaves a consistent index that the next run completes.
 """
 
+import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -17,20 +19,22 @@ import apsw
 from hybridsql.chunking import chunk_markdown
 from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
-from hybridsql.extension import connect
-from hybridsql.schema import ensure_schema
+from hybridsql.extension import DAMAGED, close, connect, file_error
+from hybridsql.schema import check_index, ensure_schema, has_fts
 from hybridsql.search import (
     Profile,
     Searcher,
     SearchOptions,
     clean_text,
     document_profile,
+    visible,
 )
 
 MARKDOWN = (".md", ".markdown")
 SKIP_DIRS = {"node_modules", "__pycache__"}
 MAX_FILE_BYTES = 20 * 1024 * 1024
 EMBED_BATCH = 64  # chunks embedded together, across small files
+VANISHED = "vanished while indexing"  # a file deleted between discovery and its reading
 
 
 @dataclass
@@ -48,20 +52,54 @@ class IndexReport:
     seconds: float = 0.0
 
 
-def discover(root: str):
+def discover(root: str, vanished: list | None = None):
     """Markdown files under ``root`` (MEMORY.md, memory/**, any *.md), as sorted relative paths.
 
     Hidden folders, node_modules, symbolic links and anything but regular files (a named pipe
-    would block the read for ever) are passed over.
+    would block the read for ever) are passed over. Files deleted while the folder is walked
+    are left out, and their relative paths added to ``vanished``.
     """
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         for name in files:
+            if not name.lower().endswith(MARKDOWN):
+                continue
             full = os.path.join(folder, name)
-            if name.lower().endswith(MARKDOWN) and stat.S_ISREG(os.lstat(full).st_mode):
-                found.append(os.path.relpath(full, root).replace(os.sep, "/"))
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            try:
+                mode = os.lstat(full).st_mode
+            except FileNotFoundError:
+                if vanished is not None:
+                    vanished.append(rel)
+                continue
+            if stat.S_ISREG(mode):
+                found.append(rel)
     return sorted(found)
+
+
+def open_inside(root: str, rel: str, flags: int, mode: int = 0o644, make_dirs: bool = False):
+    """A file descriptor for ``root``/``rel`` ('/'-separated) that follows no symbolic link
+    below ``root``: each folder on the way is opened with O_NOFOLLOW (and made first when
+    ``make_dirs``), then the file. A link raises OSError ELOOP, a file where a folder should
+    be ENOTDIR; the error's filename is the part of ``rel`` that failed."""
+    parts = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        try:
+            if make_dirs and not last:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+            how = flags if last else os.O_RDONLY | os.O_DIRECTORY
+            child = os.open(part, how | os.O_NOFOLLOW, mode, dir_fd=fd)
+        except OSError as e:
+            e.filename = "/".join(parts[: i + 1])
+            raise
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
 
 
 class Progress:
@@ -78,7 +116,7 @@ class Progress:
             filled = width * done // self.total
             self.stream.write(
                 f"\rindexing [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
-                f"{label[:40]:<40}"
+                f"{visible(label[:40]):<40}"
             )
             self.stream.flush()
 
@@ -87,12 +125,23 @@ class Progress:
             self.stream.write("\n")
 
 
-def read_markdown(path: str, max_bytes: int):
-    """(text, sha256, size, warning) of a file, or (None, reason) when it is skipped."""
-    size = os.path.getsize(path)
-    if size > max_bytes:
-        return None, f"larger than {max_bytes} bytes ({size})"
-    with open(path, "rb") as f:
+def read_markdown(root: str, rel: str, max_bytes: int):
+    """(text, sha256, size, mtime, warning) of a file, or (None, reason) when it is skipped.
+
+    The file is opened inside ``root`` without following symbolic links and must be a regular
+    file when it is opened (it may have been swapped since it was discovered)."""
+    try:
+        fd = open_inside(root, rel, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None, VANISHED
+    except OSError as e:
+        return None, link_reason(root, e) or f"unreadable: {e.strerror}"
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not a regular file"
+        if info.st_size > max_bytes:
+            return None, f"larger than {max_bytes} bytes ({info.st_size})"
         data = f.read(max_bytes + 1)
     if b"\0" in data[:8192]:
         return None, "binary (has NUL bytes)"
@@ -102,7 +151,18 @@ def read_markdown(path: str, max_bytes: int):
     except UnicodeDecodeError as e:
         text = data.decode("utf-8", errors="replace")
         warning = f"invalid UTF-8 at byte {e.start}, replaced with U+FFFD"
-    return (text.lstrip("\ufeff"), hashlib.sha256(data).hexdigest(), len(data), warning), None
+    digest = hashlib.sha256(data).hexdigest()
+    return (text.lstrip("\ufeff"), digest, len(data), info.st_mtime, warning), None
+
+
+def link_reason(root: str, error: OSError) -> str | None:
+    """Why ``open_inside`` refused a path, when it met a symbolic link or a file where a folder
+    should be; None for other errors."""
+    if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return None
+    if os.path.islink(os.path.join(root, error.filename)):
+        return f"{error.filename} is a symbolic link (links are not followed)"
+    return f"{error.filename} is not a folder"
 
 
 class HybridIndex:
@@ -113,13 +173,46 @@ class HybridIndex:
     Embedder.
     """
 
-    def __init__(self, db_path: str, embedder="auto", backend: str = "auto", **provider_options):
+    def __init__(
+        self,
+        db_path: str,
+        embedder="auto",
+        backend: str = "auto",
+        readonly: bool = False,
+        create: bool = True,
+        **provider_options,
+    ):
+        """``readonly`` opens with SQLITE_OPEN_READONLY, writes nothing and needs an index made by
+        this version; otherwise the schema is created or upgraded, and ``create=False`` refuses
+        a file that is missing or holds no index (DatabaseError)."""
         self.db_path = db_path
-        self.conn = connect(db_path, backend="auto" if backend in ("sql", "auto") else backend)
-        # ensure_schema reads the schema, then writes: under the write lock, so that opening
-        # an index while others write waits on the busy timeout instead of failing 'locked'.
-        with transaction(self.conn):
-            self.fts = ensure_schema(self.conn)
+        self.readonly = readonly
+        backend = "auto" if backend in ("sql", "auto") else backend
+        if not readonly and os.path.exists(db_path):
+            # Looked at read-only first: a file that is no index of ours is refused before
+            # anything is written to it, even the switch to WAL.
+            peek = connect(db_path, backend=backend, readonly=True)
+            try:
+                check_index(peek, db_path, readonly=False, create=create)
+            finally:
+                peek.close()
+        self.conn = connect(db_path, backend=backend, readonly=readonly, create=create)
+        try:
+            if readonly:
+                check_index(self.conn, db_path, readonly=True)
+                self.fts = has_fts(self.conn)
+            else:
+                # ensure_schema reads the schema, then writes: under the write lock, so that
+                # opening an index while others write waits on the busy timeout instead of
+                # failing 'locked'.
+                with transaction(self.conn):
+                    self.fts = ensure_schema(self.conn)
+        except BaseException as e:
+            close(self.conn, damaged=isinstance(e, DAMAGED))
+            problem = file_error(e, db_path, not readonly) if isinstance(e, apsw.Error) else None
+            if problem is None:
+                raise
+            raise problem from e
         self.embedder = self._embedder(embedder, provider_options)
         native = self.conn.execute("select hybridsql_debug()").fetchone()[0]
         self.searcher = Searcher(self.conn, self.embedder, "backend extension" in native)
@@ -131,16 +224,20 @@ class HybridIndex:
             provider = resolve_provider(embedder, **options)
         else:
             provider = embedder
-        return Embedder(provider, self.conn) if provider is not None else None
+        if provider is None:
+            return None
+        # A read-only index reads and writes no embedding cache: the query is embedded afresh.
+        return Embedder(provider, None if self.readonly else self.conn)
 
-    def close(self) -> None:
-        self.conn.close()
+    def close(self, damaged: bool = False) -> None:
+        """Closes the database; ``damaged``: without writing to it (see extension.close)."""
+        close(self.conn, damaged)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        self.close(damaged=isinstance(exc, DAMAGED))
 
     def search(self, query: str, **options):
         """Hybrid search of the memory files; ``options`` are the fields of SearchOptions."""
@@ -164,7 +261,9 @@ class HybridIndex:
         # become U+FFFD; files are still read by their real names.
         stored_root = clean_text(root)
         report = IndexReport()
-        paths = discover(root)
+        vanished = []
+        paths = discover(root, vanished)
+        report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]
         report.files_seen = len(paths)
         known = {
             path: (file_id, sha)
@@ -177,14 +276,11 @@ class HybridIndex:
         for n, rel in enumerate(paths, 1):
             name = clean_text(rel)
             bar.update(n, name)
-            try:
-                got, reason = read_markdown(os.path.join(root, rel), max_file_bytes)
-            except OSError as e:
-                got, reason = None, f"unreadable: {e.strerror}"
+            got, reason = read_markdown(root, rel, max_file_bytes)
             if got is None:
-                report.skipped.append([name, reason])
+                report.skipped.append([name, clean_text(reason)])
                 continue
-            text, sha, size, warning = got
+            text, sha, size, mtime, warning = got
             if name != rel:
                 report.warnings.append([name, "the file name is not UTF-8"])
             if warning:
@@ -193,13 +289,12 @@ class HybridIndex:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text)
-            mtime = os.path.getmtime(os.path.join(root, rel))
             pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
                 self._write_files(stored_root, pending, report)
                 pending = []
         self._write_files(stored_root, pending, report)
-        seen = {clean_text(p) for p in paths}
+        seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
         for path, (file_id, _) in known.items():
             if path not in seen:
                 with self.conn:

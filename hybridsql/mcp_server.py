@@ -11,12 +11,15 @@ import sys
 import threading
 from typing import Literal
 
+import apsw
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from hybridsql.errors import HybridSQLError
+from hybridsql.extension import DAMAGED, file_error
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
+from hybridsql.search import MAX_RESULTS
 
 Sector = Literal["episodic", "semantic", "procedural", "emotional", "reflective"]
 Mode = Literal["hybrid", "semantic", "keyword"]
@@ -29,18 +32,41 @@ of adding a contradicting one; reinforce what proved useful; extract_memory to w
 the memory folder that people also read."""
 
 
-def build_server(store: MemoryStore, session_id: int, project: str = "") -> MCPServer:
-    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``."""
-    server = MCPServer("hybridsql", instructions=INSTRUCTIONS)
-    this_session, default_project = session_id, project  # the tools' arguments shadow these
-    lock = threading.Lock()  # sync tools run in worker threads; the store has one connection
+class Guard:
+    """Runs the store's calls one at a time (sync tools run in worker threads; the store has one
+    connection) and turns their failures into tool errors with the store's one-line message.
+    Once the database is found damaged, every later call fails with that message: nothing more
+    is written to it."""
 
-    def call(fn, *args, **kwargs):
-        with lock:
+    def __init__(self, db_path: str):
+        self.db_path = db_path
+        self.lock = threading.Lock()
+        self.broken = None
+
+    def call(self, fn, *args, **kwargs):
+        with self.lock:
+            if self.broken is not None:
+                raise ToolError(self.broken)
             try:
                 return fn(*args, **kwargs)
             except HybridSQLError as e:
                 raise ToolError(str(e)) from e
+            except apsw.Error as e:
+                problem = file_error(e, self.db_path)
+                if problem is None:
+                    raise
+                if isinstance(e, DAMAGED):
+                    self.broken = str(problem)
+                raise ToolError(str(problem)) from e
+
+
+def build_server(
+    store: MemoryStore, session_id: int, project: str = "", guard: Guard | None = None
+) -> MCPServer:
+    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``."""
+    server = MCPServer("hybridsql", instructions=INSTRUCTIONS)
+    this_session, default_project = session_id, project  # the tools' arguments shadow these
+    call = (guard or Guard(store.index.db_path)).call
 
     @server.tool()
     def search_memory(
@@ -61,6 +87,8 @@ def build_server(store: MemoryStore, session_id: int, project: str = "") -> MCPS
         that superseded it; and up to `documents` matching passages of the memory folder's files.
         Filters (project, sector, tier, min_salience, session_id: memories that session used)
         apply before ranking. Superseded memories are left out unless include_superseded."""
+        if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
+            raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")
         found = call(
             store.search,
             query,
@@ -146,7 +174,8 @@ def build_server(store: MemoryStore, session_id: int, project: str = "") -> MCPS
 
 def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedder=None) -> None:
     """Indexes ``memory_dir`` (incrementally), then serves MCP on stdin/stdout until EOF."""
-    with HybridIndex(db_path, embedder=embedder) as index:
+    index = HybridIndex(db_path, embedder=embedder)
+    try:
         store = MemoryStore(index, memory_dir)
         if memory_dir is not None:
             report = index.index_folder(memory_dir)
@@ -156,13 +185,19 @@ def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedd
                 file=sys.stderr,
             )
         session = store.start_session(project)
+        guard = Guard(db_path)
         try:
-            build_server(store, session.id, project).run("stdio")
+            build_server(store, session.id, project, guard).run("stdio")
         finally:
-            uses = index.conn.execute(
-                "select usage, count(*) from session_memories where session_id = ?"
-                " group by usage order by usage",
-                (session.id,),
-            ).fetchall()
-            summary = ", ".join(f"{usage} {n}" for usage, n in uses) or "no memories used"
-            store.end_session(session.id, f"MCP session: {summary}")
+            if guard.broken is None:  # a damaged database gets no session summary
+                uses = index.conn.execute(
+                    "select usage, count(*) from session_memories where session_id = ?"
+                    " group by usage order by usage",
+                    (session.id,),
+                ).fetchall()
+                summary = ", ".join(f"{usage} {n}" for usage, n in uses) or "no memories used"
+                store.end_session(session.id, f"MCP session: {summary}")
+    except BaseException as e:
+        index.close(damaged=isinstance(e, DAMAGED))
+        raise
+    index.close(damaged=guard.broken is not None)

@@ -14,21 +14,27 @@ Every number is a field of :class:`Ranking`. Documents (the memory folder's file
 by the same statement with a filter on ``kind``.
 """
 
+import errno
+import hashlib
 import json
 import os
 import re
+import stat
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
-from hybridsql.index import HybridIndex, transaction
+from hybridsql.index import HybridIndex, link_reason, open_inside, transaction
 from hybridsql.search import (
+    MAX_RESULTS,
     Profile,
     SearchOptions,
     SearchResults,
     clean_text,
     document_profile,
+    finite,
+    whole,
 )
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
@@ -164,6 +170,12 @@ class Ranking:
 
     def check(self) -> None:
         """Raises QueryError for a number no ranking can use."""
+        numbers = [(n, getattr(self, n)) for n in RANKING_NUMBERS] + [
+            (f"sector_boost of {sector}", boost) for sector, boost in self.sector_boost.items()
+        ]
+        for name, value in numbers:
+            if not finite(value):
+                raise QueryError(f"ranking {name} must be a finite number, not {value!r}")
         for name in ("semantic", "keyword", "salience", "recency", "recency_rate"):
             if getattr(self, name) < 0:
                 raise QueryError(f"ranking {name} must be >= 0, not {getattr(self, name)!r}")
@@ -187,6 +199,16 @@ class Ranking:
             **{f"mem_boost_{s}": float(self.sector_boost.get(s, 1.0)) for s in SECTORS},
         }
 
+
+RANKING_NUMBERS = (
+    "semantic",
+    "keyword",
+    "salience",
+    "recency",
+    "recency_rate",
+    "superseded_factor",
+    "recall_boost",
+)
 
 # The relevance of a memory, over the columns of the search statement's ``scored`` CTE and the
 # profile's columns below; ``:now`` is bound by the search.
@@ -313,6 +335,7 @@ class MemoryStore:
         return self.get_session(session_id)
 
     def get_session(self, session_id: int) -> Session:
+        _check_id("session", session_id)
         row = self.conn.execute(f"{_SESSION_SQL} where id = ?", (session_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no session with id {session_id}")
@@ -430,12 +453,16 @@ class MemoryStore:
     def delete(self, memory_id: int, hard: bool = False) -> None:
         """Marks a memory deleted: no search or timeline shows it again.
 
-        ``hard`` removes it from the database instead, with its vector, FTS entries and links.
+        ``hard`` removes it from the database instead, with its vector, FTS entries and links,
+        and its text's vectors in the embedding cache unless another chunk has the same text
+        (that chunk's next re-index would embed it again for nothing, and the cache holds
+        nothing that the chunk does not show already).
         """
-        self._live(memory_id)
+        memory = self._live(memory_id)
         with transaction(self.conn):
             if hard:
                 self.conn.execute("delete from chunks where id = ?", (memory_id,))
+                self._forget_embedding(memory.content)
             else:
                 self.conn.execute(
                     "update memories set deleted = 1 where chunk_id = ?", (memory_id,)
@@ -443,6 +470,7 @@ class MemoryStore:
 
     def get(self, memory_id: int) -> Memory:
         """The memory with this id, deleted or not."""
+        _check_id("memory", memory_id)
         row = self.conn.execute(f"{_MEMORY_SQL} where m.chunk_id = ?", (memory_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no memory with id {memory_id}")
@@ -473,8 +501,7 @@ class MemoryStore:
         if sector is not None and sector not in SECTORS:
             raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {sector!r}")
         project, tier = (clean_text(v) if isinstance(v, str) else v for v in (project, tier))
-        if not isinstance(limit, int) or limit < 1:
-            raise QueryError(f"limit must be an integer >= 1, not {limit!r}")
+        _check_count("limit", limit, 1)
         if not 0 <= min_salience <= 1:
             raise QueryError(f"min_salience must be in [0, 1], not {min_salience!r}")
         for session in (session_id, recalled_in):
@@ -495,17 +522,16 @@ class MemoryStore:
         self, query: str, project: str | None = None, limit: int = 10
     ) -> SearchResults:
         """Ranked chunks of the indexed memory files (documents), ``project``'s only if given."""
-        if not isinstance(limit, int) or limit < 1:
-            raise QueryError(f"limit must be an integer >= 1, not {limit!r}")
+        _check_count("limit", limit, 1)
+        project = clean_text(project) if isinstance(project, str) else project
         opts = replace(self.document_options, max_results=limit, now=self.clock())
         return self.index.searcher.search(query, opts, document_profile(project))
 
     def timeline(self, anchor_id: int, before: int = 5, after: int = 5) -> list:
         """The anchor and the memories of its project just before and after it in time, oldest
         first, each with the session that created it (TimelineEntry, offset 0 for the anchor)."""
-        for name, value in (("before", before), ("after", after)):
-            if not isinstance(value, int) or value < 0:
-                raise QueryError(f"{name} must be an integer >= 0, not {value!r}")
+        _check_count("before", before, 0)
+        _check_count("after", after, 0)
         anchor = self._live(anchor_id)
         sql = (
             f"{_MEMORY_SQL} where m.project = ? and m.deleted = 0"
@@ -560,24 +586,25 @@ class MemoryStore:
             raise IndexingError(f"a tag cannot contain a comma: {tags!r}")
         stamp = datetime.fromtimestamp(self.clock())
         rel = f"memory/{stamp:%Y-%m-%d}.md"
-        path = os.path.join(self.memory_dir, *rel.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        existing = ""
-        if os.path.exists(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                existing = f.read()
         body = re.sub(r"(?m)^ {0,3}#{1,2}(?=[ \t]|$)", "###", content.strip())
         lines = [f"## {title}", f"- topic: {topic}"]
         lines += [f"- tags: {', '.join(tags)}"] if tags else []
         lines += [f"- time: {stamp:%H:%M}", "", *body.splitlines()]
-        if not existing.strip():
-            before = f"# {stamp:%Y-%m-%d}\n\n"
-        else:  # one blank line between entries
-            trailing = len(existing) - len(existing.rstrip("\n"))
-            before = "\n" * max(0, 2 - trailing)
-        start = (existing + before).count("\n") + 1
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(before + "\n".join(lines) + "\n")
+        try:
+            with open(self._note_fd(rel), "r+b") as f:
+                existing = f.read().decode("utf-8", errors="replace")
+                if not existing.strip():
+                    before = f"# {stamp:%Y-%m-%d}\n\n"
+                else:  # one blank line between entries
+                    trailing = len(existing) - len(existing.rstrip("\n"))
+                    before = "\n" * max(0, 2 - trailing)
+                start = (existing + before).count("\n") + 1
+                f.write((before + "\n".join(lines) + "\n").encode("utf-8"))
+        except OSError as e:
+            why = link_reason(self.memory_dir, e) or e.strerror
+            raise IndexingError(
+                f"cannot write {rel} in the memory folder {self.memory_dir}: {why}"
+            ) from e
         self.index.index_folder(self.memory_dir)
         end = start + len(lines) - 1
         chunk_ids = [
@@ -590,6 +617,18 @@ class MemoryStore:
             )
         ]
         return ExtractedEntry(rel, start, end, chunk_ids)
+
+    def _note_fd(self, rel: str) -> int:
+        """The note ``rel`` in the memory folder, opened to read and append, made with its
+        folders if missing. Nothing on the way may be a symbolic link, and the note must be a
+        regular file (OSError otherwise), so that writes stay inside the memory folder."""
+        os.makedirs(self.memory_dir, exist_ok=True)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
+        fd = open_inside(self.memory_dir, rel, flags, make_dirs=True)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+        return fd
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -645,6 +684,18 @@ class MemoryStore:
                 self._link(session_id, hit.memory.id, "recalled", now)
                 hit.memory.salience = min(1.0, hit.memory.salience + boost)
 
+    def _forget_embedding(self, text: str) -> None:
+        """Drops every model's cached vector of ``text``, unless a chunk still has that text."""
+        used = "select exists(select 1 from chunks where text = ?)"
+        if self.conn.execute(used, (text,)).fetchone()[0]:
+            return
+        cache = "select count(*) from sqlite_schema where name = 'embedding_cache'"
+        if self.conn.execute(cache).fetchone()[0]:
+            key = hashlib.sha256(text.encode("utf-8")).digest()
+            self.conn.execute("delete from embedding_cache where text_sha256 = ?", (key,))
+        if self.index.embedder is not None:
+            self.index.embedder.forget(text)
+
     def _source_session(self, memory_id: int) -> Session | None:
         row = self.conn.execute(
             f"{_SESSION_SQL} where id = {_SOURCE_SESSION.format(id='?')}", (memory_id,)
@@ -683,6 +734,20 @@ def _hit(result) -> MemoryHit:
         superseded_by=json.loads(x["superseded_by"]) if x["superseded_by"] else None,
         related_count=x["related_count"],
     )
+
+
+def _check_id(kind: str, value) -> None:
+    """An id is an integer; one beyond SQLite's 64 bits names nothing."""
+    if not whole(value):
+        raise QueryError(f"a {kind} id must be an integer, not {value!r}")
+    if not -(2**63) <= value < 2**63:
+        raise NotFoundError(f"no {kind} with id {value}")
+
+
+def _check_count(name: str, value, low: int) -> None:
+    """Counts (results, neighbours) have the one limit every search has."""
+    if not whole(value) or not low <= value <= MAX_RESULTS:
+        raise QueryError(f"{name} must be an integer from {low} to {MAX_RESULTS}, not {value!r}")
 
 
 def _check_text(name: str, value, empty: bool = False) -> None:

@@ -9,7 +9,7 @@ what any connection caches of it correct by itself.
 
 import apsw
 
-from hybridsql.errors import IndexingError
+from hybridsql.errors import DatabaseError, IndexingError
 
 SCHEMA_VERSION = 2
 
@@ -202,6 +202,39 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
         "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
         " update meta set value = 2 where key = 'schema_version'"
     )
+
+
+def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:
+    """Raises DatabaseError unless ``path`` holds a hybridsql index this version can use.
+
+    An index is known by ``meta.schema_version``. A newer one is refused. An older one is
+    refused when ``readonly`` (only a writing open upgrades it, in ensure_schema). ``create``
+    accepts a file with no index yet (ensure_schema makes one).
+    """
+    has_meta = conn.execute(
+        "select count(*) from sqlite_schema where type = 'table' and name = 'meta'"
+    ).fetchone()[0]
+    if not has_meta and create:
+        return
+    try:
+        version = schema_version(conn)
+    except apsw.SQLError:  # another application's table called meta
+        version = None
+    if type(version) is not int:
+        make = f"create one with `hybridsql index DIR --db {path}`"
+        raise DatabaseError(
+            f"{path} is not a hybridsql index; {'use another file' if create else make}"
+        )
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{path} was made by a newer hybridsql (schema {version}, this one knows "
+            f"{SCHEMA_VERSION}); upgrade hybridsql to use it"
+        )
+    if version < SCHEMA_VERSION and readonly:
+        raise DatabaseError(
+            f"{path} was made by an older hybridsql (schema {version}); run "
+            f"`hybridsql index DIR --db {path}` to upgrade it"
+        )
 
 
 def has_fts(conn: apsw.Connection) -> bool:

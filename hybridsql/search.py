@@ -8,6 +8,7 @@ and ``python``), keyword candidates from FTS5, joins both, scores, decays, filte
 
 import functools
 import json
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ import numpy as np
 
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
+from hybridsql.functions import MAX_K
 from hybridsql.schema import has_fts
 from hybridsql.vectors import VectorReader
 
@@ -23,6 +25,14 @@ MODES = ("hybrid", "keyword", "semantic")
 FUSIONS = ("linear", "rrf")
 KEYWORD_NORMS = ("max", "saturation")
 RRF_K = 60
+# The most results, candidates or terms a search takes: the extension's maximum k, so every
+# count is checked before it reaches SQL, the same for every way in.
+MAX_RESULTS = MAX_K
+# The longest query, in characters: a megabyte of text. A search reads no more of a query than
+# it needs for its MAX_TERMS distinct terms and the model's tokens, but what reads the whole of
+# it (cleaning, splitting) still grows with its length, and the MCP server answers one call at
+# a time.
+MAX_QUERY_CHARS = 1_000_000
 
 _CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -30,6 +40,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_TERMS = 32  # distinct query terms kept, for FTS5 and for LIKE
 MAX_TERM_CHARS = 64  # longer words and CJK runs are cut (a sha256 in hex still fits)
 _WORD = re.compile(rf"[^\W_{_CJK}]+")
+_PIECE = re.compile(f"[^\\s{_CJK}]+")  # text between whitespace and CJK
+_EDGES = ".,;:!?\"'()[]{}"  # punctuation around a typed word
 # Function words, left out of keyword queries that have other words: "recipe for chocolate
 # cake" must not match every note that says "for".
 STOPWORDS = frozenset(
@@ -79,13 +91,21 @@ class SearchOptions:
             value = getattr(self, name)
             if value not in allowed:
                 raise QueryError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        for name in COUNTS:
+            value, low = getattr(self, name), COUNTS[name]
+            if not whole(value) or not low <= value <= MAX_RESULTS:
+                rule = f"an integer from {low} to {MAX_RESULTS}"
+                raise QueryError(f"{name} must be {rule}, not {value!r}")
+        for name in NUMBERS:
+            value = getattr(self, name)
+            if value is None and name == "now":
+                continue
+            if not finite(value):
+                raise QueryError(f"{name} must be a finite number, not {value!r}")
         ranges = [
             ("vector_weight", self.vector_weight >= 0, ">= 0"),
             ("keyword_weight", self.keyword_weight >= 0, ">= 0"),
             ("saturation", self.saturation > 0, "> 0"),
-            ("max_results", self.max_results >= 1, ">= 1"),
-            ("candidate_pool", 1 <= self.candidate_pool <= 10000, "from 1 to 10000"),
-            ("keyword_terms", self.keyword_terms >= 0, ">= 0 (0 keeps every term)"),
             ("half_life_days", self.half_life_days > 0, "> 0"),
             ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
             ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
@@ -93,6 +113,34 @@ class SearchOptions:
         for name, ok, rule in ranges:
             if not ok:
                 raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+
+
+def whole(value) -> bool:
+    """Whether ``value`` is an integer (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def finite(value) -> bool:
+    """Whether ``value`` is a number SQLite takes as it is: a float neither NaN nor infinite,
+    or an integer of 64 bits (a bool is neither)."""
+    if whole(value):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+# The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
+# every term.
+COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0}
+NUMBERS = (
+    "vector_weight",
+    "keyword_weight",
+    "min_score",
+    "half_life_days",
+    "saturation",
+    "vector_floor",
+    "mmr_lambda",
+    "now",
+)
 
 
 @dataclass
@@ -167,11 +215,20 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
     length, words of three or more characters) serve when FTS5 is missing or finds nothing.
     """
-    cjk_runs = bounded(_CJK_RUN.findall(query))
-    pieces = [p for p in re.split(f"[\\s{_CJK}]+", query) if p]
-    words = [bounded(w, MAX_TERMS // 4) for piece in pieces for w in [_WORD.findall(piece)] if w]
-    content = [w for w in words if not (len(w) == 1 and w[0].lower() in STOPWORDS)]
-    words = list(dict.fromkeys(map(tuple, content or words)))[:MAX_TERMS]
+    cjk_runs = bounded(dict.fromkeys(_CJK_RUN.findall(query)))
+    words, stopwords = {}, {}
+    for piece in dict.fromkeys(_PIECE.findall(query)):  # each distinct piece, in order
+        parts = _WORD.findall(piece)
+        if not parts:
+            continue
+        word = tuple(bounded(parts, MAX_TERMS // 4))
+        if len(word) == 1 and word[0].lower() in STOPWORDS:
+            stopwords.setdefault(word)
+        else:
+            words.setdefault(word)
+            if len(words) == MAX_TERMS:
+                break  # the rest of a long text cannot change the plan
+    words = list(words or stopwords)[:MAX_TERMS]
     like_terms = bounded(cjk_runs + [w for piece in words for w in piece if len(w) >= 3])
     if not fts:
         return KeywordPlan(None, None, like_terms)
@@ -186,14 +243,31 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
 
 def bounded(terms, most: int = MAX_TERMS) -> list:
     """Distinct terms, at most ``most`` of them, each cut to MAX_TERM_CHARS: a pasted page or a
-    megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows."""
-    return list(dict.fromkeys(t[:MAX_TERM_CHARS] for t in terms))[:most]
+    megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows.
+    ``terms`` is read no further than it takes to find them."""
+    kept = {}
+    for term in terms:
+        kept.setdefault(term[:MAX_TERM_CHARS])
+        if len(kept) == most:
+            break
+    return list(kept)
 
 
 def clean_text(text: str) -> str:
     """Text as SQLite can take it: lone surrogates (undecodable bytes, as Python decodes argv)
     become U+FFFD, as they do in indexed files."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: a terminal would act on them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """Text from files or the index made harmless on a terminal: each control character other
+    than tab and newline (an escape sequence that would clear the screen or retitle the window)
+    is shown as a Python-style escape, ``\\x1b``. JSON output is left as it is."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def _quote(term: str) -> str:
@@ -449,6 +523,11 @@ class Searcher:
         profile = profile or document_profile()
         if not isinstance(query, str):
             raise QueryError(f"query must be text, not {type(query).__name__}")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(
+                f"the query is {len(query):,} characters long, over the limit of "
+                f"{MAX_QUERY_CHARS:,}; search with its key sentences"
+            )
         query = clean_text(query)
         mode, notes = opts.mode, []
         if mode != "keyword" and self.embedder is None:
@@ -614,11 +693,17 @@ def params_limit(opts: SearchOptions) -> int:
 def highlight_terms(query: str) -> list:
     """What a snippet marks: each word of the query as typed, its parts, and its CJK runs;
     stopwords only when the query has nothing else, as in keyword_plan."""
-    pieces = [p.strip(".,;:!?\"'()[]{}") for p in query.split()]
-    parts = [w for p in pieces for w in _WORD.findall(p)] + _CJK_RUN.findall(query)
-    terms = [t for t in dict.fromkeys(pieces + parts) if t]
-    content = [t for t in terms if t.lower() not in STOPWORDS]
-    return bounded(content or terms)
+    content = bounded(t for t in _typed_terms(query) if t and t.lower() not in STOPWORDS)
+    return content or bounded(t for t in _typed_terms(query) if t)
+
+
+def _typed_terms(query: str):
+    pieces = dict.fromkeys(query.split())
+    for piece in pieces:
+        yield piece.strip(_EDGES)
+    for piece in pieces:
+        yield from _WORD.findall(piece.strip(_EDGES))
+    yield from dict.fromkeys(_CJK_RUN.findall(query))
 
 
 @functools.lru_cache(maxsize=64)

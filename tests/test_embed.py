@@ -105,6 +105,40 @@ def test_truncates_at_256_tokens(local):
     np.testing.assert_array_equal(cut[0], cut[1])
 
 
+class Recording:
+    """The real tokenizer, recording the length of every text it is given."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.lengths = tokenizer, []
+
+    def encode_batch(self, texts):
+        self.lengths += [len(t) for t in texts]
+        return self.tokenizer.encode_batch(texts)
+
+
+def test_a_long_text_is_tokenized_only_as_far_as_truncation_keeps(local):
+    """A megabyte query was tokenized whole for truncation to keep its first 256 tokens. A
+    prefix cut where the tokens before it cannot depend on what follows (a space, a CJK
+    ideograph) gives the same tokens once it fills them, and is all that is read; texts whose
+    prefix does not fill them are tokenized whole, as before."""
+    _, tokenizer = embed._load_local()
+    words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
+    texts = [
+        words,  # about a megabyte
+        "部" * 300_000,
+        "a\u0301 " * 200_000,
+        "memory " * 300,
+        "\x00 " * 5000 + words[:20_000],  # the prefix has no token: read whole
+        "x" * 300_001,  # one word: no place to cut
+    ]
+    recording = Recording(tokenizer)
+    got = embed.encode_truncated(recording, texts)
+    assert [e.ids for e in got] == [e.ids for e in tokenizer.encode_batch(texts)]
+    assert all(n < 5000 for n in recording.lengths[:3])
+    assert not {len(t) for t in texts[:3]} & set(recording.lengths)
+    assert recording.lengths[6:] == [len(texts[4])]
+
+
 def test_model_loads_lazily_and_once(tmp_path):
     out = run_python(
         "import apsw\n"

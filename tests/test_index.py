@@ -2,14 +2,19 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import threading
 
+import apsw
 import pytest
 from conftest import HYBRIDSQL
 
+import hybridsql.index
 from hybridsql.embed import Embedder, LocalProvider
-from hybridsql.index import HybridIndex, discover
+from hybridsql.errors import DatabaseError
+from hybridsql.index import VANISHED, HybridIndex, discover
 
 
 class Counting:
@@ -189,4 +194,183 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
     assert out.stderr == f"hybridsql: {tmp_path / 'missing'} is not a folder\n"
     out = run_cli("search", "x", "--db", str(tmp_path / "x.db"), "--pool", "0")
     assert out.returncode == 1
-    assert out.stderr == "hybridsql: candidate_pool must be from 1 to 10000, not 0\n"
+    assert out.stderr == "hybridsql: candidate_pool must be an integer from 1 to 10000, not 0\n"
+    assert not (tmp_path / "x.db").exists()
+
+
+# -- files that change while they are indexed ------------------------------------------------
+
+
+class OnFile:
+    """A progress bar that does something to the folder just before file ``n`` is read."""
+
+    def __init__(self, n, action):
+        self.n, self.action = n, action
+
+    def update(self, done, label):
+        if done == self.n:
+            self.action(label)
+
+    def close(self):
+        pass
+
+
+def small_folder(root, count=6):
+    root.mkdir()
+    for i in range(count):
+        (root / f"n{i}.md").write_text(f"# note {i}\n\nnotetoken{i}\n")
+    return root
+
+
+def texts(idx):
+    return " ".join(t for (t,) in idx.conn.execute("select text from chunks"))
+
+
+def test_a_file_deleted_before_it_is_read_is_skipped(tmp_path):
+    root = small_folder(tmp_path / "folder")
+    with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
+        report = idx.index_folder(
+            str(root), progress=OnFile(3, lambda name: os.remove(root / name))
+        )
+        assert report.skipped == [["n2.md", VANISHED]]
+        assert report.files_indexed == 5 and "notetoken2" not in texts(idx)
+        # Indexed before, then deleted while the next run is under way: it leaves the index.
+        (root / "n2.md").write_text("# note 2\n\nnotetoken2\n")
+        assert idx.index_folder(str(root)).files_indexed == 1
+        report = idx.index_folder(
+            str(root), progress=OnFile(3, lambda name: os.remove(root / name))
+        )
+        assert report.skipped == [["n2.md", VANISHED]] and report.files_deleted == 1
+        assert "notetoken2" not in texts(idx)
+
+
+def test_a_file_deleted_after_it_is_read_is_indexed_as_read(tmp_path, monkeypatch):
+    """Deleted while its text is chunked: it is indexed as it was read, with the time of the
+    file it was read from (os.path.getmtime after chunking used to stop the run), and the next
+    run removes it."""
+    root = small_folder(tmp_path / "folder")
+    real_chunk = hybridsql.index.chunk_markdown
+
+    def chunk(text, *args, **kwargs):
+        if "notetoken2" in text and (root / "n2.md").exists():
+            os.remove(root / "n2.md")
+        return real_chunk(text, *args, **kwargs)
+
+    monkeypatch.setattr(hybridsql.index, "chunk_markdown", chunk)
+    with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root))
+        assert (report.files_indexed, report.skipped) == (6, [])
+        assert "notetoken2" in texts(idx)
+        assert idx.index_folder(str(root)).files_deleted == 1
+
+
+def test_a_file_deleted_while_the_folder_is_walked_is_skipped(tmp_path, monkeypatch):
+    """Between os.walk listing a folder and discover() asking what each entry is."""
+    root = small_folder(tmp_path / "folder")
+    real_lstat = os.lstat
+
+    def lstat(path, *args, **kwargs):
+        if str(path).endswith("n4.md") and os.path.exists(path):
+            os.remove(path)
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root))
+    assert report.skipped == [["n4.md", VANISHED]]
+    assert (report.files_seen, report.files_indexed) == (5, 5)
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_files_deleted_by_another_thread_while_indexing(tmp_path, run):
+    """A real race: a thread deletes the folder's last files while the first are indexed."""
+    root = small_folder(tmp_path / "folder", count=300)
+    names = sorted(os.listdir(root))
+    started = threading.Event()
+
+    def delete():
+        started.wait()
+        for name in reversed(names[50:]):
+            os.remove(root / name)
+
+    deleter = threading.Thread(target=delete)
+    deleter.start()
+    with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), progress=OnFile(1, lambda _: started.set()))
+        deleter.join()
+        assert {why for _, why in report.skipped} == {VANISHED}
+        assert report.files_indexed + len(report.skipped) == report.files_seen == 300
+        indexed = {p for (p,) in idx.conn.execute("select path from files")}
+        assert indexed.isdisjoint(p for p, _ in report.skipped)
+        consistent(idx.conn)
+
+
+def test_a_file_swapped_for_a_link_after_discovery_is_not_read(tmp_path):
+    """The docs say links are skipped: at read time too, for the file and for its folders."""
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret.md").write_text("# secret\n\noutsidetoken\n")
+    (outside / "sub" / "n0.md").write_text("# secret\n\noutsidetoken\n")
+    root = small_folder(tmp_path / "folder")
+    (root / "sub").mkdir()
+    (root / "sub" / "n0.md").write_text("# sub\n\nsubtoken\n")
+
+    def to_link(name):
+        os.remove(root / name)
+        os.symlink(outside / "secret.md", root / name)
+
+    def folder_to_link(_):
+        shutil.rmtree(root / "sub")
+        os.symlink(outside / "sub", root / "sub")
+
+    def to_pipe(name):
+        os.remove(root / name)
+        os.mkfifo(root / name)
+
+    with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), progress=OnFile(2, to_link))
+        assert report.skipped == [["n1.md", "n1.md is a symbolic link (links are not followed)"]]
+        assert "outsidetoken" not in texts(idx)
+        os.remove(root / "n1.md")
+        (root / "n1.md").write_text("# note 1\n\nnotetoken1\n")
+    with HybridIndex(str(tmp_path / "index2.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), progress=OnFile(7, folder_to_link))
+        assert report.skipped == [["sub/n0.md", "sub is a symbolic link (links are not followed)"]]
+        assert report.files_indexed == 6 and "outsidetoken" not in texts(idx)
+    with HybridIndex(str(tmp_path / "index3.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), progress=OnFile(1, to_pipe))
+        assert report.skipped == [["n0.md", "not a regular file"]]
+
+
+# -- read-only opening -----------------------------------------------------------------------
+
+
+def test_a_read_only_index_writes_nothing(tmp_path, example_db):
+    db = tmp_path / "index.db"
+    shutil.copy(example_db, db)
+    before = db.read_bytes()
+    with HybridIndex(str(db), embedder="local", readonly=True) as idx:
+        found = idx.search("how should python code be indented?")
+        assert found.mode == "hybrid" and found.results
+        assert idx.embedder.conn is None  # the query's vector is not cached in the file
+        with pytest.raises(apsw.ReadOnlyError):
+            idx.conn.execute("delete from files")
+    assert db.read_bytes() == before
+
+
+def test_only_an_index_is_opened_and_only_writing_creates_one(tmp_path):
+    other = tmp_path / "other.db"
+    conn = apsw.Connection(str(other))
+    conn.execute("create table t(x); insert into t values (1)")
+    conn.close()
+    before = other.read_bytes()
+    for readonly in (True, False):
+        with pytest.raises(DatabaseError, match=re.escape(f"{other} is not a hybridsql index")):
+            HybridIndex(str(other), embedder="none", readonly=readonly, create=False)
+    assert other.read_bytes() == before  # not even switched to WAL
+    missing = tmp_path / "missing.db"
+    with pytest.raises(DatabaseError, match=re.escape(f"{missing} does not exist")):
+        HybridIndex(str(missing), embedder="none", readonly=True)
+    assert not missing.exists()
+    HybridIndex(str(missing), embedder="none").close()  # a writing open creates it
+    HybridIndex(str(missing), embedder="none", readonly=True).close()

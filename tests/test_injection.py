@@ -171,6 +171,8 @@ SQL_TEXT = re.compile(
 # Every expression interpolated into SQL text in hybridsql/, by file, with why it is a constant
 # of the code. Reviewed on 2026-11-22.
 REVIEWED = {
+    # Error messages that read like SQL ("create an index with ..."): never executed.
+    "extension.py": {"path": "a database's file name in an error message, not SQL"},
     "memory.py": {
         "_SESSION_SQL": "module constant: the columns of sessions",
         "_MEMORY_SQL": "module constant: the columns of a memory",
@@ -213,6 +215,7 @@ REVIEWED = {
     },
     "schema.py": {
         "insert": "_upgrade_from_1's own constant text",
+        "path": "a database's file name in an error message, not SQL",
     },
     "vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",

@@ -1,6 +1,7 @@
 """The memory store: memories, sessions, links, the ranking in SQL, filters before the top-k,
 timelines, the memory folder, and the ``hybridsql memory`` commands."""
 
+import hashlib
 import json
 import math
 import os
@@ -523,7 +524,9 @@ def test_timeline_order_and_sessions(store):
     assert store.timeline(lonely.id, after=0)[-1].session is None
     with pytest.raises(NotFoundError, match=re.escape(f"memory {tide[2].id} is deleted")):
         store.timeline(tide[2].id)
-    with pytest.raises(QueryError, match=re.escape("before must be an integer >= 0, not -1")):
+    with pytest.raises(
+        QueryError, match=re.escape("before must be an integer from 0 to 10000, not -1")
+    ):
         store.timeline(tide[4].id, before=-1)
 
 
@@ -559,6 +562,32 @@ def test_delete_hides_a_memory_and_hard_delete_removes_it(store):
     )
     with pytest.raises(NotFoundError, match=re.escape(f"no memory with id {b.id}")):
         store.get(b.id)
+
+
+def test_hard_delete_forgets_the_cached_vector_unless_a_chunk_shares_its_text(store):
+    """The embedding cache is keyed by the text's sha256: a hard-deleted memory's vector would
+    stay in the file (and in the process's LRU) for ever, and give its text away."""
+    a = add(store, "The staging password rotates on Mondays")
+    b = add(store, "Shared wording")
+    c = add(store, "Shared wording")
+
+    def cached(text):
+        key = hashlib.sha256(text.encode("utf-8")).digest()
+        rows = store.conn.execute(
+            "select count(*) from embedding_cache where text_sha256 = ?", (key,)
+        ).fetchone()[0]
+        return rows, key in store.index.embedder._lru
+
+    assert cached(a.content) == (1, True)
+    store.delete(a.id, hard=True)
+    assert cached(a.content) == (0, False)
+    store.delete(b.id, hard=True)  # c has the same text: its vector stays for re-indexing
+    assert cached("Shared wording") == (1, True)
+    store.delete(c.id, hard=True)
+    assert cached("Shared wording") == (0, False)
+    soft = add(store, "Soft-deleted memories keep their vectors")
+    store.delete(soft.id)
+    assert cached(soft.content) == (1, True)
 
 
 # -- documents and the memory folder ---------------------------------------------------------
@@ -614,6 +643,28 @@ def test_extract_memory_appends_an_entry_and_indexes_it(folder_store, memory_dir
     assert found[0].start_line <= entry.start_line and found[0].end_line >= entry.end_line
     with pytest.raises(IndexingError, match=re.escape("title is empty")):
         store.extract_memory("deploys", " ", "text")
+
+
+@pytest.mark.parametrize("link", ["memory", "memory/2026-11-21.md"])
+def test_extract_memory_writes_nothing_through_a_link(folder_store, memory_dir, tmp_path, link):
+    """memory/ linked to another folder, or today's note linked to another file: refused, and
+    the other folder or file is left as it was."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "2026-11-21.md").write_text("someone else's file\n")
+    if link == "memory":
+        shutil.rmtree(memory_dir / "memory")
+        os.symlink(outside, memory_dir / "memory")
+    else:
+        os.symlink(outside / "2026-11-21.md", memory_dir / link)
+    message = (
+        f"cannot write memory/2026-11-21.md in the memory folder {memory_dir}: "
+        f"{link} is a symbolic link (links are not followed)"
+    )
+    with pytest.raises(IndexingError, match=re.escape(message)):
+        folder_store.extract_memory("t", "title", "content")
+    assert os.listdir(outside) == ["2026-11-21.md"]
+    assert (outside / "2026-11-21.md").read_text() == "someone else's file\n"
 
 
 def test_extract_memory_needs_a_folder(store):

@@ -1,5 +1,6 @@
 """Hybrid search: the one statement, keyword tiers, decay, limits, noise, and three backends."""
 
+import itertools
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ from conftest import HYBRIDSQL, read_scifact
 import hybridsql
 from hybridsql.errors import QueryError
 from hybridsql.index import HybridIndex, transaction
-from hybridsql.search import _like_pattern, highlight_terms, keyword_plan
+from hybridsql.search import MAX_TERMS, _like_pattern, bounded, highlight_terms, keyword_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp()
 BACKENDS = ["extension", "numpy", "python"]
@@ -112,6 +113,22 @@ def test_snippets_mark_the_query_words_not_its_stopwords(idx):
         "CONN",
         "RESET",
     ]
+
+
+def test_a_long_query_is_planned_from_its_first_distinct_words():
+    """A plan keeps the first MAX_TERMS distinct words (stopwords only when nothing else is
+    left), and a snippet marks as many: what follows them cannot change either, so it is not
+    read (a megabyte query cost half a second before its words reached SQL)."""
+    head = "the " + " ".join(f"term{i}" for i in range(MAX_TERMS))
+    tail = " " + " ".join(f"other{i}" for i in range(100_000))
+    assert keyword_plan(head + tail) == keyword_plan(head)
+    assert len(keyword_plan(head).any_of) == MAX_TERMS
+    assert (
+        highlight_terms(head + tail)
+        == highlight_terms(head)
+        == [f"term{i}" for i in range(MAX_TERMS)]
+    )
+    assert bounded(str(i) for i in itertools.count()) == [str(i) for i in range(MAX_TERMS)]
 
 
 def test_keyword_plans():
