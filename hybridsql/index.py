@@ -244,12 +244,8 @@ class HybridIndex:
         return self.searcher.search(query, SearchOptions(**options), self.documents())
 
     def documents(self) -> Profile:
-        """The documents-only profile; while the database holds no memories, the keyword side
-        need not test each match's kind."""
-        memories = self.conn.execute(
-            "select exists(select 1 from chunks where kind = 'memory')"
-        ).fetchone()[0]
-        return document_profile(mixed=bool(memories))
+        """The Profile of a search of the memory files (documents)."""
+        return document_profile()
 
     def index_folder(self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None):
         """Indexes the markdown under ``root``; returns an IndexReport."""

@@ -276,7 +276,6 @@ def memory_profile(
             params[name] = value
     return Profile(
         kind="memory",
-        kind_filter=False,  # the join with memories keeps memories only
         join="join memories m on m.chunk_id = c.id",
         filters=" and ".join(filters),
         relevance=RELEVANCE,

@@ -106,28 +106,60 @@ begin
 end;
 """
 
+# Full-text indexes, one pair for each kind of chunk, so that a search of documents or of memories
+# reads only that kind's words, and scores them with that kind's statistics. Each is an
+# external-content FTS5 table over a view of its kind's chunks.
 FTS = """
+create view if not exists document_chunks as select id, text from chunks where kind = 'document';
+create view if not exists memory_chunks as select id, text from chunks where kind = 'memory';
 create virtual table if not exists chunks_fts using fts5(
-  text, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+  text, content='document_chunks', content_rowid='id',
+  tokenize='porter unicode61 remove_diacritics 2'
 );
 create virtual table if not exists chunks_trigram using fts5(
-  text, content='chunks', content_rowid='id', tokenize='trigram'
+  text, content='document_chunks', content_rowid='id', tokenize='trigram'
+);
+create virtual table if not exists memories_fts using fts5(
+  text, content='memory_chunks', content_rowid='id',
+  tokenize='porter unicode61 remove_diacritics 2'
+);
+create virtual table if not exists memories_trigram using fts5(
+  text, content='memory_chunks', content_rowid='id', tokenize='trigram'
 );
 create trigger if not exists chunks_fts_insert after insert on chunks begin
-  insert into chunks_fts(rowid, text) values (new.id, new.text);
-  insert into chunks_trigram(rowid, text) values (new.id, new.text);
+  insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into chunks_trigram(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
+  insert into memories_trigram(rowid, text) select new.id, new.text where new.kind = 'memory';
 end;
 create trigger if not exists chunks_fts_delete after delete on chunks begin
-  insert into chunks_fts(chunks_fts, rowid, text) values ('delete', old.id, old.text);
-  insert into chunks_trigram(chunks_trigram, rowid, text) values ('delete', old.id, old.text);
+  insert into chunks_fts(chunks_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into chunks_trigram(chunks_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into memories_fts(memories_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into memories_trigram(memories_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
 end;
-create trigger if not exists chunks_fts_update after update of text on chunks begin
-  insert into chunks_fts(chunks_fts, rowid, text) values ('delete', old.id, old.text);
-  insert into chunks_trigram(chunks_trigram, rowid, text) values ('delete', old.id, old.text);
-  insert into chunks_fts(rowid, text) values (new.id, new.text);
-  insert into chunks_trigram(rowid, text) values (new.id, new.text);
+create trigger if not exists chunks_fts_update after update of text, kind on chunks begin
+  insert into chunks_fts(chunks_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into chunks_trigram(chunks_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into memories_fts(memories_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into memories_trigram(memories_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into chunks_trigram(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
+  insert into memories_trigram(rowid, text) select new.id, new.text where new.kind = 'memory';
 end;
 """
+
+# The full-text tables of each kind of chunk: (porter words, trigrams).
+FTS_TABLES = {"document": ("chunks_fts", "chunks_trigram"), "memory": ("memories_fts", "memories_trigram")}
 
 
 def ensure_schema(conn: apsw.Connection) -> bool:
@@ -176,7 +208,8 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
     """Schema 1 kept vectors in a plain table, with triggers counting writes in
     meta.vectors_version: they move into the vector_index table. A row the new table refuses
     (a malformed vector, or dimensions unlike its model's other vectors) is left out; its chunk
-    is embedded again by the next indexing run."""
+    is embedded again by the next indexing run. Its full-text tables held both kinds of chunks:
+    they are made again, one pair per kind."""
     conn.execute(
         "drop trigger if exists vectors_count_insert; drop trigger if exists vectors_count_update;"
         " drop trigger if exists vectors_count_delete; drop trigger if exists chunks_delete;"
@@ -202,6 +235,18 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
         "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
         " update meta set value = 2 where key = 'schema_version'"
     )
+    fts = conn.execute(
+        "select count(*) from sqlite_schema where type = 'table' and name = 'chunks_fts'"
+    ).fetchone()[0]
+    if fts:
+        conn.execute(
+            "drop trigger if exists chunks_fts_insert; drop trigger if exists chunks_fts_delete;"
+            " drop trigger if exists chunks_fts_update; drop table chunks_fts;"
+            " drop table chunks_trigram;"
+        )
+        conn.execute(FTS)
+        for table in (t for pair in FTS_TABLES.values() for t in pair):
+            conn.execute(f"insert into {table}({table}) values ('rebuild')")
 
 
 def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:

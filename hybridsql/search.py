@@ -18,7 +18,7 @@ import numpy as np
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
 from hybridsql.functions import MAX_K
-from hybridsql.schema import has_fts
+from hybridsql.schema import FTS_TABLES, has_fts
 from hybridsql.vectors import VectorReader
 
 MODES = ("hybrid", "keyword", "semantic")
@@ -205,7 +205,9 @@ class KeywordPlan:
     any_of: list = field(default_factory=list)
 
 
-def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordPlan:
+def keyword_plan(
+    query: str, fts: bool = True, prefix: bool = False, tables=FTS_TABLES["document"]
+) -> KeywordPlan:
     """Turns text into FTS5 syntax that cannot fail: every term is a quoted string.
 
     ASCII and other non-CJK text goes to the ``porter unicode61`` table, its words OR-ed so a
@@ -214,6 +216,7 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     Text with CJK goes to the trigram table, its CJK runs and words AND-ed (runs under three
     characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
     length, words of three or more characters) serve when FTS5 is missing or finds nothing.
+    ``tables``: the (porter, trigram) tables of the kind of chunks searched.
     """
     cjk_runs = bounded(dict.fromkeys(_CJK_RUN.findall(query)))
     words, stopwords = {}, {}
@@ -235,10 +238,10 @@ def keyword_plan(query: str, fts: bool = True, prefix: bool = False) -> KeywordP
     if cjk_runs:
         terms = [t for t in cjk_runs + [" ".join(w) for w in words] if len(t) >= 3]
         match = " AND ".join(_quote(t) for t in terms) or None
-        return KeywordPlan("chunks_trigram", match, like_terms)
+        return KeywordPlan(tables[1], match, like_terms)
     star = "*" if prefix else ""
     terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
-    return KeywordPlan("chunks_fts", " OR ".join(terms) or None, like_terms, terms)
+    return KeywordPlan(tables[0], " OR ".join(terms) or None, like_terms, terms)
 
 
 def bounded(terms, most: int = MAX_TERMS) -> list:
@@ -285,27 +288,21 @@ def _like_pattern(term: str) -> str:
 class Profile:
     """What a kind of search adds to the statement, all of it fixed SQL written in code.
 
-    ``kind`` is the kind of chunks searched ('document', 'memory'; None: all): the vector side
-    reads only that partition of ``vectors``, and the keyword side tests ``c.kind`` unless
-    ``kind_filter`` says every chunk it can meet is of that kind. ``join`` joins more tables to
-    ``chunks c``; ``filters`` is a condition on them, applied to both candidate lists before
-    their top-k; ``relevance`` scores a candidate from ``vector_score``, ``keyword_score`` and
-    the joined columns (None: the fusion of the options); ``columns`` maps more result columns
-    to their SQL. User values reach it only as parameters.
+    ``kind`` is the kind of chunks searched, 'document' or 'memory': the vector side reads only
+    that partition of ``vectors``, the keyword side only that kind's full-text tables.
+    ``join`` joins more tables to ``chunks c``; ``filters`` is a condition on them, applied to
+    both candidate lists before their top-k; ``relevance`` scores a candidate from
+    ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
+    options); ``columns`` maps more result columns to their SQL. User values reach it only as
+    parameters.
     """
 
-    kind: str | None = None
+    kind: str = "document"
     join: str = ""
     filters: str = ""
-    kind_filter: bool = True
     relevance: str | None = None
     columns: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
-
-    def keyword_filters(self) -> str:
-        """The condition the keyword side tests: the kind (when needed) and the filters."""
-        kind = "c.kind = :kind" if self.kind and self.kind_filter else ""
-        return " and ".join(f for f in (kind, self.filters) if f)
 
 
 # The statement's own column names, which a Profile's columns may not reuse.
@@ -316,14 +313,12 @@ RESERVED = frozenset(
 )
 
 
-def document_profile(project: str | None = None, mixed: bool = True) -> Profile:
-    """The Profile of a document search; a project's documents are under ``projects/<name>/``.
-    ``mixed``: the database also holds memories, which the keyword side must leave out."""
+def document_profile(project: str | None = None) -> Profile:
+    """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
     if project is None:
-        return Profile(kind="document", kind_filter=mixed)
+        return Profile(kind="document")
     return Profile(
         kind="document",
-        kind_filter=mixed,
         filters="instr('/' || c.path, '/projects/' || :doc_project || '/') > 0",
         params={"doc_project": project},
     )
@@ -344,13 +339,13 @@ def build_statement(
     clash = RESERVED.intersection(profile.columns)
     if clash:
         raise ValueError(f"profile columns would shadow the statement's own: {sorted(clash)}")
-    join, filters = profile.join, profile.keyword_filters()
+    join, filters = profile.join, profile.filters
     where = f"and {filters}" if filters else ""
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
     parts = []
     if vector_source == "knn":
-        conds = " and kind = :kind" if profile.kind else ""
+        conds = " and kind = :kind"
         if profile.filters:  # the filtered ids, so that the top-k is taken among them
             conds += f" and rowid in (select c.id from chunks c {join} where {profile.filters})"
         parts.append(f"""vec(id, vscore) as materialized (
@@ -414,7 +409,7 @@ def build_statement(
   select id, -hits from (
     select c.id, {hits} as hits
     from (select 1 where not exists (select 1 from kw_fts)) as gate cross join chunks c {join}
-    where 1 {where}
+    where c.kind = :kind {where}
   )
   where hits > 0
   order by hits desc, id limit :pool
@@ -534,7 +529,7 @@ class Searcher:
             notes.append("no embedding provider is configured: keyword-only search")
             mode = "keyword"
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
-        plan = keyword_plan(query, self.fts, opts.prefix)
+        plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
             "pool": max(opts.candidate_pool, opts.max_results),
             "fts_query": plan.match,
@@ -619,9 +614,7 @@ class Searcher:
                     profile.params,
                 )
             ]
-        where = {"model_id": params["model"]}
-        if profile.kind:
-            where["kind"] = profile.kind
+        where = {"model_id": params["model"], "kind": profile.kind}
         return self._reader(backend).topk(params["query_vector"], params["pool"], where, ids)
 
     @staticmethod

@@ -136,7 +136,7 @@ def run_workers(db, root, seconds, writers=WRITERS, readers=READERS):
 
 def check_integrity(conn):
     assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-    for table in ("chunks_fts", "chunks_trigram"):
+    for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
         conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
     orphans = conn.execute(
         "select count(*) from vectors where chunk_id not in (select id from chunks)"

@@ -174,7 +174,7 @@ def check_consistent(db, folder) -> int:
     conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     try:
         assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-        for table in ("chunks_fts", "chunks_trigram"):
+        for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
             conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
         strays = conn.execute(
             "select count(*) from chunks where kind = 'document'"

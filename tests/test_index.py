@@ -49,8 +49,8 @@ def fresh_index(tmp_path, example_db, provider=None):
 
 def consistent(conn):
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
-    conn.execute("insert into chunks_fts(chunks_fts, rank) values ('integrity-check', 1)")
-    conn.execute("insert into chunks_trigram(chunks_trigram, rank) values ('integrity-check', 1)")
+    for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
+        conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
     orphans = conn.execute(
         "select count(*) from vectors where chunk_id not in (select id from chunks)"
     ).fetchone()[0]

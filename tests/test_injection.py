@@ -216,6 +216,7 @@ REVIEWED = {
     "schema.py": {
         "insert": "_upgrade_from_1's own constant text",
         "path": "a database's file name in an error message, not SQL",
+        "table": "each name of FTS_TABLES, a module constant",
     },
     "vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",

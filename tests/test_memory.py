@@ -79,8 +79,10 @@ def test_a_memory_is_a_chunk_with_a_vector_and_fts_entries(store):
     assert conn.execute("select count(*) from vectors where chunk_id = ?", (m.id,)).fetchone() == (
         1,
     )
-    fts = "select rowid from chunks_fts where chunks_fts match 'spaces'"
+    fts = "select rowid from memories_fts where memories_fts match 'spaces'"
     assert conn.execute(fts).fetchall() == [(m.id,)]
+    documents = "select rowid from chunks_fts where chunks_fts match 'spaces'"
+    assert (m.id,) not in conn.execute(documents).fetchall()  # each kind has its own index
     assert conn.execute("select temporal_decay('', 0, 30)").fetchone() == (1.0,)
     assert store.get(m.id) == m
 
@@ -557,7 +559,9 @@ def test_delete_hides_a_memory_and_hard_delete_removes_it(store):
             f"select count(*) from {table} where {column} = ?", (b.id,)
         ).fetchone() == (0,)
     assert (
-        conn.execute("select rowid from chunks_fts where chunks_fts match '1password'").fetchall()
+        conn.execute(
+            "select rowid from memories_fts where memories_fts match '1password'"
+        ).fetchall()
         == []
     )
     with pytest.raises(NotFoundError, match=re.escape(f"no memory with id {b.id}")):

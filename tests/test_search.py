@@ -280,13 +280,14 @@ def test_document_search_leaves_memories_out(example_db, tmp_path):
     shutil.copy(example_db, path)
     with HybridIndex(path, embedder="local") as index:
         before = index.search("ERR_CONN_RESET keep-alive", now=NOW)
-        # the vector side reads the documents' partition; no keyword filter is needed yet
-        assert "and kind = :kind\n" in before.sql and "c.kind = :kind" not in before.sql
         MemoryStore(index).add("ERR_CONN_RESET came back after the keep-alive change")
         after = index.search("ERR_CONN_RESET keep-alive", now=NOW)
-        assert "rowid in" not in after.sql and "c.kind = :kind" in after.sql
+        # the documents' partition of vectors, and the documents' own full-text table: no list of
+        # ids and no test of each keyword match's kind
+        assert after.sql == before.sql and "rowid in" not in after.sql
+        assert "and kind = :kind\n" in after.sql and "chunks_fts match" in after.sql
         assert after.results and all(r.kind == "document" for r in after)
-        assert [r.id for r in after] == [r.id for r in before]
+        assert [(r.id, r.score) for r in after] == [(r.id, r.score) for r in before]
 
 
 def test_profile_columns_cannot_shadow_the_statements_own(idx):
