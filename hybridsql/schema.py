@@ -159,7 +159,10 @@ end;
 """
 
 # The full-text tables of each kind of chunk: (porter words, trigrams).
-FTS_TABLES = {"document": ("chunks_fts", "chunks_trigram"), "memory": ("memories_fts", "memories_trigram")}
+FTS_TABLES = {
+    "document": ("chunks_fts", "chunks_trigram"),
+    "memory": ("memories_fts", "memories_trigram"),
+}
 
 
 def ensure_schema(conn: apsw.Connection) -> bool:
