@@ -2989,16 +2989,146 @@ static int as_rowid(sqlite3_value *v, int64_t *out) {
 }
 
 /* Everything a k-nearest query is told, read from xFilter's arguments. */
+/*
+** A condition on a numeric metadata column (num, its number) or on the rowid
+** (num -1) with numbers or NULL, tested on the block's own copy of the values
+** (block_bytes) during the scan: a few bytes a row, where asking T_rowids
+** would step its index row by row.
+*/
+typedef struct NumConst {
+  int type; /* SQLITE_INTEGER, SQLITE_FLOAT or SQLITE_NULL */
+  int64_t i;
+  double r;
+} NumConst;
+
+typedef struct NumFilter {
+  int num, is_int;
+  char op; /* as in the plan: '=', '>', ..., '0' IS NULL, '1' IS NOT NULL, 'I' IN */
+  int n;
+  NumConst *v;
+} NumFilter;
+
+/* x compared with y, exactly, as SQLite compares an integer with a real. */
+static int int_real_cmp(int64_t x, double y) {
+  if (y < -9223372036854775808.0) return 1;
+  if (y >= 9223372036854775808.0) return -1;
+  int64_t t = (int64_t)y;
+  if (x != t) return x < t ? -1 : 1;
+  double s = (double)x;
+  return (s > y) - (s < y);
+}
+
+static int num_cmp(int is_int, int64_t i, double r, const NumConst *c) {
+  if (is_int) return c->type == SQLITE_INTEGER ? (i > c->i) - (i < c->i) : int_real_cmp(i, c->r);
+  return c->type == SQLITE_FLOAT ? (r > c->r) - (r < c->r) : -int_real_cmp(c->i, r);
+}
+
+/* Whether a value (null, or i or r by the column's type) passes the condition, as SQL has it. */
+static int num_pass(const NumFilter *f, int null, int64_t i, double r) {
+  if (f->op == '0') return null;
+  if (f->op == '1') return !null;
+  if (f->op == 'I') {
+    for (int j = 0; j < f->n && !null; j++) {
+      if (f->v[j].type != SQLITE_NULL && num_cmp(f->is_int, i, r, &f->v[j]) == 0) return 1;
+    }
+    return 0;
+  }
+  const NumConst *c = &f->v[0];
+  if (f->op == 'i') return c->type == SQLITE_NULL ? null : !null && num_cmp(f->is_int, i, r, c) == 0;
+  if (f->op == 'n') return c->type == SQLITE_NULL ? !null : null || num_cmp(f->is_int, i, r, c) != 0;
+  if (null || c->type == SQLITE_NULL) return 0;
+  int cmp = num_cmp(f->is_int, i, r, c);
+  switch (f->op) {
+    case '=': return cmp == 0;
+    case '>': return cmp > 0;
+    case '{': return cmp <= 0;
+    case '<': return cmp < 0;
+    case '}': return cmp >= 0;
+    default: return cmp != 0; /* '!' */
+  }
+}
+
+/* Whether slot s of a block's data (buf, for cap rows of d dimensions) passes every filter. */
+static int slot_passes(const NumFilter *f, int nf, const uint8_t *buf, int64_t cap, int64_t d,
+                       int64_t s) {
+  for (int j = 0; j < nf; j++) {
+    int64_t i = 0;
+    double r = 0;
+    int null = 0;
+    if (f[j].num < 0) {
+      i = rec_id(buf + s * rec_stride(d));
+    } else {
+      const uint8_t *at = buf + num_offset(cap, d, f[j].num);
+      null = at[8 * cap + s];
+      if (f[j].is_int) memcpy(&i, at + 8 * s, 8);
+      else memcpy(&r, at + 8 * s, 8);
+    }
+    if (!num_pass(&f[j], null, i, r)) return 0;
+  }
+  return 1;
+}
+
 typedef struct KnnArgs {
   Vec q;
   int64_t k, limit, offset;
   int has_set;  /* rowid = or IN: only the rows in `set` */
   I64Map set;
-  sqlite3_str *blocks, *rows; /* rows: NULL unless a metadata or rowid range condition */
+  sqlite3_str *blocks, *rows; /* rows: NULL unless a condition SQL tests on T_rowids */
   Binds bblocks, brows;
+  NumFilter nf[2 * HS_MAX_FILTERS];
+  int nnf;
 } KnnArgs;
 
+/* A number or NULL, which a NumFilter can hold; 0 for text or a blob. */
+static int num_const(sqlite3_value *v, NumConst *out) {
+  out->type = sqlite3_value_type(v);
+  out->i = sqlite3_value_int64(v);
+  out->r = sqlite3_value_double(v);
+  return out->type == SQLITE_INTEGER || out->type == SQLITE_FLOAT || out->type == SQLITE_NULL;
+}
+
+/*
+** Makes a NumFilter of the condition "op v" on numeric column num (-1: the
+** rowid); 0 when its values are not all numbers or NULL (then SQL tests it).
+*/
+static int num_filter(KnnArgs *a, int num, int is_int, char op, sqlite3_value *v, int *rc) {
+  if (op == 'l' || op == 'g' || a->nnf == 2 * HS_MAX_FILTERS) return 0;
+  NumFilter *f = &a->nf[a->nnf];
+  memset(f, 0, sizeof(*f));
+  f->num = num, f->is_int = is_int, f->op = op;
+  int n = 0, cap = 0, ok = 1;
+  if (op == 'I') {
+    sqlite3_value *x;
+    for (*rc = sqlite3_vtab_in_first(v, &x); *rc == SQLITE_OK && x && ok;
+         *rc = sqlite3_vtab_in_next(v, &x)) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 16;
+        NumConst *grown = sqlite3_realloc64(f->v, sizeof(NumConst) * (sqlite3_uint64)cap);
+        if (!grown) {
+          *rc = SQLITE_NOMEM;
+          break;
+        }
+        f->v = grown;
+      }
+      ok = num_const(x, &f->v[n++]);
+    }
+    if (*rc == SQLITE_DONE) *rc = SQLITE_OK;
+  } else if (op != '0' && op != '1') {
+    f->v = sqlite3_malloc(sizeof(NumConst));
+    if (!f->v) *rc = SQLITE_NOMEM;
+    else ok = num_const(v, &f->v[n++]);
+  }
+  f->n = n;
+  if (*rc != SQLITE_OK || !ok) {
+    sqlite3_free(f->v);
+    return 0;
+  }
+  a->nnf++;
+  return 1;
+}
+
 static void knn_args_free(KnnArgs *a) {
+  for (int i = 0; i < a->nnf; i++) sqlite3_free(a->nf[i].v);
   vec_free(&a->q);
   map_free(&a->set);
   sqlite3_free(sqlite3_str_finish(a->blocks));
@@ -3058,9 +3188,12 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
           }
           break;
         }
-        /* a rowid range selects rows as metadata does */
-        /* fall through */
+        if (num_filter(a, -1, 1, op, v, &rc) || rc) break; /* tested on the records' ids */
+        /* fall through: SQL tests the rest, as it does metadata */
       case 'X':
+        if (role == 'X' && t->col[col].num >= 0 &&
+            (num_filter(a, t->col[col].num, t->col[col].type == VX_INTEGER, op, v, &rc) || rc))
+          break;
         if (!a->rows) {
           a->rows = sqlite3_str_new(0);
           sqlite3_str_appendf(a->rows, "select block, slot from \"%w\".\"%w_rowids\" where 1",
@@ -3256,7 +3389,17 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     uint8_t *buf;
     int fresh;
     if ((rc = block_records(t, r, &h, &buf, &fresh))) break;
-    if (!knn_scan(&s, buf, r->count, r->id, listed ? list : 0, nlist, a->has_set ? &a->set : 0))
+    const int64_t *scan = listed ? list : 0;
+    int64_t kept[HS_BLOCK_ROWS], nkept = 0;
+    if (a->nnf) { /* the numeric conditions, on the block's own copy of the values */
+      for (int64_t i = 0, n = listed ? nlist : r->count; i < n; i++) {
+        int64_t slot = listed ? list[i] : i;
+        if (slot_passes(a->nf, a->nnf, buf, r->capacity, d, slot)) kept[nkept++] = slot;
+      }
+      scan = kept, nlist = nkept;
+    }
+    if (!(scan && nlist == 0) &&
+        !knn_scan(&s, buf, r->count, r->id, scan, nlist, a->has_set ? &a->set : 0))
       rc = SQLITE_NOMEM;
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
