@@ -695,6 +695,7 @@ static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
   const int64_t d = s->d, stride = rec_stride(d), ahead = 8, n = slots ? nslots : count;
   const double slack = 1e-6;
   double bar = heap_bar(s->lower, s->nlower, s->k);
+  for (int64_t i = 0; i < ahead && i < n; i++) prefetch(buf + (slots ? slots[i] : i) * stride, stride);
   for (int64_t i = 0; i < n; i++) {
     int64_t r = slots ? slots[i] : i;
     if (i + ahead < n) prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
@@ -3048,24 +3049,87 @@ static int num_pass(const NumFilter *f, int null, int64_t i, double r) {
   }
 }
 
-/* Whether slot s of a block's data (buf, for cap rows of d dimensions) passes every filter. */
-static int slot_passes(const NumFilter *f, int nf, const uint8_t *buf, int64_t cap, int64_t d,
-                       int64_t s) {
-  for (int j = 0; j < nf; j++) {
-    int64_t i = 0;
-    double r = 0;
-    int null = 0;
-    if (f[j].num < 0) {
-      i = rec_id(buf + s * rec_stride(d));
-    } else {
-      const uint8_t *at = buf + num_offset(cap, d, f[j].num);
-      null = at[8 * cap + s];
-      if (f[j].is_int) memcpy(&i, at + 8 * s, 8);
-      else memcpy(&r, at + 8 * s, 8);
-    }
-    if (!num_pass(&f[j], null, i, r)) return 0;
+/*
+** ok[s] &= whether value s passes "op c", for the count values at vals, one
+** every STEP bytes: loops the compiler can vectorise, for the common case of
+** a constant of the column's own type (NULL flags are applied apart).
+*/
+#define HS_PASS_LOOP(T, STEP, CMP)                  \
+  for (int64_t s = 0; s < count; s++) {             \
+    T x;                                            \
+    memcpy(&x, vals + s * (STEP), sizeof(x));       \
+    ok[s] &= (uint8_t)(x CMP c);                    \
   }
-  return 1;
+#define HS_PASS_OPS(T, STEP)                           \
+  switch (op) {                                        \
+    case '=': HS_PASS_LOOP(T, STEP, ==) break;         \
+    case '>': HS_PASS_LOOP(T, STEP, >) break;          \
+    case '{': HS_PASS_LOOP(T, STEP, <=) break;         \
+    case '<': HS_PASS_LOOP(T, STEP, <) break;          \
+    case '}': HS_PASS_LOOP(T, STEP, >=) break;         \
+    default: HS_PASS_LOOP(T, STEP, !=) break;          \
+  }
+
+static void pass_i64(uint8_t *ok, const uint8_t *vals, int64_t count, char op, int64_t c) {
+  HS_PASS_OPS(int64_t, 8)
+}
+
+static void pass_f64(uint8_t *ok, const uint8_t *vals, int64_t count, char op, double c) {
+  HS_PASS_OPS(double, 8)
+}
+
+/* The same on the records' rowids (one every step bytes). */
+static void pass_ids(uint8_t *ok, const uint8_t *vals, int64_t step, int64_t count, char op,
+                     int64_t c) {
+  HS_PASS_OPS(int64_t, step)
+}
+
+/*
+** The slots of a block's data (buf, for cap rows of d dimensions, count of them
+** in use) that pass every numeric condition, in order, into keep: of the listed
+** slots `in` (nin of them), or of all. Returns how many.
+*/
+static int64_t block_pass(const NumFilter *f, int nf, const uint8_t *buf, int64_t cap,
+                          int64_t count, int64_t d, const int64_t *in, int64_t nin,
+                          int64_t *keep) {
+  uint8_t ok[HS_BLOCK_ROWS];
+  memset(ok, 1, (size_t)count);
+  for (int j = 0; j < nf; j++) {  /* the values, all at once rather than miss by miss */
+    if (f[j].num < 0) continue;
+    prefetch(buf + num_offset(cap, d, f[j].num), 8 * count);
+    prefetch(buf + num_offset(cap, d, f[j].num) + 8 * cap, count);
+  }
+  for (int j = 0; j < nf; j++) {
+    const NumFilter *g = &f[j];
+    const uint8_t *vals = g->num < 0 ? buf : buf + num_offset(cap, d, g->num);
+    const uint8_t *nul = g->num < 0 ? 0 : vals + 8 * cap;
+    int64_t step = g->num < 0 ? rec_stride(d) : 8;
+    const NumConst *c = g->n ? &g->v[0] : 0;
+    int simple = strchr("=><{}!", g->op) && c && c->type != SQLITE_NULL;
+    if (simple && g->num < 0 && c->type == SQLITE_INTEGER) {
+      pass_ids(ok, vals, step, count, g->op, c->i);
+    } else if (simple && (g->is_int ? c->type == SQLITE_INTEGER : c->type == SQLITE_FLOAT)) {
+      if (g->is_int) pass_i64(ok, vals, count, g->op, c->i);
+      else pass_f64(ok, vals, count, g->op, c->r);
+      for (int64_t s = 0; s < count; s++) ok[s] &= (uint8_t)!nul[s];
+    } else {
+      for (int64_t s = 0; s < count; s++) {
+        if (!ok[s]) continue;
+        int64_t i = 0;
+        double r = 0;
+        if (g->is_int) memcpy(&i, vals + s * step, 8);
+        else memcpy(&r, vals + s * step, 8);
+        ok[s] = (uint8_t)num_pass(g, nul && nul[s], i, r);
+      }
+    }
+  }
+  int64_t n = 0;
+  if (in) {
+    for (int64_t i = 0; i < nin; i++) keep[n] = in[i], n += ok[in[i]];
+  } else {
+    for (int64_t s = 0; s < count; s++) keep[n] = s, n += ok[s];
+  }
+  return n;
 }
 
 typedef struct KnnArgs {
@@ -3392,10 +3456,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     const int64_t *scan = listed ? list : 0;
     int64_t kept[HS_BLOCK_ROWS], nkept = 0;
     if (a->nnf) { /* the numeric conditions, on the block's own copy of the values */
-      for (int64_t i = 0, n = listed ? nlist : r->count; i < n; i++) {
-        int64_t slot = listed ? list[i] : i;
-        if (slot_passes(a->nf, a->nnf, buf, r->capacity, d, slot)) kept[nkept++] = slot;
-      }
+      nkept = block_pass(a->nf, a->nnf, buf, r->capacity, r->count, d, scan, nlist, kept);
       scan = kept, nlist = nkept;
     }
     if (!(scan && nlist == 0) &&
