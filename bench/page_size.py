@@ -1,0 +1,140 @@
+"""What the database's page size does to vector_index: the first query of a fresh connection and
+of a new process against the warm query, the first query after another connection wrote a row,
+one-row and bulk inserts, and the bytes on disk.
+
+    python bench/page_size.py                     # 100,000 x 384 at 4, 16, 32 and 64 KiB pages
+    python bench/page_size.py 1000000 4096,32768  # another size, other page sizes
+
+A cold query reads every block of int8 records through SQLite, one page at a time (a pread per
+page, or a page fault per 4 KiB with mmap), so larger pages mean fewer calls into the kernel.
+The files are kept in bench/results/page_size_N_P.db and reused. Times are medians of 9 fresh
+connections, 9 new processes and 20 warm queries, interleaved.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import apsw
+import numpy as np
+
+import hybridsql
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+D, K = 384, 10
+SQL = f"select rowid, score from v where e match ? and k = {K}"
+CHILD = f"""
+import sys, time, numpy as np, hybridsql
+conn = hybridsql.connect(sys.argv[1], backend="extension")
+conn.execute("pragma mmap_size = " + sys.argv[2])
+q = np.random.default_rng(int(sys.argv[3])).standard_normal({D}).astype(np.float32)
+t = time.perf_counter()
+conn.execute({SQL!r}, (q.tobytes(),)).fetchall()
+print(time.perf_counter() - t)
+"""
+
+
+def build(path, n, page_size):
+    """A file of n random rows made with this page size; the bulk insert rate, None if kept."""
+    if os.path.exists(path):
+        return None
+    part = path + ".part"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(part + suffix):
+            os.remove(part + suffix)
+    first = apsw.Connection(part)  # the page size is fixed when the first page is written
+    first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
+    first.close()
+    conn = hybridsql.connect(part, backend="extension")
+    assert conn.execute("pragma page_size").fetchone()[0] == page_size
+    conn.execute(
+        f"create virtual table v using vector_index(e float[{D}], project integer partition key,"
+        " tag integer)"
+    )
+    rng = np.random.default_rng(2)
+    start = time.perf_counter()
+    for base in range(0, n, 50_000):
+        block = rng.standard_normal((min(50_000, n - base), D)).astype(np.float32)
+        with conn:
+            conn.executemany(
+                "insert into v(rowid, project, tag, e) values (?, 0, ?, ?)",
+                [(base + i + 1, (base + i) // 10 % 10, v.tobytes()) for i, v in enumerate(block)],
+            )
+    rate = n / (time.perf_counter() - start)
+    conn.execute("pragma wal_checkpoint(truncate)")
+    conn.close()
+    os.rename(part, path)
+    return rate
+
+
+def measure(path, n, mmap):
+    rng = np.random.default_rng(1)
+    queries = rng.standard_normal((30, D)).astype(np.float32)
+    first, process, warm, after, insert = [], [], [], [], []
+    for i in range(9):
+        conn = hybridsql.connect(path, backend="extension")
+        conn.execute(f"pragma mmap_size = {mmap}")
+        start = time.perf_counter()
+        conn.execute(SQL, (queries[i].tobytes(),)).fetchall()
+        first.append(time.perf_counter() - start)
+        conn.close()
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, path, str(mmap), str(i)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        process.append(float(out.stdout))
+    reader = hybridsql.connect(path, backend="extension")
+    writer = hybridsql.connect(path, backend="extension")
+    for conn in (reader, writer):
+        conn.execute(f"pragma mmap_size = {mmap}")
+    for q in queries[:3]:
+        reader.execute(SQL, (q.tobytes(),)).fetchall()
+    for i in range(20):
+        q = queries[i].tobytes()
+        start = time.perf_counter()
+        reader.execute(SQL, (q,)).fetchall()
+        warm.append(time.perf_counter() - start)
+        row = (n + 1 + i, rng.standard_normal(D).astype(np.float32).tobytes())
+        start = time.perf_counter()
+        writer.execute("insert into v(rowid, project, tag, e) values (?, 0, 1, ?)", row)
+        insert.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        reader.execute(SQL, (q,)).fetchall()
+        after.append(time.perf_counter() - start)
+    with writer:
+        writer.execute("delete from v where rowid > ?", (n,))
+    writer.execute("pragma wal_checkpoint(truncate)")
+    return [statistics.median(x) * 1e3 for x in (warm, first, process, after, insert)]
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else None
+    os.makedirs(RESULTS, exist_ok=True)
+    print(f"{n:,} x {D}; ms (ratio to the warm query)")
+    print(
+        "| page | I/O | disk / raw float32 | bulk rows/s | warm | first, fresh connection"
+        " | first, new process | after a write | one-row insert |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for page in sizes or (4096, 16384, 32768, 65536):
+        path = os.path.join(RESULTS, f"page_size_{n}_{page}.db")
+        rate = build(path, n, page)
+        disk = os.path.getsize(path) / (n * D * 4)
+        for mmap, io in ((0, "default"), (1 << 36, "mmap")):
+            warm, first, process, after, insert = measure(path, n, mmap)
+            print(
+                f"| {page // 1024} KiB | {io} | {disk:.3f} x | {f'{rate:,.0f}' if rate else 'kept'}"
+                f" | {warm:.2f} | {first:.2f} ({first / warm:.2f} x) | {process:.2f}"
+                f" ({process / warm:.2f} x) | {after:.2f} ({after / warm:.2f} x) | {insert:.3f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
