@@ -2622,10 +2622,11 @@ static int same_value(sqlite3_value *a, sqlite3_value *b) {
     case SQLITE_NULL: return 1;
     case SQLITE_INTEGER: return sqlite3_value_int64(a) == sqlite3_value_int64(b);
     case SQLITE_FLOAT: return sqlite3_value_double(a) == sqlite3_value_double(b);
-    default:
-      return sqlite3_value_bytes(a) == sqlite3_value_bytes(b) &&
-             memcmp(sqlite3_value_blob(a), sqlite3_value_blob(b),
-                    (size_t)sqlite3_value_bytes(a)) == 0;
+    default: { /* an empty text or blob has no pointer to compare */
+      int n = sqlite3_value_bytes(a);
+      return n == sqlite3_value_bytes(b) &&
+             (n == 0 || memcmp(sqlite3_value_blob(a), sqlite3_value_blob(b), (size_t)n) == 0);
+    }
   }
 }
 

@@ -360,6 +360,9 @@ static const struct {
      3, VTOPK, VECTOR_ROWS},
     {"select rowid, score from vectors where vector match ?1 and k = ?2 and n >= ?3", 3, VTOPK,
      VECTOR_ROWS},
+    {"select rowid, score from vectors where vector match ?1 and k = ?2 and rowid > ?3"
+     " and n != ?4",
+     4, VTOPK, VECTOR_ROWS},
     {"select rowid, score from vectors where vector match ?1 order by score desc limit ?2", 2,
      NONE, VECTOR_ROWS},
     {"select rowid, model_id, n, vector from vectors where chunk_id = ?1", 1, NONE, VECTOR_ROWS},
@@ -387,6 +390,7 @@ static const char *KNN_REFERENCE[] = {
     "and model_id = ?3",
     "and chunk_id in (select value from json_each(?3))",
     "and n >= ?3",
+    "and chunk_id > ?3 and n != ?4",
 };
 static const char *COSINE_TOPK_OF_VECTORS =
     "select json_extract(value, '$[0]'), json_extract(value, '$[1]') from json_each(("
@@ -401,7 +405,7 @@ static const char *FUNCTION_NAMES[] = {
 static sqlite3 *db;
 static sqlite3_stmt *prepared[COUNT(STATEMENTS)];
 static sqlite3_stmt *insert_fz, *clear_fz, *insert_vector, *delete_vector, *update_vector,
-    *clear_vectors, *reference[4], *plain;
+    *clear_vectors, *reference[COUNT(KNN_REFERENCE)], *plain;
 static size_t first_knn; /* STATEMENTS index of the first k-nearest statement */
 
 static void die(const char *what, const char *detail) {

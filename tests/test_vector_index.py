@@ -374,6 +374,21 @@ def test_first_row_of_a_partition_and_growing_blocks(tmp_path):
         conn.execute("select * from g where e match ? and k = 3", (q.tobytes(),)).fetchall()
 
 
+def test_empty_and_null_partition_values_are_partitions_too():
+    """'' and NULL are partitions of their own, and a second row of each joins the first's block
+    (the remembered last block compares an empty value, which has no bytes to compare)."""
+    conn = connect()
+    conn.execute("create virtual table p using vector_index(e float[2], kind text partition key)")
+    rows = [(1, "[1, 0]", ""), (2, "[0, 1]", ""), (3, "[1, 1]", None), (4, "[1, 2]", None)]
+    rows += [(5, "[2, 1]", "x")]
+    conn.executemany("insert into p(rowid, e, kind) values (?, ?, ?)", rows)
+    assert conn.execute("select count(*) from p_blocks").fetchone()[0] == 3
+    knn = "select rowid from p where e match '[1, 0]' and k = 5 and kind "
+    assert conn.execute(knn + "= ''").fetchall() == [(1,), (2,)]
+    assert conn.execute(knn + "is null").fetchall() == [(3,), (4,)]
+    check(conn)
+
+
 # -- the cache: never a row that is not in the file ---------------------------------------------
 
 
