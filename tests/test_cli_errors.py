@@ -854,7 +854,9 @@ def test_the_sdk_client_sees_the_same_lines(tmp_path, world):
     db = str(tmp_path / "sdk.db")
     shutil.copy(world["index"], db)
     params = StdioServerParameters(
-        command=HYBRIDSQL, args=["mcp", "--db", db, "--embedder", "none"]
+        command=HYBRIDSQL,
+        args=["mcp", "--db", db, "--embedder", "none"],
+        env=dict(os.environ),  # all of it: the SDK passes a short list (no LD_PRELOAD) otherwise
     )
 
     async def main():

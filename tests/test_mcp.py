@@ -2,6 +2,7 @@
 launches the installed ``hybridsql mcp ...`` and calls every tool."""
 
 import json
+import os
 
 import anyio
 import pytest
@@ -56,6 +57,7 @@ def run_session(db, folder, steps):
             "--embedder",
             "local",
         ],
+        env=dict(os.environ),  # all of it: the SDK passes a short list (no LD_PRELOAD) otherwise
     )
 
     async def main():
