@@ -528,6 +528,15 @@ class Searcher:
         if mode != "keyword" and self.embedder is None:
             notes.append("no embedding provider is configured: keyword-only search")
             mode = "keyword"
+        query_vector = None
+        if mode != "keyword":
+            query_vector = self.embedder.embed_one(query).astype("<f4")
+            if not query_vector.any():
+                # The provider's zero vector: text it cannot read (see embed.READABLE).
+                notes.append(
+                    f"{self.embedder.model_id} cannot read this query: keyword-only search"
+                )
+                mode, query_vector = "keyword", None
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
         plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
@@ -548,8 +557,7 @@ class Searcher:
             **profile.params,
         }
         source, backend, vector_of = None, self._backend(opts), None
-        if mode != "keyword":
-            query_vector = self.embedder.embed_one(query).astype("<f4")
+        if query_vector is not None:
             params["query_vector"] = query_vector.tobytes()
             params["model"] = self.embedder.model_id
             vector_of = self._vector_of(len(query_vector))
