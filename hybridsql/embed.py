@@ -49,7 +49,9 @@ _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
 
 
 class EmbeddingProvider(Protocol):
-    """What Embedder needs from a provider."""
+    """What Embedder needs from a provider. Optional: ``window`` (the most tokens it reads at
+    once; chunks are sized to it), ``count_tokens(texts)`` (its tokenizer's counts, to size
+    them exactly) and ``revision`` (part of the cache key: a change that changes vectors)."""
 
     model_id: str
     dims: int
@@ -160,12 +162,13 @@ class LocalProvider:
     model_id = "all-MiniLM-L6-v2-int8"
     dims = 384
     window = 256
-    max_windows = 8
-    # The cache key's suffix: vectors of long texts made before windows were truncated.
-    revision = "windows"
 
-    def __init__(self, batch_size: int = 16):
+    def __init__(self, batch_size: int = 16, max_windows: int = 8):
         self.batch_size = batch_size
+        self.max_windows = max_windows
+        # Part of the cache key: long texts' vectors depend on it (before windows, they were
+        # truncated, as with max_windows=1).
+        self.revision = f"w{max_windows}"
 
     def count_tokens(self, texts: Sequence[str]) -> list:
         """Each text's word pieces, [CLS] and [SEP] left out: what chunking sizes chunks by. A
@@ -223,6 +226,9 @@ class OpenAIProvider:
     The API key is read from the environment variable ``api_key_env`` at each request; without
     it no Authorization header is sent. 429 and 5xx answers are retried with exponential backoff,
     honouring Retry-After (up to 60 s). ``dims`` is learnt from the first answer when not given.
+    ``window`` is the model's input limit in tokens (8,191 for OpenAI's embedding models; set
+    yours): chunks are cut to at most 400 tokens, or to the window when it is smaller. Its
+    vectors are kept whatever the language: a multilingual model reads what MiniLM cannot.
     """
 
     def __init__(
@@ -236,8 +242,10 @@ class OpenAIProvider:
         timeout: float = 30.0,
         max_retries: int = 4,
         backoff: float = 0.5,
+        window: int = 8191,
     ):
         self.url = base_url.rstrip("/") + "/embeddings"
+        self.window = window
         self.model_id = model
         self.api_key_env = api_key_env
         self._dims = dims

@@ -284,7 +284,15 @@ class HybridIndex:
         # Chunks cut to another size are cut again, every file (their texts mostly change, so
         # they are embedded again too); the size is recorded once every file has been.
         recorded = self.conn.execute("select value from meta where key = 'chunk_tokens'")
-        resize = (recorded.fetchone() or (CHUNK_TOKENS,))[0] != most
+        was = (recorded.fetchone() or (CHUNK_TOKENS,))[0]
+        resize = was != most
+        if resize and known:
+            report.warnings.append(
+                [
+                    stored_root,
+                    f"chunks are now cut to {most} tokens, were {was}: every file is chunked again",
+                ]
+            )
         for n, rel in enumerate(paths, 1):
             name = clean_text(rel)
             bar.update(n, name)

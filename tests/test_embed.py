@@ -107,7 +107,7 @@ def test_a_long_text_reaches_its_vector_through_windows(local):
     assert one[0] @ one[1] < 0.99
     assert two[0] @ two[1] < 0.999  # the last word is alone in the second window, and counts
     assert two[0] @ two[1] > one[0] @ one[1]  # one token of 255, not one of 254
-    most = LocalProvider.max_windows * (LocalProvider.window - 2)
+    most = local.max_windows * (LocalProvider.window - 2)
     beyond = local.embed(["memory " * most + "apple", "memory " * most + "zebra"])
     np.testing.assert_array_equal(beyond[0], beyond[1])  # past the last window: dropped
 
@@ -117,7 +117,7 @@ def test_a_window_vector_is_the_model_pooling_over_all_tokens(local):
     window included: the model's own pooling, over the whole text."""
     session, tokenizer = embed._load_local()
     text = "the deploy failed because the migration locked the shipments table " * 30
-    windows = embed.encode_windows(tokenizer, [text], LocalProvider.max_windows)[0]
+    windows = embed.encode_windows(tokenizer, [text], local.max_windows)[0]
     assert len(windows) == 2
     states = [
         session.run(
@@ -204,7 +204,7 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
     gives the same windows once it fills them, and is all that is read; texts whose prefix does
     not fill them are tokenized whole, as before."""
     _, tokenizer = embed._load_local()
-    most = embed.LocalProvider.max_windows
+    most = embed.LocalProvider().max_windows
     words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
     texts = [
         words,  # about a megabyte

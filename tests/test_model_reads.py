@@ -46,6 +46,12 @@ def test_an_index_chunked_to_another_size_is_chunked_again(local, tmp_path):
         idx.conn.execute("update meta set value = 400 where key = 'chunk_tokens'")
         again = idx.index_folder(str(folder))
         assert again.files_indexed == first.files_indexed == again.files_seen
+        assert again.warnings == [
+            [
+                str(folder),
+                f"chunks are now cut to {WINDOW} tokens, were 400: every file is chunked again",
+            ]
+        ]
         assert idx.conn.execute("select value from meta where key = 'chunk_tokens'").fetchone() == (
             WINDOW,
         )
