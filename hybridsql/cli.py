@@ -96,9 +96,10 @@ def cmd_search(args) -> int:
         )
         vector = "-" if r.vector_score is None else f"{r.vector_score:.3f}"
         keyword = "-" if r.keyword_score is None else f"{r.keyword_score:.3f}"
+        also = ", ".join(f"{start}-{end}" for start, end in r.other_ranges)
         print(
             f"{r.score:.3f}  {visible(where)}  [{r.match_type}: vector {vector}, "
-            f"keyword {keyword}, decay {r.decay:.2f}]"
+            f"keyword {keyword}, decay {r.decay:.2f}]" + (f" also lines {also}" if also else "")
         )
         print("       " + terminal_snippet(r.snippet))
     return 0
@@ -176,7 +177,24 @@ def add_search_options(p) -> None:
     p.add_argument("--mmr", action="store_true", help="re-rank for diversity (MMR)")
     p.add_argument("--mmr-lambda", dest="mmr_lambda", type=float, default=d.mmr_lambda)
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
-    p.add_argument("--now", type=float, default=None, help="unix seconds to decay against")
+    p.add_argument(
+        "--now",
+        default=None,
+        help="the time to decay against: unix seconds or an ISO date (2026-11-22);"
+        " default: the current time",
+    )
+    p.add_argument(
+        "--no-decay",
+        dest="decay",
+        action="store_false",
+        help="rank dated notes (memory/YYYY-MM-DD.md) by relevance alone, whatever their age",
+    )
+    p.add_argument(
+        "--group-by-file",
+        dest="group_by_file",
+        action="store_true",
+        help="one result per file: its best chunk, with the lines of its other matches",
+    )
 
 
 class Parser(argparse.ArgumentParser):
