@@ -261,7 +261,9 @@ def print_json(value) -> int:
 def cmd_memory(args) -> int:
     from hybridsql.memory import MemoryStore
 
-    with open_index(args, args.opening) as index:
+    # A search that does not reinforce writes nothing, so it opens the file read-only.
+    opening = args.opening if getattr(args, "reinforce", True) else "read"
+    with open_index(args, opening) as index:
         store = MemoryStore(index, getattr(args, "memory_dir", None))
         return print_json(args.run(store, args))
 
@@ -278,13 +280,16 @@ def memory_search(store, args):
         session_id=args.session,
         mode=args.mode,
         recalled_in=args.recalled_in,
+        reinforce=args.reinforce,
     )
     hits = [h.as_dict() for h in found]
     return {"query": args.query, "mode": found.mode, "notes": found.notes, "results": hits}
 
 
 def memory_documents(store, args):
-    found = store.search_documents(args.query, args.project, args.limit)
+    found = store.search_documents(
+        args.query, args.project, args.limit, args.decay, args.group_by_file
+    )
     return {"query": args.query, "mode": found.mode, "results": [r.as_dict() for r in found]}
 
 
@@ -319,6 +324,7 @@ MEMORY_COMMANDS = {
         'hybridsql memory search "indentation" --project tide --sector semantic --db mem.db',
         memory_search,
         "write",  # each memory found gains salience and is linked to the session as recalled
+        # (read with --no-reinforce)
     ),
     "documents": (
         "search the indexed memory files",
@@ -458,6 +464,25 @@ def add_memory_parsers(sub) -> None:
         help="the session to link the results to as recalled (default: --session)",
     )
     p["search"].add_argument("--mode", choices=MODES, default="hybrid")
+    p["search"].add_argument(
+        "--no-reinforce",
+        dest="reinforce",
+        action="store_false",
+        help="only look: the memories found gain no salience and no link (each search that"
+        " reinforces ranks what it found higher next time); opens the file read-only",
+    )
+    p["documents"].add_argument(
+        "--no-decay",
+        dest="decay",
+        action="store_false",
+        help="rank dated notes by relevance alone, whatever their age",
+    )
+    p["documents"].add_argument(
+        "--group-by-file",
+        dest="group_by_file",
+        action="store_true",
+        help="one result per file: its best chunk, with the lines of its other matches",
+    )
     p["relate"].add_argument("from_id", type=int)
     p["relate"].add_argument("to_id", type=int)
     p["relate"].add_argument("--relation", default="RELATED_TO")
