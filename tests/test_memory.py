@@ -472,6 +472,24 @@ def test_memory_search_no_reinforce_opens_the_file_read_only(tmp_path, capsys):
     assert [r["memory"]["salience"] for r in again["results"]] == [pytest.approx(0.52)]
 
 
+def test_grouping_by_file_leaves_memory_search_as_it_is(index):
+    # Memories have no file: each is its own group, so grouping changes nothing.
+    clock = Clock()
+    plain = MemoryStore(index, ranking=Ranking(recall_boost=0), clock=clock)
+    grouped = MemoryStore(
+        index,
+        ranking=Ranking(recall_boost=0),
+        options=SearchOptions(prefix=True, min_score=0.0, group_by_file=True),
+        clock=clock,
+    )
+    for text in ("Redis is the Celery broker", "Redis keys expire after 60 s", "Redis runs 7.2"):
+        add(plain, text)
+    want = plain.search("redis")
+    got = grouped.search("redis")
+    assert len(want) == 3 and "file_rank = 1" in got.sql
+    assert [(h.memory.id, h.score) for h in got] == [(h.memory.id, h.score) for h in want]
+
+
 def test_session_context_is_the_latest_link(store):
     s1, s2 = store.start_session(), store.start_session()
     m = add(store, "Feature flags live in LaunchDarkly", session_id=s1.id)
