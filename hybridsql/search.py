@@ -239,9 +239,16 @@ def keyword_plan(
         terms = [t for t in cjk_runs + [" ".join(w) for w in words] if len(t) >= 3]
         match = " AND ".join(_quote(t) for t in terms) or None
         return KeywordPlan(tables[1], match, like_terms)
-    star = "*" if prefix else ""
-    terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
+    terms = list(dict.fromkeys(_fts_term(w, prefix) for w in words))
     return KeywordPlan(tables[0], " OR ".join(terms) or None, like_terms, terms)
+
+
+def _fts_term(word: tuple, prefix: bool) -> str:
+    """One word of the query in FTS5 syntax. With ``prefix``, a one-part word matches as a
+    prefix OR-ed with itself: bm25 then counts an exact hit twice, at the exact form's own (high)
+    idf, so a memory's token ``tokw3x93`` ranks above the words it is a prefix of."""
+    quoted = _quote(" ".join(word))
+    return f"{quoted} OR {quoted}*" if prefix and len(word) == 1 else quoted
 
 
 def bounded(terms, most: int = MAX_TERMS) -> list:
