@@ -75,3 +75,71 @@ def test_an_exact_token_ranks_above_the_words_it_is_a_prefix_of(token_index):
             found = store.search(base, mode="keyword", limit=3)
             assert "bm25_candidate(" not in found.sql
             assert found[0].memory.id == memory_id, base
+
+
+# -- the heading over the matched lines, and whole-word marks ----------------------------------
+
+DOCS = Path(__file__).resolve().parent / "data" / "docs"
+
+
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory):
+    """tests/data/docs indexed: an error reference of one chunk and many ## sections, release
+    notes with setext headings, and a Chinese runbook."""
+    path = str(tmp_path_factory.mktemp("docs") / "docs.db")
+    with HybridIndex(path, embedder="local") as index:
+        index.index_folder(str(DOCS))
+        yield index
+
+
+def own_heading(index, result):
+    return index.conn.execute("select heading from chunks where id = ?", (result.id,)).fetchone()[0]
+
+
+NOTES = "Harbor gateway release notes"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "query, path, own, heading",
+    [
+        ("ERR_INVALID_ARG_TYPE", "errors.md", "Error codes", "ERR_INVALID_ARG_TYPE"),
+        ("stream destroyed", "errors.md", "ERR_INVALID_ARG_VALUE", "ERR_STREAM_DESTROYED"),
+        ("rate limiter per token", "release-notes.md", "", "Version 3.2"),
+        ("long polls", "release-notes.md", "Version 3.1", "Known issues"),
+        ("certificates reloaded", "release-notes.md", "Version 3.0", "Version 3.0"),
+        ("恢复演练", "数据库.md", "", "备份"),
+        ("慢查询日志", "数据库.md", "", "迁移"),
+    ],
+)
+def test_the_heading_is_the_one_over_the_matched_lines(docs, backend, query, path, own, heading):
+    """A chunk holds several short sections; a result is labelled by the section its first
+    marked word is in. The release notes' headings are setext (Version 3.0 follows a --- rule,
+    which is no heading); the runbook's title is its path's first part, as the notes' is."""
+    top = docs.search(query, backend=backend)[0]
+    first = {"errors.md": "Error codes", "release-notes.md": NOTES, "数据库.md": "数据库运维手册"}
+    parts = [first[path]]
+    assert top.path == path and top.match_type != "semantic"
+    assert top.heading == " > ".join(parts + [heading] * (heading != parts[0]))
+    assert own_heading(docs, top) == " > ".join(parts + [own] * (own not in ("", parts[0])))
+
+
+def test_a_semantic_hit_keeps_its_chunks_heading(docs):
+    found = docs.search("ERR_INVALID_ARG_TYPE", mode="semantic")
+    assert found[0].path == "errors.md"
+    assert all(r.match_type == "semantic" and r.heading == own_heading(docs, r) for r in found)
+
+
+def test_snippets_mark_whole_words_only(docs):
+    """ERR and arg are words of the query, not pieces of ERR_INVALID_ARG_TYPE or argument; an
+    inflection of a typed word is the word (the porter stemmer finds it too)."""
+    found = docs.search("ERR arg", mode="keyword")
+    assert {r.path for r in found} == {"errors.md"}
+    assert all("<mark>" not in r.snippet and r.heading == own_heading(docs, r) for r in found)
+    snippets = [r.snippet for r in docs.search("argument releases", mode="keyword")]
+    assert any("The <mark>argument</mark> had the right type" in s for s in snippets)
+    assert any("each <mark>release</mark> of the gateway" in s for s in snippets)
+    assert any("stable across <mark>releases</mark>;" in s for s in snippets)
+    assert not any("<mark>arg" in s and "<mark>argument</mark>" not in s for s in snippets)
+    prefixed = docs.search("authent", mode="keyword", prefix=True)[0]
+    assert "without\n<mark>authentication</mark>." in prefixed.snippet
