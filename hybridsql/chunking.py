@@ -38,12 +38,10 @@ _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 # paragraph counts (CommonMark would take a longer paragraph whole): a rule drawn under a
 # paragraph is more often meant as a rule than as a heading of several lines.
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
-# Lines that cannot be a setext heading's text: blank, indented code, a quote, a list item, a
-# thematic break.
-_NOT_TITLE = re.compile(
-    r"[ \t]*$| {4}| {0,3}(?:\t|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)"
-    r"|([-*_])(?:[ \t]*\1){2,}[ \t]*$)"
-)
+# Lines that cannot be a setext heading's text: blank, indented code, a quote, a list item; nor
+# can a thematic break (_RULE), which also ends the paragraph before it.
+_RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_NOT_TITLE = re.compile(r"[ \t]*$| {4}| {0,3}(?:\t|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
 _FRONT_MATTER = re.compile(r"---[ \t]*$")  # YAML front matter: from line 1 to the next --- or ...
 _FRONT_MATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*$")
 _SENTENCE_END = frozenset(".!?;。！？；…")
@@ -175,7 +173,7 @@ def _headings(
             fence = opening.group(1)
         elif atx := _HEADING.match(line):
             heading = (len(atx.group(1)), (atx.group(2) or "").strip())
-        elif not paragraph and i + 1 < n and not _NOT_TITLE.match(line):
+        elif not paragraph and i + 1 < n and not _NOT_TITLE.match(line) and not _RULE.match(line):
             underline = _SETEXT.match(lines[i + 1])
             if underline:
                 yield (1 if underline.group(1)[0] == "=" else 2, line.strip()), False
@@ -183,7 +181,7 @@ def _headings(
                 i += 2
                 continue
         yield heading, bool(fence)
-        paragraph = not fence and heading is None and bool(line.strip())
+        paragraph = not fence and heading is None and bool(line.strip()) and not _RULE.match(line)
         i += 1
 
 

@@ -207,8 +207,9 @@ def test_setext_headings_count_and_rules_and_front_matter_do_not():
         (20, "Harbor gateway release notes > Known issues"),  # the --- after it is a rule
         (28, "Harbor gateway release notes > Version 3.0"),
     ]
-    front = "---\ntitle: Runbook\ntags: [ops]\n---\n\nIntro line.\n- a list item\n---\n"
-    assert [c.heading for c in chunk_markdown(front + section("Steps", 150))] == ["", "Steps"]
+    front = "---\ntitle: Runbook\n---\n\nIntro line.\n- a list item\n---\n***\nA rule ends\n---\n"
+    chunks = chunk_markdown(front + section("Steps", 150, 3), 20, 0)
+    assert {c.heading for c in chunks} == {"", "A rule ends > Steps"}
     paragraph = "Two lines of a paragraph\nare not a title\n---\n"
     assert {c.heading for c in chunk_markdown(paragraph + "    code\n===\n")} == {""}
 
