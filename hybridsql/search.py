@@ -726,9 +726,11 @@ def _inflected(term: str) -> str:
     if len(term) < 3 or not term[-1].isalpha():
         return word
     if term[-1] in "eE":
-        return word + "(?:s|d|'s)?"
-    plural = "es" if term.lower().endswith(("s", "x", "z", "ch", "sh")) else "s"
-    return word + f"(?:{plural}|ed|ing|'s)?"
+        suffixes = ("s", "d", "'s")
+    else:
+        plural = "es" if term.lower().endswith(("s", "x", "z", "ch", "sh")) else "s"
+        suffixes = (plural, "ed", "ing", "'s")
+    return word + "(?:" + "|".join(suffixes) + ")?"
 
 
 @functools.lru_cache(maxsize=64)
