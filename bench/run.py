@@ -1,7 +1,7 @@
 """hybridsql against what users would pick instead, measured in one process and one run.
 
     pip install ".[bench]"
-    python bench/run.py            # vectors: N in 10k, 100k, 1M x D 384 (45 minutes the first time, 20 after)
+    python bench/run.py            # N in 10k, 100k, 1M x D 384 (45 min the first time, 20 after)
     python bench/run.py --quick    # vectors: N in 10k, 100k
 
 Writes bench/results/report.md; docs/benchmarks.md explains it. Vector top-k is measured in

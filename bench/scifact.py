@@ -2,15 +2,19 @@
 
     python bench/scifact.py                 # test split, the default configurations
     python bench/scifact.py --split train --sweep   # the tuning grid, on train
+    python bench/scifact.py --dated         # dated copies: decay on and off
 
 The first run builds bench/results/scifact.db (title + abstract per document, embedded with the
 local model: about 15 minutes on 2 cores); later runs reuse it.
 """
 
 import argparse
+import datetime
+import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -24,6 +28,9 @@ DATA = os.environ.get("HYBRIDSQL_SCIFACT") or os.path.join(
 )
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels-test.tsv", "qrels-train.tsv")
 DB = os.path.join(HERE, "results", "scifact.db")
+DATED_DB = os.path.join(HERE, "results", "scifact-dated.db")
+# --dated: each document gets a day of the year before NOW, the same on every run.
+NOW = datetime.date(2026, 11, 22)
 
 sys.path.insert(0, os.path.join(HERE, ".."))
 
@@ -71,6 +78,25 @@ def build(idx: HybridIndex) -> None:
         print(f"embedded {n} documents in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
 
+def dated_path(doc_id: str) -> str:
+    """``<id>/YYYY-MM-DD.md``: a file name temporal_decay() reads, a day from 1 to 365 days
+    before NOW picked by the id's hash, so the dates spread evenly over the year."""
+    days = 1 + int(hashlib.sha256(doc_id.encode()).hexdigest(), 16) % 365
+    return f"{doc_id}/{NOW - datetime.timedelta(days=days)}.md"
+
+
+def dated_copy() -> HybridIndex:
+    """A copy of the built index with dated paths (vectors and text as they are)."""
+    shutil.copy(DB, DATED_DB)
+    idx = HybridIndex(DATED_DB, embedder="local")
+    with transaction(idx.conn):
+        rows = idx.conn.execute("select id, path from chunks").fetchall()
+        idx.conn.executemany(
+            "update chunks set path = ? where id = ?", [(dated_path(p), i) for i, p in rows]
+        )
+    return idx
+
+
 def ndcg_at_10(ranked, judged):
     dcg = sum(judged.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:10]))
     ideal = sorted(judged.values(), reverse=True)[:10]
@@ -86,7 +112,8 @@ def evaluate(idx, queries, qrels, **options):
         if q["_id"] not in qrels:
             continue
         found = idx.search(q["text"], **opts)
-        scores.append(ndcg_at_10([r.path for r in found], qrels[q["_id"]]))
+        ranked = [r.path.split("/", 1)[0] for r in found]  # the id, dated or not
+        scores.append(ndcg_at_10(ranked, qrels[q["_id"]]))
     return sum(scores) / len(scores)
 
 
@@ -102,6 +129,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", default="test", choices=["test", "train"])
     parser.add_argument("--sweep", action="store_true", help="the tuning grid")
+    parser.add_argument(
+        "--dated",
+        action="store_true",
+        help=f"each document dated within the year before {NOW} (path <id>/YYYY-MM-DD.md):"
+        " hybrid search with decay on and off",
+    )
     args = parser.parse_args()
     require_data()
     os.makedirs(os.path.dirname(DB), exist_ok=True)
@@ -109,6 +142,15 @@ def main():
     build(idx)
     queries, qrels = load_jsonl("queries.jsonl"), load_qrels(args.split)
     configs = dict(CONFIGS)
+    if args.dated:
+        idx.close()
+        idx = dated_copy()
+        now = NOW.isoformat()
+        configs = {
+            f"hybrid, decay (half-life 30 days, now {now})": {"now": now},
+            "hybrid, decay (half-life 365 days)": {"now": now, "half_life_days": 365.0},
+            "hybrid, no decay": {"decay": False},
+        }
     if args.sweep:
         for floor in (0.0, 0.1, 0.2, 0.25, 0.3):
             for kn in ("max", "saturation"):

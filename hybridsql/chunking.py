@@ -191,13 +191,16 @@ def _enter(titles: list, heading: tuple) -> list:
     return [(lvl, t) for lvl, t in titles if lvl < level] + ([(level, title)] if title else [])
 
 
-def _scan(lines: list[str]) -> tuple[list[int], list[bool], list[bool], list[str]]:
-    """Per line: cost in tenths, is a heading, follows a blank line, heading path in effect."""
+def _scan(
+    lines: list[str], counts: Sequence[int] | None = None
+) -> tuple[list[int], list[bool], list[bool], list[str]]:
+    """Per line: cost in tenths, is a heading, follows a blank line, heading path in effect.
+    ``counts``: each line's real token count, else it is estimated."""
     costs, hard, soft, paths = [], [], [], []
     titles: list[tuple[int, str]] = []
     previous_blank = False
-    for line, (heading, in_fence) in zip(lines, _headings(lines), strict=True):
-        cost = _tenths(line)
+    for i, (line, (heading, in_fence)) in enumerate(zip(lines, _headings(lines), strict=True)):
+        cost = _tenths(line) if counts is None else 10 * counts[i]
         if heading:
             titles = _enter(titles, heading)
         costs.append(cost)
@@ -255,8 +258,11 @@ def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int
     ]
 
 
-def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80) -> list[Chunk]:
-    """Split markdown into chunks of at most max_tokens estimated tokens.
+def chunk_markdown(
+    text: str, max_tokens: int = 400, overlap_tokens: int = 80, counter=None
+) -> list[Chunk]:
+    """Split markdown into chunks of at most max_tokens tokens, estimated by count_tokens() or
+    counted by ``counter(lines) -> counts`` (an embedder's own tokenizer).
 
     Chunks are whole lines. A heading starts a new chunk once the current one holds a quarter of
     max_tokens (smaller sections are merged); a chunk that must end for size ends after a blank
@@ -274,7 +280,7 @@ def chunk_markdown(text: str, max_tokens: int = 400, overlap_tokens: int = 80) -
             f"({max_tokens}), got {overlap_tokens}"
         )
     lines = _LINE_BREAK.split(text)
-    costs, hard, soft, paths = _scan(lines)
+    costs, hard, soft, paths = _scan(lines, counter(lines) if counter else None)
     budget, overlap = max_tokens * 10, overlap_tokens * 10
     chunks = []
     for start, end in _windows(costs, budget, overlap, hard, soft):

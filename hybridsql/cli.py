@@ -96,9 +96,10 @@ def cmd_search(args) -> int:
         )
         vector = "-" if r.vector_score is None else f"{r.vector_score:.3f}"
         keyword = "-" if r.keyword_score is None else f"{r.keyword_score:.3f}"
+        also = ", ".join(f"{start}-{end}" for start, end in r.other_ranges)
         print(
             f"{r.score:.3f}  {visible(where)}  [{r.match_type}: vector {vector}, "
-            f"keyword {keyword}, decay {r.decay:.2f}]"
+            f"keyword {keyword}, decay {r.decay:.2f}]" + (f" also lines {also}" if also else "")
         )
         print("       " + terminal_snippet(r.snippet))
     return 0
@@ -176,7 +177,24 @@ def add_search_options(p) -> None:
     p.add_argument("--mmr", action="store_true", help="re-rank for diversity (MMR)")
     p.add_argument("--mmr-lambda", dest="mmr_lambda", type=float, default=d.mmr_lambda)
     p.add_argument("--backend", choices=BACKENDS, default=d.backend)
-    p.add_argument("--now", type=float, default=None, help="unix seconds to decay against")
+    p.add_argument(
+        "--now",
+        default=None,
+        help="the time to decay against: unix seconds or an ISO date (2026-11-22);"
+        " default: the current time",
+    )
+    p.add_argument(
+        "--no-decay",
+        dest="decay",
+        action="store_false",
+        help="rank dated notes (memory/YYYY-MM-DD.md) by relevance alone, whatever their age",
+    )
+    p.add_argument(
+        "--group-by-file",
+        dest="group_by_file",
+        action="store_true",
+        help="one result per file: its best chunk, with the lines of its other matches",
+    )
 
 
 class Parser(argparse.ArgumentParser):
@@ -243,7 +261,9 @@ def print_json(value) -> int:
 def cmd_memory(args) -> int:
     from hybridsql.memory import MemoryStore
 
-    with open_index(args, args.opening) as index:
+    # A search that does not reinforce writes nothing, so it opens the file read-only.
+    opening = args.opening if getattr(args, "reinforce", True) else "read"
+    with open_index(args, opening) as index:
         store = MemoryStore(index, getattr(args, "memory_dir", None))
         return print_json(args.run(store, args))
 
@@ -260,13 +280,16 @@ def memory_search(store, args):
         session_id=args.session,
         mode=args.mode,
         recalled_in=args.recalled_in,
+        reinforce=args.reinforce,
     )
     hits = [h.as_dict() for h in found]
     return {"query": args.query, "mode": found.mode, "notes": found.notes, "results": hits}
 
 
 def memory_documents(store, args):
-    found = store.search_documents(args.query, args.project, args.limit)
+    found = store.search_documents(
+        args.query, args.project, args.limit, args.decay, args.group_by_file
+    )
     return {"query": args.query, "mode": found.mode, "results": [r.as_dict() for r in found]}
 
 
@@ -301,6 +324,7 @@ MEMORY_COMMANDS = {
         'hybridsql memory search "indentation" --project tide --sector semantic --db mem.db',
         memory_search,
         "write",  # each memory found gains salience and is linked to the session as recalled
+        # (read with --no-reinforce)
     ),
     "documents": (
         "search the indexed memory files",
@@ -440,6 +464,25 @@ def add_memory_parsers(sub) -> None:
         help="the session to link the results to as recalled (default: --session)",
     )
     p["search"].add_argument("--mode", choices=MODES, default="hybrid")
+    p["search"].add_argument(
+        "--no-reinforce",
+        dest="reinforce",
+        action="store_false",
+        help="only look: the memories found gain no salience and no link (each search that"
+        " reinforces ranks what it found higher next time); opens the file read-only",
+    )
+    p["documents"].add_argument(
+        "--no-decay",
+        dest="decay",
+        action="store_false",
+        help="rank dated notes by relevance alone, whatever their age",
+    )
+    p["documents"].add_argument(
+        "--group-by-file",
+        dest="group_by_file",
+        action="store_true",
+        help="one result per file: its best chunk, with the lines of its other matches",
+    )
     p["relate"].add_argument("from_id", type=int)
     p["relate"].add_argument("to_id", type=int)
     p["relate"].add_argument("--relation", default="RELATED_TO")

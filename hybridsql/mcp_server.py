@@ -80,13 +80,21 @@ def build_server(
         session_id: int | None = None,
         mode: Mode = "hybrid",
         documents: int = 5,
+        reinforce: bool = True,
+        decay: bool = True,
+        group_by_file: bool = False,
     ) -> dict:
         """Search memories by meaning and by keyword (word prefixes match: "auth" finds
         "authentication"). Returns ranked memories, each with its score, a snippet with the
         matches in <mark>, the session that created it and, when include_superseded, the memory
         that superseded it; and up to `documents` matching passages of the memory folder's files.
         Filters (project, sector, tier, min_salience, session_id: memories that session used)
-        apply before ranking. Superseded memories are left out unless include_superseded."""
+        apply before ranking. Superseded memories are left out unless include_superseded.
+        Each memory returned gains a little salience and is linked to this session as recalled,
+        so what searches found before ranks higher later; reinforce=false only looks. Dated
+        notes (memory/YYYY-MM-DD.md) lose half their score every 30 days; decay=false ranks
+        them by relevance alone. group_by_file: one passage per file, with the lines of its
+        other matches."""
         if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
             raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")
         found = call(
@@ -101,14 +109,15 @@ def build_server(
             session_id=session_id,
             mode=mode,
             recalled_in=this_session,
+            reinforce=reinforce,
         )
-        docs = call(store.search_documents, query, project, documents) if documents > 0 else []
+        docs = []
+        if documents > 0:
+            docs = call(store.search_documents, query, project, documents, decay, group_by_file)
+        keys = ("path", "start_line", "end_line", "other_ranges", "snippet", "score")
         return {
             "memories": [hit.as_dict() for hit in found],
-            "documents": [
-                {k: r.as_dict()[k] for k in ("path", "start_line", "end_line", "snippet", "score")}
-                for r in docs
-            ],
+            "documents": [{k: r.as_dict()[k] for k in keys} for r in docs],
             "notes": found.notes,
         }
 

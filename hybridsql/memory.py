@@ -489,13 +489,16 @@ class MemoryStore:
         session_id: int | None = None,
         mode: str = "hybrid",
         recalled_in: int | None = None,
+        reinforce: bool = True,
     ) -> SearchResults:
         """Ranked memories; the filters apply before the top-k, so ``limit`` results come back
         whenever that many match.
 
         ``session_id`` keeps the memories linked to that session. Each memory returned gains
         ``ranking.recall_boost`` salience and is linked as recalled to ``recalled_in`` (by
-        default ``session_id``). The results are MemoryHits.
+        default ``session_id``), so what was found before ranks higher in later searches.
+        ``reinforce=False`` only looks: no salience, link or usage row is written (for
+        evaluation, and for clients that only show memories). The results are MemoryHits.
         """
         if sector is not None and sector not in SECTORS:
             raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {sector!r}")
@@ -513,17 +516,30 @@ class MemoryStore:
         opts = replace(self.options, mode=mode, max_results=limit, now=now)
         found = self.index.searcher.search(query, opts, profile)
         hits = [_hit(r) for r in found]
-        self._recall(hits, session_id if recalled_in is None else recalled_in, now)
+        if reinforce:
+            self._recall(hits, session_id if recalled_in is None else recalled_in, now)
         found.results = hits
         return found
 
     def search_documents(
-        self, query: str, project: str | None = None, limit: int = 10
+        self,
+        query: str,
+        project: str | None = None,
+        limit: int = 10,
+        decay: bool = True,
+        group_by_file: bool = False,
     ) -> SearchResults:
-        """Ranked chunks of the indexed memory files (documents), ``project``'s only if given."""
+        """Ranked chunks of the indexed memory files (documents), ``project``'s only if given;
+        ``decay`` and ``group_by_file`` as in SearchOptions."""
         _check_count("limit", limit, 1)
         project = clean_text(project) if isinstance(project, str) else project
-        opts = replace(self.document_options, max_results=limit, now=self.clock())
+        opts = replace(
+            self.document_options,
+            max_results=limit,
+            now=self.clock(),
+            decay=decay,
+            group_by_file=group_by_file,
+        )
         return self.index.searcher.search(query, opts, document_profile(project))
 
     def timeline(self, anchor_id: int, before: int = 5, after: int = 5) -> list:

@@ -12,6 +12,7 @@ import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -78,7 +79,9 @@ class SearchOptions:
     mmr: bool = False
     mmr_lambda: float = 0.7
     backend: str = "auto"
-    now: float | None = None
+    now: float | str | None = None  # unix seconds or ISO-8601 text; None: the current time
+    decay: bool = True  # False: dated files rank by relevance alone, whatever their age
+    group_by_file: bool = False  # one result per file: its best chunk, and its others' lines
 
     def check(self) -> None:
         """Raises QueryError for a value no search can use."""
@@ -99,8 +102,10 @@ class SearchOptions:
                 raise QueryError(f"{name} must be {rule}, not {value!r}")
         for name in NUMBERS:
             value = getattr(self, name)
-            if value is None and name == "now":
-                continue
+            if name == "now":
+                if value is None:
+                    continue
+                value = unix_time(value)
             if not finite(value):
                 raise QueryError(f"{name} must be a finite number, not {value!r}")
         ranges = [
@@ -114,6 +119,28 @@ class SearchOptions:
         for name, ok, rule in ranges:
             if not ok:
                 raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+
+
+def unix_time(value):
+    """``now`` as unix seconds: a number as it is, or text: a number, or an ISO-8601 date or
+    time (``2026-11-22``, ``2026-11-22T09:30:00Z``), UTC when it has no offset, as
+    temporal_decay() reads it."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        # Python 3.10's fromisoformat does not take the Z suffix.
+        moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", value.strip()))
+    except ValueError:
+        raise QueryError(
+            f"now must be unix seconds or an ISO-8601 date or time like 2026-11-22, not {value!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
 
 
 def whole(value) -> bool:
@@ -162,6 +189,8 @@ class SearchResult:
     keyword_score: float | None
     decay: float
     match_type: str
+    # With group_by_file: [start_line, end_line] of the file's other chunks that matched.
+    other_ranges: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # the profile's columns
 
     def as_dict(self) -> dict:
@@ -317,7 +346,7 @@ class Profile:
 RESERVED = frozenset(
     "id kind path start_line end_line heading text created_at cosine rank krank keyword_tier"
     " vrank best_rank vector_score keyword_score relevance decay score semantic_hit keyword_hit"
-    " vscore".split()
+    " vscore file_id file_rank file_ranges".split()
 )
 
 
@@ -440,8 +469,8 @@ def build_statement(
         else "null"
     )
     parts.append(f"""scored as materialized (
-  select c.id, c.kind, c.path, c.start_line, c.end_line, c.heading, c.text, c.created_at,
-         {cosine} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
+  select c.id, c.kind, c.file_id, c.path, c.start_line, c.end_line, c.heading, c.text,
+         c.created_at, {cosine} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
   from cand join chunks c on c.id = cand.id {join}
   left join kw on kw.id = cand.id left join vec on vec.id = cand.id
@@ -463,9 +492,9 @@ def build_statement(
         "max": "rank / best_rank",
         "saturation": "bm25_score(rank, :saturation)",
     }[opts.keyword_norm]
+    decay = "temporal_decay(path, :now, :half_life_days)" if opts.decay else "1.0"
     parts.append(f"""fused as (
-  select *, {relevance} as relevance,
-         temporal_decay(path, :now, :half_life_days) as decay
+  select *, {relevance} as relevance, {decay} as decay
   from (
     select *,
            case when cosine >= :vector_floor
@@ -474,15 +503,35 @@ def build_statement(
     from scored
   )
 )""")
+    columns = """id, kind, path, start_line, end_line, heading, text, score, relevance, cosine,
+       keyword_score, decay, vrank is not null as semantic_hit, rank is not null as keyword_hit,
+       keyword_tier, file_ranges"""
+    if opts.group_by_file:
+        # One row per file, its best chunk, so that min_score and the limit count files; the
+        # others' lines come along. A memory has no file and is its own group.
+        file = "file_id, case when file_id is null then id end"
+        parts.append(f"""passed as (
+  select *, relevance * decay as score,
+         row_number() over (partition by {file} order by relevance * decay desc, id) as file_rank,
+         json_group_array(json_array(start_line, end_line)) over (
+           partition by {file} order by start_line, id
+           rows between unbounded preceding and unbounded following) as file_ranges
+  from fused
+  where relevance >= :min_score
+)""")
+        final = "from passed where file_rank = 1"
+    else:
+        parts.append("""passed as (
+  select *, relevance * decay as score, null as file_ranges from fused
+  where relevance >= :min_score
+)""")
+        final = "from passed"
     return (
         "with "
         + ",\n".join(parts)
         + f"""
-select id, kind, path, start_line, end_line, heading, text, relevance * decay as score,
-       relevance, cosine, keyword_score, decay, vrank is not null as semantic_hit,
-       rank is not null as keyword_hit, keyword_tier{extra_names}
-from fused
-where relevance >= :min_score
+select {columns}{extra_names}
+{final}
 order by score desc, id
 limit :limit"""
     )
@@ -536,6 +585,15 @@ class Searcher:
         if mode != "keyword" and self.embedder is None:
             notes.append("no embedding provider is configured: keyword-only search")
             mode = "keyword"
+        query_vector = None
+        if mode != "keyword":
+            query_vector = self.embedder.embed_one(query).astype("<f4")
+            if not query_vector.any():
+                # The provider's zero vector: text it cannot read (see embed.READABLE).
+                notes.append(
+                    f"{self.embedder.model_id} cannot read this query: keyword-only search"
+                )
+                mode, query_vector = "keyword", None
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
         plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
@@ -547,7 +605,7 @@ class Searcher:
             "vector_weight": opts.vector_weight,
             "keyword_weight": opts.keyword_weight,
             "saturation": opts.saturation,
-            "now": time.time() if opts.now is None else opts.now,
+            "now": time.time() if opts.now is None else unix_time(opts.now),
             "half_life_days": opts.half_life_days,
             "min_score": opts.min_score,
             "limit": params_limit(opts),
@@ -556,8 +614,7 @@ class Searcher:
             **profile.params,
         }
         source, backend, vector_of = None, self._backend(opts), None
-        if mode != "keyword":
-            query_vector = self.embedder.embed_one(query).astype("<f4")
+        if query_vector is not None:
             params["query_vector"] = query_vector.tobytes()
             params["model"] = self.embedder.model_id
             vector_of = self._vector_of(len(query_vector))
@@ -628,7 +685,7 @@ class Searcher:
     @staticmethod
     def _result(row, terms, prefix, extra_names) -> SearchResult:
         id_, kind, path, start, end, heading, text, score, relevance = row[:9]
-        cosine, kscore, decay, semantic, keyword = row[9:14]
+        cosine, kscore, decay, semantic, keyword, _, ranges = row[9:16]
         match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
         if keyword:
             heading = matched_heading(text, heading, start, terms, prefix)
@@ -647,7 +704,8 @@ class Searcher:
             keyword_score=kscore if keyword else None,
             decay=decay,
             match_type=match,
-            extra=dict(zip(extra_names, row[15:], strict=False)),
+            other_ranges=[r for r in json.loads(ranges) if r != [start, end]] if ranges else [],
+            extra=dict(zip(extra_names, row[16:], strict=False)),
         )
 
     def _mmr(self, results, params, opts, vector_of):

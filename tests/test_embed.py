@@ -1,5 +1,6 @@
 """The embeddings layer: local MiniLM, the OpenAI-compatible HTTP provider, the cache, SQL embed()."""
 
+import gzip
 import json
 import os
 import re
@@ -88,7 +89,7 @@ def test_batches_by_length_and_keeps_order(local):
         "hi",
         "",
         "medium length text about login",
-        "日本語のテキストも埋め込める",
+        "memory " * 600,  # three windows
     ]
     together = LocalProvider(batch_size=2).embed(texts)
     alone = np.stack([local.embed([text])[0] for text in texts])
@@ -97,12 +98,93 @@ def test_batches_by_length_and_keeps_order(local):
     np.testing.assert_allclose(together, alone, atol=1e-5)
 
 
-def test_truncates_at_256_tokens(local):
+def test_a_long_text_reaches_its_vector_through_windows(local):
+    """The model reads 256 tokens at a time; what a chunk says after them still counts: the
+    vector is the mean over the tokens of all its windows, up to max_windows of them."""
     # "memory" is one token; [CLS] and [SEP] make n + 3 tokens in all.
-    kept = local.embed(["memory " * 253 + "apple", "memory " * 253 + "zebra"])
-    cut = local.embed(["memory " * 254 + "apple", "memory " * 254 + "zebra"])
-    assert kept[0] @ kept[1] < 0.99
-    np.testing.assert_array_equal(cut[0], cut[1])
+    one = local.embed(["memory " * 253 + "apple", "memory " * 253 + "zebra"])
+    two = local.embed(["memory " * 254 + "apple", "memory " * 254 + "zebra"])
+    assert one[0] @ one[1] < 0.99
+    assert two[0] @ two[1] < 0.999  # the last word is alone in the second window, and counts
+    assert two[0] @ two[1] > one[0] @ one[1]  # one token of 255, not one of 254
+    most = local.max_windows * (LocalProvider.window - 2)
+    beyond = local.embed(["memory " * most + "apple", "memory " * most + "zebra"])
+    np.testing.assert_array_equal(beyond[0], beyond[1])  # past the last window: dropped
+
+
+def test_a_window_vector_is_the_model_pooling_over_all_tokens(local):
+    """Two windows of one text give the mean of every token's state, [CLS] and [SEP] of each
+    window included: the model's own pooling, over the whole text."""
+    session, tokenizer = embed._load_local()
+    text = "the deploy failed because the migration locked the shipments table " * 30
+    windows = embed.encode_windows(tokenizer, [text], local.max_windows)[0]
+    assert len(windows) == 2
+    states = [
+        session.run(
+            None,
+            {
+                "input_ids": np.asarray([w.ids]),
+                "attention_mask": np.ones((1, len(w.ids)), np.int64),
+                "token_type_ids": np.zeros((1, len(w.ids)), np.int64),
+            },
+        )[0][0]
+        for w in windows
+    ]
+    mean = np.concatenate(states).astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(local.embed([text])[0], mean / np.linalg.norm(mean), atol=1e-6)
+
+
+UNREADABLE = {
+    "traditional Chinese": "測試",
+    "simplified Chinese": "如何读取文件",
+    "Japanese": "日本語のテキストも埋め込める",
+    "an RSA modulus in hex": "00c4f1a93be07d5528e61f0a9c3b7d42e85f1906ab73c2d4e8f09b1a6d3c5e7f29",
+    "base64": "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6",
+}
+READABLE_TEXT = {
+    "English": "Maya wants four spaces in Python, never tabs.",
+    "an error code": "ERR_INVALID_ARG_TYPE: the argument must be a string",
+    "code": "def connect(path): return apsw.Connection(path)",
+    "English with a hash": "deployed commit 3f9a2c1 to staging after the fix",
+}
+
+
+@pytest.mark.parametrize("name", UNREADABLE)
+def test_text_the_model_cannot_read_gets_the_zero_vector(local, name):
+    """Mostly [UNK], single CJK characters or one- and two-letter word pieces: a cosine from
+    them would be noise (an RSA modulus scored 0.71 against a CJK query), so the vector is
+    zero and its cosine with everything 0."""
+    text = UNREADABLE[name]
+    assert local.readable(text) < embed.READABLE
+    vector = local.embed([text, "a readable sentence"])[0]
+    assert not vector.any()
+
+
+@pytest.mark.parametrize("name", READABLE_TEXT)
+def test_text_the_model_reads_keeps_its_vector(local, name):
+    text = READABLE_TEXT[name]
+    assert local.readable(text) >= embed.READABLE
+    assert np.linalg.norm(local.embed([text])[0]) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_real_text_is_readable(local):
+    """SciFact abstracts (gene and chemical names split into short pieces: the least readable is
+    0.71) and the example memory's English notes read as text; its Chinese and Japanese notes do
+    not, and its English summaries of them do."""
+    path = Path(__file__).parent / "data" / "scifact" / "corpus.jsonl.gz"
+    with gzip.open(path, "rt") as f:
+        abstracts = [json.loads(line)["text"] for line, _ in zip(f, range(1000), strict=False)]
+    assert min(local.readable(t) for t in abstracts) >= 0.7
+    notes = [p.read_text() for p in (Path(__file__).parents[1] / "examples").rglob("*.md")]
+    english = [t for t in notes if not re.search("[\u3040-\u9fff]", t)]
+    assert len(english) > 15 and min(local.readable(t) for t in english) >= 0.8
+    for name, heading in (
+        ("2026-10-15", "## English summary (for Maya)"),
+        ("2026-11-18", "## English summary"),
+    ):
+        note = (Path(__file__).parents[1] / f"examples/memory/memory/{name}.md").read_text()
+        original, summary = note.split(heading)
+        assert local.readable(original) < embed.READABLE <= 0.8 <= local.readable(summary)
 
 
 class Recording:
@@ -116,25 +198,28 @@ class Recording:
         return self.tokenizer.encode_batch(texts)
 
 
-def test_a_long_text_is_tokenized_only_as_far_as_truncation_keeps(local):
-    """A megabyte query was tokenized whole for truncation to keep its first 256 tokens. A
-    prefix cut where the tokens before it cannot depend on what follows (a space, a CJK
-    ideograph) gives the same tokens once it fills them, and is all that is read; texts whose
-    prefix does not fill them are tokenized whole, as before."""
+def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
+    """A megabyte query was tokenized whole for truncation to keep its first windows. A prefix
+    cut where the tokens before it cannot depend on what follows (a space, a CJK ideograph)
+    gives the same windows once it fills them, and is all that is read; texts whose prefix does
+    not fill them are tokenized whole, as before."""
     _, tokenizer = embed._load_local()
+    most = embed.LocalProvider().max_windows
     words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
     texts = [
         words,  # about a megabyte
         "部" * 300_000,
         "a\u0301 " * 200_000,
         "memory " * 300,
-        "\x00 " * 5000 + words[:20_000],  # the prefix has no token: read whole
+        "\x00 " * 20_000 + words[:20_000],  # the prefix has no token: read whole
         "x" * 300_001,  # one word: no place to cut
     ]
     recording = Recording(tokenizer)
-    got = embed.encode_truncated(recording, texts)
-    assert [e.ids for e in got] == [e.ids for e in tokenizer.encode_batch(texts)]
-    assert all(n < 5000 for n in recording.lengths[:3])
+    got = embed.encode_windows(recording, texts, most)
+    whole = [[e, *e.overflowing][:most] for e in tokenizer.encode_batch(texts)]
+    assert [[w.ids for w in ws] for ws in got] == [[w.ids for w in ws] for ws in whole]
+    assert [len(ws) for ws in got] == [most, most, most, 2, most, 1]
+    assert all(n < 5000 * most for n in recording.lengths[:3])
     assert not {len(t) for t in texts[:3]} & set(recording.lengths)
     assert recording.lengths[6:] == [len(texts[4])]
 

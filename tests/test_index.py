@@ -26,6 +26,9 @@ class Counting:
         self.texts = []
         self.fail_after = fail_after
 
+    def __getattr__(self, name):  # window, count_tokens, revision: the model's own
+        return getattr(self.inner, name)
+
     def embed(self, texts):
         if self.fail_after is not None and len(self.texts) + len(texts) > self.fail_after:
             raise RuntimeError("the provider went away")

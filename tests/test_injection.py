@@ -212,6 +212,10 @@ REVIEWED = {
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",
         "cosine": "a literal of build_statement around vector_of('c.id'), or 'null'",
         "id_sql": "the literal 'c.id' given to vector_of",
+        "file": "a literal of build_statement: what group_by_file partitions by",
+        "decay": "one of two literals of build_statement, chosen by the decay option",
+        "columns": "a literal of build_statement: the result's columns",
+        "final": "one of two literals of build_statement, chosen by group_by_file",
     },
     "schema.py": {
         "insert": "_upgrade_from_1's own constant text",

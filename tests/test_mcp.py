@@ -105,6 +105,9 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
         seen["billing"] = await client.call(
             "search_memory", query="dunning", project="billing", sector="episodic"
         )
+        seen["looked"] = await client.call(
+            "search_memory", query="dunning", reinforce=False, decay=False, group_by_file=True
+        )
         seen["deleted"] = await client.call("delete", memory_id=b["id"])
         seen["after_delete"] = await client.call("search_memory", query="dunning")
         seen["unknown"] = await client.call("timeline", memory_id=999)
@@ -144,6 +147,14 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
     billing = seen["billing"]
     assert [h["memory"]["id"] for h in billing["memories"]] == [b["id"]]
     assert [d["path"] for d in billing["documents"]] == ["memory/projects/billing/glossary.md"]
+
+    looked = seen["looked"]  # found, and neither reinforced nor linked (the summary below)
+    assert [h["memory"]["salience"] for h in looked["memories"]] == [
+        h["memory"]["salience"] for h in billing["memories"]
+    ]
+    assert [(d["path"], d["other_ranges"]) for d in looked["documents"]] == [
+        ("memory/projects/billing/glossary.md", [])
+    ]
 
     assert seen["deleted"] == {"deleted": b["id"]}
     assert seen["after_delete"]["memories"] == []

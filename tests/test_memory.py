@@ -439,6 +439,57 @@ def test_salience_grows_on_recall_up_to_one(store):
     assert store.get(m.id).salience == pytest.approx(0.54)
 
 
+def test_a_search_that_does_not_reinforce_writes_nothing(store):
+    session = store.start_session("tide")
+    m = add(store, "Alembic migrations run before the app starts", session_id=session.id)
+    add(store, "Alembic autogenerate misses server defaults", salience=0.7)
+
+    def state():
+        tables = ("memories", "session_memories", "memory_links", "sessions")
+        return [store.conn.execute(f"select * from {t} order by 1, 2").fetchall() for t in tables]
+
+    before = state()
+    for _ in range(3):
+        found = store.search("alembic migrations", recalled_in=session.id, reinforce=False)
+        assert m.id in ids(found)
+        assert {h.memory.id: h.memory.salience for h in found}[m.id] == 0.5
+    assert state() == before
+    store.search("alembic migrations", recalled_in=session.id)
+    assert store.get(m.id).salience == pytest.approx(0.52)
+    assert state() != before
+
+
+def test_memory_search_no_reinforce_opens_the_file_read_only(tmp_path, capsys):
+    db = tmp_path / "cli.db"
+    run(capsys, "memory", "add", "Maya wants 4 spaces in Python", "--db", str(db))
+    before = db.read_bytes()
+    for _ in range(2):
+        code, found = run(capsys, "memory", "search", "spaces", "--no-reinforce", "--db", str(db))
+        assert code == 0 and [r["memory"]["salience"] for r in found["results"]] == [0.5]
+    assert db.read_bytes() == before
+    run(capsys, "memory", "search", "spaces", "--db", str(db))  # this one reinforces
+    _, again = run(capsys, "memory", "search", "spaces", "--no-reinforce", "--db", str(db))
+    assert [r["memory"]["salience"] for r in again["results"]] == [pytest.approx(0.52)]
+
+
+def test_grouping_by_file_leaves_memory_search_as_it_is(index):
+    # Memories have no file: each is its own group, so grouping changes nothing.
+    clock = Clock()
+    plain = MemoryStore(index, ranking=Ranking(recall_boost=0), clock=clock)
+    grouped = MemoryStore(
+        index,
+        ranking=Ranking(recall_boost=0),
+        options=SearchOptions(prefix=True, min_score=0.0, group_by_file=True),
+        clock=clock,
+    )
+    for text in ("Redis is the Celery broker", "Redis keys expire after 60 s", "Redis runs 7.2"):
+        add(plain, text)
+    want = plain.search("redis")
+    got = grouped.search("redis")
+    assert len(want) == 3 and "file_rank = 1" in got.sql
+    assert [(h.memory.id, h.score) for h in got] == [(h.memory.id, h.score) for h in want]
+
+
 def test_session_context_is_the_latest_link(store):
     s1, s2 = store.start_session(), store.start_session()
     m = add(store, "Feature flags live in LaunchDarkly", session_id=s1.id)

@@ -261,6 +261,46 @@ def test_more_results_never_change_the_top_result(idx):
         assert [r.id for r in one] == [r.id for r in many][:1]
 
 
+def test_without_decay_dated_notes_rank_by_relevance_alone(idx):
+    found = idx.search("deployment rules", max_results=20, now=NOW, decay=False)
+    assert "temporal_decay(" not in found.sql
+    assert any(r.path.startswith("memory/2026-") for r in found)
+    assert all(r.decay == 1.0 and r.score == r.relevance for r in found)
+    decayed = idx.search("deployment rules", max_results=20, now=NOW)
+    assert [r.id for r in found] != [r.id for r in decayed]
+
+
+def test_now_is_unix_seconds_or_iso_text(idx):
+    as_number = idx.search("deploy freeze", now=NOW)
+    for now in ("2026-11-21", "2026-11-21T00:00:00Z", "2026-11-21T02:00:00+02:00", str(NOW)):
+        found = idx.search("deploy freeze", now=now)
+        assert [(r.id, r.score) for r in found] == [(r.id, r.score) for r in as_number]
+    message = "now must be unix seconds or an ISO-8601 date or time like 2026-11-22, not 'today'"
+    with pytest.raises(QueryError, match=f"^{message}$"):
+        idx.search("deploy freeze", now="today")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_by_file_gives_each_file_once_with_its_other_matches(idx, backend):
+    options = {"now": NOW, "backend": backend}
+    for query in ("deploy", "incident postmortem", "redis cache"):
+        chunks = idx.search(query, max_results=100, **options)
+        best, others = {}, {}
+        for r in chunks:
+            best.setdefault(r.path, r)
+            others.setdefault(r.path, []).append([r.start_line, r.end_line])
+        assert len(best) < len(chunks)  # some file has several matching chunks
+        files = idx.search(query, max_results=100, group_by_file=True, **options)
+        assert [(r.id, r.score) for r in files] == [(r.id, r.score) for r in best.values()]
+        for r in files:
+            expected = sorted(
+                lines for lines in others[r.path] if lines != [r.start_line, r.end_line]
+            )
+            assert r.other_ranges == expected
+        top = idx.search(query, max_results=5, group_by_file=True, **options)
+        assert [r.id for r in top] == [r.id for r in files][:5]
+
+
 @pytest.mark.parametrize("query", ["xkqzv wplmr", "quantum chromodynamics lattice", "zxcvbnm"])
 def test_no_real_match_returns_nothing(idx, query):
     assert idx.search(query, now=NOW).results == []
