@@ -34,6 +34,16 @@ _MIN_MAX_TOKENS = 16
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+# A setext heading is a line of text over a line of = (level 1) or - (level 2). Only a one-line
+# paragraph counts (CommonMark would take a longer paragraph whole): a rule drawn under a
+# paragraph is more often meant as a rule than as a heading of several lines.
+_SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
+# Lines that cannot be a setext heading's text: blank, indented code, a quote, a list item; nor
+# can a thematic break (_RULE), which also ends the paragraph before it.
+_RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_NOT_TITLE = re.compile(r"[ \t]*$| {4}| {0,3}(?:\t|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
+_FRONT_MATTER = re.compile(r"---[ \t]*$")  # YAML front matter: from line 1 to the next --- or ...
+_FRONT_MATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*$")
 _SENTENCE_END = frozenset(".!?;。！？；…")
 
 
@@ -135,6 +145,52 @@ def _windows(
         start = next_start
 
 
+def _headings(
+    lines: list[str], file_start: bool = True, fence: str = ""
+) -> Iterator[tuple[tuple | None, bool]]:
+    """Per line: (level, title) where a heading starts, else None; and whether the line ends
+    inside a code fence. Headings in fences do not count, nor text in YAML front matter when
+    ``file_start`` (the lines begin a file). A setext heading starts on its text line.
+    ``fence``: the fence the lines begin inside, if any."""
+    n, i = len(lines), 0
+    if file_start and n and _FRONT_MATTER.match(lines[0]):
+        end = next((j for j in range(1, n) if _FRONT_MATTER_END.match(lines[j])), None)
+        if end is not None:
+            yield from ((None, False) for _ in range(end + 1))
+            i = end + 1
+    paragraph = False  # the line before is text, so this one cannot start a one-line paragraph
+    while i < n:
+        line, heading = lines[i], None
+        if fence:
+            closing = _FENCE.match(line)
+            if closing and closing.group(1).startswith(fence) and not line[closing.end() :].strip():
+                fence = ""
+            yield None, bool(fence)
+            i += 1
+            continue
+        opening = _FENCE.match(line)
+        if opening:
+            fence = opening.group(1)
+        elif atx := _HEADING.match(line):
+            heading = (len(atx.group(1)), (atx.group(2) or "").strip())
+        elif not paragraph and i + 1 < n and not _NOT_TITLE.match(line) and not _RULE.match(line):
+            underline = _SETEXT.match(lines[i + 1])
+            if underline:
+                yield (1 if underline.group(1)[0] == "=" else 2, line.strip()), False
+                yield None, False
+                i += 2
+                continue
+        yield heading, bool(fence)
+        paragraph = not fence and heading is None and bool(line.strip()) and not _RULE.match(line)
+        i += 1
+
+
+def _enter(titles: list, heading: tuple) -> list:
+    """The (level, title) path after ``heading``: it ends the sections of its level or deeper."""
+    level, title = heading
+    return [(lvl, t) for lvl, t in titles if lvl < level] + ([(level, title)] if title else [])
+
+
 def _scan(
     lines: list[str], counts: Sequence[int] | None = None
 ) -> tuple[list[int], list[bool], list[bool], list[str]]:
@@ -142,32 +198,44 @@ def _scan(
     ``counts``: each line's real token count, else it is estimated."""
     costs, hard, soft, paths = [], [], [], []
     titles: list[tuple[int, str]] = []
-    fence = ""
     previous_blank = False
-    for i, line in enumerate(lines):
+    for i, (line, (heading, in_fence)) in enumerate(zip(lines, _headings(lines), strict=True)):
         cost = _tenths(line) if counts is None else 10 * counts[i]
-        heading = None
-        if fence:
-            closing = _FENCE.match(line)
-            if closing and closing.group(1).startswith(fence) and not line[closing.end() :].strip():
-                fence = ""
-        else:
-            opening = _FENCE.match(line)
-            if opening:
-                fence = opening.group(1)
-            else:
-                heading = _HEADING.match(line)
         if heading:
-            level = len(heading.group(1))
-            titles = [(lvl, t) for lvl, t in titles if lvl < level]
-            if heading.group(2):
-                titles.append((level, heading.group(2).strip()))
+            titles = _enter(titles, heading)
         costs.append(cost)
         hard.append(heading is not None)
         soft.append(previous_blank)
         paths.append(" > ".join(t for _, t in titles))
-        previous_blank = cost == 0 and not fence
+        previous_blank = cost == 0 and not in_fence
     return costs, hard, soft, paths
+
+
+def heading_at(text: str, heading: str, line: int, file_start: bool = False) -> str:
+    """The heading path in effect at ``line`` (0-based) of a chunk's ``text``, whose first line
+    is under ``heading`` (the chunk's own path). ``file_start``: the chunk begins its file.
+
+    The stored path has no levels, so a heading inside the chunk is placed by assuming them:
+    consecutive, ending at the level of the chunk's first line where that is a heading, else
+    1, 2, 3... A document that skips levels (``#`` then ``###``) in a chunk that starts inside a
+    section may keep a title that the heading should have closed. Nor is it stored whether the
+    chunk starts inside a code fence: it does where its first line reads as a heading that its
+    path does not end with (``# a shell comment``), and the first fence line closes it; a
+    chunk that starts inside a fence with other text may take a comment after it for a heading.
+    """
+    lines = _LINE_BREAK.split(text)
+    names = heading.split(" > ") if heading else []
+    atx, fence = _HEADING.match(lines[0]), ""
+    if atx and atx.group(2) and names[-1:] != [atx.group(2).strip()]:
+        fence = next((m.group(1) for m in map(_FENCE.match, lines) if m), "```")
+    found = _headings(lines[: line + 2], file_start, fence)  # +1: a setext heading's underline
+    first, _ = next(found)
+    last = len(names) if first is None else first[0] - (not first[1])
+    titles = [(last - len(names) + 1 + i, t) for i, t in enumerate(names)]
+    for _, (h, _) in zip(range(line), found, strict=False):
+        if h:
+            titles = _enter(titles, h)
+    return " > ".join(t for _, t in titles)
 
 
 def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int) -> list[Chunk]:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from hybridsql.chunking import heading_at
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
 from hybridsql.functions import MAX_K
@@ -268,9 +269,16 @@ def keyword_plan(
         terms = [t for t in cjk_runs + [" ".join(w) for w in words] if len(t) >= 3]
         match = " AND ".join(_quote(t) for t in terms) or None
         return KeywordPlan(tables[1], match, like_terms)
-    star = "*" if prefix else ""
-    terms = list(dict.fromkeys(_quote(" ".join(w)) + (star if len(w) == 1 else "") for w in words))
+    terms = list(dict.fromkeys(_fts_term(w, prefix) for w in words))
     return KeywordPlan(tables[0], " OR ".join(terms) or None, like_terms, terms)
+
+
+def _fts_term(word: tuple, prefix: bool) -> str:
+    """One word of the query in FTS5 syntax. With ``prefix``, a one-part word matches as a
+    prefix OR-ed with itself: bm25 then counts an exact hit twice, at the exact form's own (high)
+    idf, so a memory's token ``tokw3x93`` ranks above the words it is a prefix of."""
+    quoted = _quote(" ".join(word))
+    return f"{quoted} OR {quoted}*" if prefix and len(word) == 1 else quoted
 
 
 def bounded(terms, most: int = MAX_TERMS) -> list:
@@ -620,7 +628,7 @@ class Searcher:
         params = {k: v for k, v in params.items() if k in used}
         rows = self.conn.execute(sql, params).fetchall()
         terms = highlight_terms(query)
-        results = [self._result(r, terms, list(profile.columns)) for r in rows]
+        results = [self._result(r, terms, opts.prefix, list(profile.columns)) for r in rows]
         if opts.mmr and results:
             results = self._mmr(results, params, opts, vector_of)
         return SearchResults(
@@ -675,10 +683,12 @@ class Searcher:
         return self._reader(backend).topk(params["query_vector"], params["pool"], where, ids)
 
     @staticmethod
-    def _result(row, terms, extra_names) -> SearchResult:
+    def _result(row, terms, prefix, extra_names) -> SearchResult:
         id_, kind, path, start, end, heading, text, score, relevance = row[:9]
         cosine, kscore, decay, semantic, keyword, _, ranges = row[9:16]
         match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
+        if keyword:
+            heading = matched_heading(text, heading, start, terms, prefix)
         return SearchResult(
             id=id_,
             kind=kind,
@@ -687,7 +697,7 @@ class Searcher:
             end_line=end,
             heading=heading,
             text=text,
-            snippet=make_snippet(text, terms),
+            snippet=make_snippet(text, terms, prefix=prefix),
             score=score,
             relevance=relevance,
             vector_score=cosine,
@@ -757,29 +767,67 @@ def _typed_terms(query: str):
     yield from dict.fromkeys(_CJK_RUN.findall(query))
 
 
+# Letters, digits and _ but not CJK: what a marked word may not continue into. An identifier
+# such as ERR_INVALID_ARG_TYPE is one word, so ERR does not mark a piece of it.
+_WORD_CHAR = f"[^\\W{_CJK}]"
+
+
+def _inflected(term: str) -> str:
+    """The regex of a typed word and its regular inflections (plural, possessive, -ed, -ing),
+    which porter stemming finds too: ``deploy`` marks ``deploys`` and ``deployed``, and
+    ``releases`` marks ``release``; never the start of an unrelated longer word (``arg`` in
+    ``argument``). Words of under three characters mark only themselves: ``in`` + ``g`` is
+    another word."""
+    if len(term) > 3 and term[-1] in "sS" and term[-2] not in "sS'":
+        term = term[:-1]
+    word = re.escape(term)
+    if len(term) < 3 or not term[-1].isalpha():
+        return word
+    if term[-1] in "eE":
+        suffixes = ("s", "d", "'s")
+    else:
+        plural = "es" if term.lower().endswith(("s", "x", "z", "ch", "sh")) else "s"
+        suffixes = (plural, "ed", "ing", "'s")
+    return word + "(?:" + "|".join(suffixes) + ")?"
+
+
 @functools.lru_cache(maxsize=64)
-def _mark_pattern(terms: tuple):
+def _mark_pattern(terms: tuple, prefix: bool = False):
     """The regex that marks ``terms``, longest first; built once per search, not per result.
 
-    Terms with CJK match anywhere, the others at the start of a word: one look-behind for all
-    of those, where one per term made Python try every term at every position (5 x slower).
-    CJK terms go first: one that matches where a word does is the longer."""
+    CJK terms match anywhere. Other terms mark whole words only: the word itself or an
+    inflection of it (``_inflected``), or with ``prefix`` (the search matched word prefixes)
+    any word that starts with it, marked whole (``auth`` marks ``authentication``). One
+    look-behind for all the words, where one per term made Python try every term at every
+    position (5 x slower). CJK terms go first: one that matches where a word does is the longer.
+    """
     ordered = sorted(terms, key=len, reverse=True)
     cjk = [re.escape(t) for t in ordered if _CJK_RUN.search(t)]
-    words = [re.escape(t) for t in ordered if not _CJK_RUN.search(t)]
-    groups = cjk + ([rf"(?<!\w)(?:{'|'.join(words)})"] if words else [])
+    plain = [t for t in ordered if not _CJK_RUN.search(t)]
+    if prefix:
+        words = f"(?:{'|'.join(map(re.escape, plain))}){_WORD_CHAR}*"
+    else:
+        words = f"(?:{'|'.join(map(_inflected, plain))})(?!{_WORD_CHAR})"
+    groups = cjk + ([rf"(?<!{_WORD_CHAR}){words}"] if plain else [])
     return re.compile("|".join(groups), re.IGNORECASE)
 
 
-def make_snippet(text: str, terms, width: int = 240) -> str:
-    """About ``width`` characters of ``text`` around the first query term, terms in <mark>.
-
-    Words match at the start of a word (``migration`` marks ``migrations``); CJK anywhere.
-    """
+def make_snippet(text: str, terms, width: int = 240, prefix: bool = False) -> str:
+    """About ``width`` characters of ``text`` around the first query term, terms in <mark>
+    (whole words only: see ``_mark_pattern``)."""
     if not terms:
         return text[:width].strip() + ("…" if len(text) > width else "")
-    pattern = _mark_pattern(tuple(terms))
+    pattern = _mark_pattern(tuple(terms), prefix)
     first = pattern.search(text)
     start = max(0, first.start() - width // 3) if first else 0
     piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", text[start : start + width])
     return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")
+
+
+def matched_heading(text: str, heading: str, start_line: int, terms, prefix: bool) -> str:
+    """The heading path over the first line a snippet marks: a chunk of several sections is
+    labelled by the section that matched. The chunk's own ``heading`` where nothing is marked."""
+    first = _mark_pattern(tuple(terms), prefix).search(text) if terms else None
+    if first is None:
+        return heading
+    return heading_at(text, heading, text.count("\n", 0, first.start()), start_line == 1)

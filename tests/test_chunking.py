@@ -197,6 +197,23 @@ def test_headings_inside_code_fences_do_not_cut():
     assert {c.heading for c in chunk_markdown(unclosed)} == {"Runbook"}
 
 
+def test_setext_headings_count_and_rules_and_front_matter_do_not():
+    text = (ROOT / "tests/data/docs/release-notes.md").read_text(encoding="utf-8")
+    chunks = chunk_markdown(text, max_tokens=80, overlap_tokens=0)
+    assert [(c.start_line, c.heading) for c in chunks] == [
+        (1, "Harbor gateway release notes"),
+        (6, "Harbor gateway release notes > Version 3.2"),
+        (13, "Harbor gateway release notes > Version 3.1"),
+        (20, "Harbor gateway release notes > Known issues"),  # the --- after it is a rule
+        (28, "Harbor gateway release notes > Version 3.0"),
+    ]
+    front = "---\ntitle: Runbook\n---\n\nIntro line.\n- a list item\n---\n***\nA rule ends\n---\n"
+    chunks = chunk_markdown(front + section("Steps", 150, 3), 20, 0)
+    assert {c.heading for c in chunks} == {"", "A rule ends > Steps"}
+    paragraph = "Two lines of a paragraph\nare not a title\n---\n"
+    assert {c.heading for c in chunk_markdown(paragraph + "    code\n===\n")} == {""}
+
+
 def test_long_cjk_line_is_split_inside_the_line():
     sentences = [f"第{i}次数据库迁移在周日凌晨完成，登录问题已经解决。" for i in range(200)]
     line = "".join(sentences)

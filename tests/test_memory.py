@@ -222,7 +222,7 @@ def test_prefix_matching_and_highlighted_snippets(store):
     m = store.add("The authentication service moved to Okta SSO")
     found = store.search("auth", mode="keyword")
     assert ids(found) == [m.id]
-    assert found[0].snippet == "The <mark>auth</mark>entication service moved to Okta SSO"
+    assert found[0].snippet == "The <mark>authentication</mark> service moved to Okta SSO"
     assert found[0].match_type == "keyword"
 
 

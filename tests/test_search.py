@@ -139,7 +139,8 @@ def test_keyword_plans():
     assert cjk.table == "chunks_trigram"
     assert cjk.match == '"数据库迁移" AND "rollback"'  # 登录 is too short for trigrams
     assert cjk.like_terms == ["数据库迁移", "登录", "rollback"]
-    assert keyword_plan("auth", prefix=True).match == '"auth"*'
+    assert keyword_plan("auth", prefix=True).match == '"auth" OR "auth"*'
+    assert keyword_plan("auth ERR_X", prefix=True).any_of == ['"auth" OR "auth"*', '"ERR X"']
 
 
 @pytest.mark.parametrize(
