@@ -37,8 +37,12 @@ def schema1(tmp_path):
 
 def made_by_this_release(path):
     """What tests/data/schema1.db.gz holds, made by this release: the example memory folder
-    indexed, then the same memories with the same clock, so that every id is the same."""
-    with HybridIndex(path, embedder="local") as idx:
+    indexed, then the same memories with the same clock, so that every id is the same. Chunks
+    cut as the last release cut them (400 estimated tokens) and embedded as it embedded them (one
+    window): an upgraded index is cut again to the window on its next run
+    (test_model_reads.py), not by the upgrade."""
+    with HybridIndex(path, embedder="local", max_windows=1) as idx:
+        idx.chunking = lambda: (400, 80, None)
         idx.index_folder(EXAMPLES)
         store = MemoryStore(idx, clock=lambda: NOW)
         s = store.start_session("tide")
