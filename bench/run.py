@@ -205,11 +205,10 @@ def bench_hybrid(sizes, log):
 
 def abstract_vectors(log):
     """Each SciFact abstract's vector from the local model (bench/scifact.py's index)."""
-    scifact_db = os.path.join(RESULTS, "scifact.db")
+    scifact_db = scifact.DB
     if not os.path.exists(scifact_db):
-        log("  building bench/results/scifact.db first (bench/scifact.py)")
-        with HybridIndex(scifact_db, embedder="local") as idx:
-            scifact.build(idx)
+        log("  building bench/results/scifact-windows.db first (bench/scifact.py)")
+        scifact.open_index().close()
     src = hybridsql.connect(scifact_db)
     out = {
         path: np.frombuffer(blob, dtype="<f4")
@@ -481,8 +480,7 @@ def targets(vector_rows, hybrid_rows, memory_rows, processes):
 
 
 def quality(log):
-    idx = HybridIndex(os.path.join(RESULTS, "scifact.db"), embedder="local")
-    scifact.build(idx)
+    idx = scifact.open_index()
     queries, qrels = scifact.load_jsonl("queries.jsonl"), scifact.load_qrels("test")
     out = {}
     for name, options in scifact.CONFIGS.items():

@@ -3,9 +3,13 @@
     python bench/scifact.py                 # test split, the default configurations
     python bench/scifact.py --split train --sweep   # the tuning grid, on train
     python bench/scifact.py --dated         # dated copies: decay on and off
+    python bench/scifact.py --embedding truncated   # how a long abstract reaches its vector
 
-The first run builds bench/results/scifact.db (title + abstract per document, embedded with the
-local model: about 15 minutes on 2 cores); later runs reuse it.
+The first run builds bench/results/scifact-windows.db (title + abstract per document, embedded
+with the local model: about 15 minutes on 2 cores); later runs reuse it. ``--embedding``: each
+abstract one chunk read in windows (the default), one chunk cut at the model's first 256 tokens
+(as before windows), or cut into chunks of the window searched one result per document
+(group_by_file), each in its own file.
 """
 
 import argparse
@@ -18,6 +22,7 @@ import shutil
 import sys
 import time
 
+from hybridsql.chunking import chunk_markdown
 from hybridsql.index import HybridIndex, transaction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,7 +32,13 @@ DATA = os.environ.get("HYBRIDSQL_SCIFACT") or os.path.join(
     HERE, "..", "..", "shared", "data", "scifact"
 )
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels-test.tsv", "qrels-train.tsv")
-DB = os.path.join(HERE, "results", "scifact.db")
+# How a long abstract reaches its vector: (the local model's options, cut into chunks).
+EMBEDDINGS = {
+    "windows": ({}, False),
+    "truncated": ({"max_windows": 1}, False),
+    "chunks": ({}, True),
+}
+DB = os.path.join(HERE, "results", "scifact-windows.db")
 DATED_DB = os.path.join(HERE, "results", "scifact-dated.db")
 # --dated: each document gets a day of the year before NOW, the same on every run.
 NOW = datetime.date(2026, 11, 22)
@@ -61,21 +72,50 @@ def load_qrels(split):
     return qrels
 
 
-def build(idx: HybridIndex) -> None:
-    """Inserts every document as one chunk (path = its id) and embeds what is missing."""
-    have = idx.conn.execute("select count(*) from chunks").fetchone()[0]
+def build(idx: HybridIndex, chunked: bool = False) -> None:
+    """Inserts every document (path = its id) as one chunk, or ``chunked`` into chunks of the
+    embedder's window, each document a file; then embeds what is missing."""
     corpus = load_jsonl("corpus.jsonl")
-    if have != len(corpus):
+    if idx.conn.execute("select count(distinct path) from chunks").fetchone()[0] != len(corpus):
+        most, overlap, counter = idx.chunking()
         with transaction(idx.conn):
             idx.conn.execute("delete from chunks")
-            idx.conn.executemany(
-                "insert into chunks(kind, path, text, created_at) values ('document', ?, ?, 0)",
-                [(d["_id"], (d["title"] + "\n" + d["text"]).strip()) for d in corpus],
-            )
+            for d in corpus:
+                text = (d["title"] + "\n" + d["text"]).strip()
+                if not chunked:
+                    idx.conn.execute(
+                        "insert into chunks(kind, path, text, created_at)"
+                        " values ('document', ?, ?, 0)",
+                        (d["_id"], text),
+                    )
+                    continue
+                idx.conn.execute(
+                    "insert into files(root, path, sha256, size, mtime) values ('', ?, '', 0, 0)",
+                    (d["_id"],),
+                )
+                file_id = idx.conn.last_insert_rowid()
+                idx.conn.executemany(
+                    "insert into chunks(kind, file_id, path, start_line, end_line, text,"
+                    " created_at) values ('document', ?, ?, ?, ?, ?, 0)",
+                    [
+                        (file_id, d["_id"], c.start_line, c.end_line, c.text)
+                        for c in chunk_markdown(text, most, overlap, counter)
+                    ],
+                )
     started = time.monotonic()
     n = idx.embed_missing(batch=256)
     if n:
-        print(f"embedded {n} documents in {time.monotonic() - started:.0f}s", file=sys.stderr)
+        print(f"embedded {n} chunks in {time.monotonic() - started:.0f}s", file=sys.stderr)
+
+
+def open_index(embedding: str = "windows") -> HybridIndex:
+    """The index of one way of embedding (EMBEDDINGS), built on first use."""
+    options, chunked = EMBEDDINGS[embedding]
+    path = DB if embedding == "windows" else DB.replace("windows", embedding)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    idx = HybridIndex(path, embedder="local", **options)
+    build(idx, chunked)
+    return idx
 
 
 def dated_path(doc_id: str) -> str:
@@ -135,13 +175,14 @@ def main():
         help=f"each document dated within the year before {NOW} (path <id>/YYYY-MM-DD.md):"
         " hybrid search with decay on and off",
     )
+    parser.add_argument("--embedding", default="windows", choices=list(EMBEDDINGS))
     args = parser.parse_args()
     require_data()
-    os.makedirs(os.path.dirname(DB), exist_ok=True)
-    idx = HybridIndex(DB, embedder="local")
-    build(idx)
+    idx = open_index(args.embedding)
     queries, qrels = load_jsonl("queries.jsonl"), load_qrels(args.split)
     configs = dict(CONFIGS)
+    if EMBEDDINGS[args.embedding][1]:
+        configs = {name: {**options, "group_by_file": True} for name, options in configs.items()}
     if args.dated:
         idx.close()
         idx = dated_copy()
