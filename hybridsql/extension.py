@@ -29,6 +29,15 @@ SCALARS = (
 )
 
 
+# What a sqlite3 connection that cannot load the extension lacks, and where to get it: said once
+# by the sqlite-utils and Datasette plugins, since SQLite's own error ("no such module") cannot.
+PYTHON_ONLY = (
+    "hybridsql: this Python's sqlite3 cannot load extensions, so the vector_index tables (an"
+    " index's vectors) and bm25_candidate() are missing; `pip install pysqlite3-binary` gives"
+    " sqlite-utils and Datasette a sqlite3 that can, or use the sqlite3 shell with .load"
+)
+
+
 def loadable_path() -> str:
     """Path of the SQLite loadable extension (``.load`` it in any SQLite client)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hybridsql.so")

@@ -11,11 +11,11 @@ import apsw
 
 from hybridsql.errors import DatabaseError, IndexingError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 2);
+insert or ignore into meta values ('schema_version', 3);
 
 create table if not exists files(
   id integer primary key,
@@ -108,13 +108,17 @@ end;
 
 # Full-text indexes, one pair for each kind of chunk, so that a search of documents or of memories
 # reads only that kind's words, and scores them with that kind's statistics. Each is an
-# external-content FTS5 table over a view of its kind's chunks.
+# external-content FTS5 table over a view of its kind's chunks, except chunks_fts: its content is
+# the table chunks itself, written `content="chunks"`, the form by which sqlite-utils and Datasette
+# find a table's full-text index (`sqlite-utils search mem.db chunks deploy`, Datasette's search
+# box on chunks). It still holds only the documents' words, the triggers writing no others; but
+# FTS5's 'rebuild' would add the memories, and its 'integrity-check' with rank 1 counts them as
+# missing, so _fill_fts fills it, and it is checked with rank 0.
 FTS = """
 create view if not exists document_chunks as select id, text from chunks where kind = 'document';
 create view if not exists memory_chunks as select id, text from chunks where kind = 'memory';
 create virtual table if not exists chunks_fts using fts5(
-  text, content='document_chunks', content_rowid='id',
-  tokenize='porter unicode61 remove_diacritics 2'
+  text, content="chunks", content_rowid="id", tokenize='porter unicode61 remove_diacritics 2'
 );
 create virtual table if not exists chunks_trigram using fts5(
   text, content='document_chunks', content_rowid='id', tokenize='trigram'
@@ -177,6 +181,8 @@ def ensure_schema(conn: apsw.Connection) -> bool:
             )
         if version == 1:
             _upgrade_from_1(conn)
+        elif version == 2:
+            _upgrade_from_2(conn)
         try:
             conn.execute(TABLES)
         except apsw.SQLError as e:
@@ -236,7 +242,7 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
                 pass
     conn.execute(
         "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
-        " update meta set value = 2 where key = 'schema_version'"
+        f" update meta set value = {SCHEMA_VERSION} where key = 'schema_version'"
     )
     fts = conn.execute(
         "select count(*) from sqlite_schema where type = 'table' and name = 'chunks_fts'"
@@ -248,8 +254,30 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
             " drop table chunks_trigram;"
         )
         conn.execute(FTS)
-        for table in (t for pair in FTS_TABLES.values() for t in pair):
-            conn.execute(f"insert into {table}({table}) values ('rebuild')")
+        _fill_fts(conn)
+
+
+def _upgrade_from_2(conn: apsw.Connection) -> None:
+    """Schema 2 declared chunks_fts over the view document_chunks, in single quotes, which
+    sqlite-utils and Datasette do not recognise: it is made again over chunks, with the same
+    words, so every search answers as before."""
+    if has_fts(conn):
+        conn.execute("drop table chunks_fts")
+        conn.execute(FTS)
+        conn.execute(_FILL_CHUNKS_FTS)
+    conn.execute(f"update meta set value = {SCHEMA_VERSION} where key = 'schema_version'")
+
+
+_FILL_CHUNKS_FTS = (
+    "insert into chunks_fts(rowid, text) select id, text from chunks where kind = 'document'"
+)
+
+
+def _fill_fts(conn: apsw.Connection) -> None:
+    """Fills the full-text tables, made empty, from chunks."""
+    for table in (t for pair in FTS_TABLES.values() for t in pair if t != "chunks_fts"):
+        conn.execute(f"insert into {table}({table}) values ('rebuild')")
+    conn.execute(_FILL_CHUNKS_FTS)
 
 
 def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:

@@ -23,6 +23,7 @@ import sys
 import time
 
 import numpy as np
+from conftest import check_fts
 
 SECONDS = float(os.environ.get("HYBRIDSQL_CONCURRENCY_SECONDS", "20"))
 WRITERS, READERS = 4, 8
@@ -136,8 +137,7 @@ def run_workers(db, root, seconds, writers=WRITERS, readers=READERS):
 
 def check_integrity(conn):
     assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-    for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
-        conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
+    check_fts(conn)
     orphans = conn.execute(
         "select count(*) from vectors where chunk_id not in (select id from chunks)"
     ).fetchone()[0]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, check_fts
 
 import hybridsql
 from hybridsql.chunking import chunk_markdown
@@ -174,8 +174,7 @@ def check_consistent(db, folder) -> int:
     conn = hybridsql.connect(db)  # the extension: vectors, and its integrity check
     try:
         assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-        for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
-            conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
+        check_fts(conn)
         strays = conn.execute(
             "select count(*) from chunks where kind = 'document'"
             " and file_id not in (select id from files)"

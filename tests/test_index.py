@@ -9,7 +9,7 @@ import threading
 
 import apsw
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, check_fts
 
 import hybridsql.index
 from hybridsql.embed import Embedder, LocalProvider
@@ -52,8 +52,7 @@ def fresh_index(tmp_path, example_db, provider=None):
 
 def consistent(conn):
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
-    for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
-        conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
+    check_fts(conn)
     orphans = conn.execute(
         "select count(*) from vectors where chunk_id not in (select id from chunks)"
     ).fetchone()[0]

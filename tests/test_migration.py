@@ -7,7 +7,7 @@ import shutil
 
 import apsw
 import pytest
-from conftest import EXAMPLES
+from conftest import EXAMPLES, check_fts
 
 import hybridsql
 from hybridsql.index import HybridIndex
@@ -76,7 +76,7 @@ def test_the_last_releases_index_is_upgraded_and_answers_as_a_new_one(schema1, t
     made_by_this_release(fresh)
     with HybridIndex(schema1, embedder="local") as idx, HybridIndex(fresh, embedder="local") as new:
         conn = idx.conn
-        assert schema_version(conn) == SCHEMA_VERSION == 2
+        assert schema_version(conn) == SCHEMA_VERSION == 3
         sql = conn.execute("select sql from sqlite_schema where name = 'vectors'").fetchone()[0]
         assert "using vector_index" in sql
         after = conn.execute(
@@ -91,11 +91,10 @@ def test_the_last_releases_index_is_upgraded_and_answers_as_a_new_one(schema1, t
             == 0
         )
         assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-        for table in ("chunks_fts", "chunks_trigram", "memories_fts", "memories_trigram"):
-            conn.execute(f"insert into {table}({table}, rank) values ('integrity-check', 1)")
-            count = f"select count(*) from {table}_docsize" if "trigram" not in table else None
-            if count:
-                assert conn.execute(count).fetchone() == new.conn.execute(count).fetchone()
+        check_fts(conn)
+        for table in ("chunks_fts", "memories_fts"):
+            count = f"select count(*) from {table}_docsize"
+            assert conn.execute(count).fetchone() == new.conn.execute(count).fetchone()
         got, want = answers(idx), answers(new)
         assert [[i for i, _ in a] for a in got] == [[i for i, _ in a] for a in want]
         for a, b in zip(got, want, strict=True):
@@ -105,7 +104,7 @@ def test_the_last_releases_index_is_upgraded_and_answers_as_a_new_one(schema1, t
         conn.execute("delete from chunks where id = 2")
         assert conn.execute("select count(*) from vectors where chunk_id = 2").fetchone()[0] == 0
     with HybridIndex(schema1, embedder="local") as again:  # a second open changes nothing
-        assert schema_version(again.conn) == 2
+        assert schema_version(again.conn) == SCHEMA_VERSION
         assert again.conn.execute("select count(*) from vectors").fetchone()[0] == 76
 
 
@@ -146,3 +145,34 @@ def test_an_index_from_a_newer_release_is_refused(schema1):
     conn.close()
     with pytest.raises(hybridsql.DatabaseError, match="made by a newer hybridsql"):
         HybridIndex(schema1, embedder="local")
+
+
+# The declaration of schema 2, which sqlite-utils and Datasette did not recognise.
+SCHEMA2_CHUNKS_FTS = """create virtual table chunks_fts using fts5(
+  text, content='document_chunks', content_rowid='id',
+  tokenize='porter unicode61 remove_diacritics 2'
+)"""
+
+
+def test_a_schema_2_index_is_upgraded_and_answers_the_same(example_db, tmp_path):
+    """Schema 2 differs only in how chunks_fts is declared; the upgrade keeps every answer."""
+    path = str(tmp_path / "schema2.db")
+    shutil.copy(example_db, path)
+    with HybridIndex(path, embedder="local") as idx:
+        store = MemoryStore(idx, clock=lambda: NOW)
+        store.add("Deploys are frozen from 2026-11-26 to 12-01", "tide", "episodic")
+        store.add("Maya wants 4 spaces in Python, never tabs", "tide", "semantic")
+        idx.conn.execute(
+            f"drop table chunks_fts; {SCHEMA2_CHUNKS_FTS};"
+            " insert into chunks_fts(chunks_fts) values ('rebuild');"
+            " update meta set value = 2 where key = 'schema_version'"
+        )
+        before = answers(idx)
+    with pytest.raises(hybridsql.DatabaseError, match="made by an older hybridsql"):
+        HybridIndex(path, readonly=True)  # read-only opens do not upgrade
+    with HybridIndex(path, embedder="local") as idx:
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 3
+        sql = idx.conn.execute("select sql from sqlite_schema where name = 'chunks_fts'")
+        assert 'content="chunks"' in sql.fetchone()[0]
+        check_fts(idx.conn)
+        assert answers(idx) == before and sum(len(a) for a in before) > 30

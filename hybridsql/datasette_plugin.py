@@ -1,0 +1,123 @@
+"""The Datasette plugin: every hybridsql function, and embed(), in every Datasette query, and a
+search page per database at /DATABASE/-/hybridsql that searches as `hybridsql search` does,
+read-only."""
+
+import asyncio
+import functools
+import importlib.resources
+import time
+import warnings
+
+from datasette import hookimpl
+from datasette.utils.asgi import Response
+from markupsafe import Markup, escape
+
+from hybridsql.embed import default_embedder, register_embed, resolve_provider
+from hybridsql.errors import HybridSQLError
+from hybridsql.extension import PYTHON_ONLY, load
+from hybridsql.index import HybridIndex
+from hybridsql.memory import SECTORS, MemoryStore
+from hybridsql.search import MODES, SearchOptions, explain_sql
+
+KINDS = ("documents", "memories")
+
+
+@hookimpl
+def prepare_connection(conn):
+    if load(conn) != "extension":
+        warnings.warn(PYTHON_ONLY, stacklevel=2)
+    register_embed(conn, default_embedder)  # the model loads on the first embed() call
+
+
+@hookimpl
+def register_routes():
+    return [(r"^/(?P<database>[^/]+)/-/hybridsql$", search_page)]
+
+
+@hookimpl
+def database_actions(datasette, database):
+    return [{"href": datasette.urls.database(database) + "/-/hybridsql", "label": "Hybrid search"}]
+
+
+@functools.cache
+def _provider():
+    """One embedding model per process, loaded by the first search ($HYBRIDSQL_EMBEDDER)."""
+    return resolve_provider(None)
+
+
+@functools.cache
+def _template(datasette):
+    text = (importlib.resources.files("hybridsql") / "templates" / "hybridsql.html").read_text()
+    return datasette.jinja_env.from_string(text)
+
+
+def _form(args) -> dict:
+    """The page's fields, from its query string."""
+    form = {
+        "q": args.get("q", "").strip(),
+        "kind": args.get("kind", "documents"),
+        "mode": args.get("mode", "hybrid"),
+        "project": args.get("project", "").strip(),
+        "sector": args.get("sector", ""),
+        "superseded": bool(args.get("superseded")),
+        "now": args.get("now", "").strip(),
+    }
+    if form["kind"] not in KINDS:
+        form["kind"] = "documents"
+    return form
+
+
+def _search(path: str, form: dict):
+    """The results of the form's search, on a read-only index: nothing is written, not even
+    the reinforcement a memory search gives by default."""
+    options = SearchOptions(mode=form["mode"], now=form["now"] or None)
+    with HybridIndex(path, embedder=_provider(), readonly=True) as idx:
+        if form["kind"] == "documents":
+            return idx.searcher.search(form["q"], options)
+        store = MemoryStore(idx, clock=(lambda: options.now) if options.now else time.time)
+        return store.search(
+            form["q"],
+            project=form["project"] or None,
+            sector=form["sector"] or None,
+            include_superseded=form["superseded"],
+            mode=form["mode"],
+            reinforce=False,
+        )
+
+
+def _marked(snippet: str) -> Markup:
+    """The snippet escaped as HTML, but for the <mark> tags that hybridsql put around terms."""
+    html = str(escape(snippet))
+    return Markup(html.replace("&lt;mark&gt;", "<mark>").replace("&lt;/mark&gt;", "</mark>"))
+
+
+async def search_page(datasette, request):
+    database = request.url_vars["database"]
+    try:
+        db = datasette.get_database(database)
+    except KeyError:
+        return Response.html(f"no database called {escape(database)}", status=404)
+    form = _form(request.args)
+    found, error = None, None
+    if form["q"] and db.path:
+        try:
+            found = await asyncio.to_thread(_search, db.path, form)
+        except (HybridSQLError, ValueError) as e:
+            error = str(e)
+    elif form["q"]:
+        error = f"{database} is not a file: a hybridsql index is"
+    context = {
+        "database": database,
+        "form": form,
+        "modes": MODES,
+        "kinds": KINDS,
+        "sectors": SECTORS,
+        "found": found,
+        "error": error,
+        "marked": _marked,
+        "explain": explain_sql(found.sql, found.params) if found else "",
+        "rows": datasette.urls.table(database, "chunks"),
+        "memories": datasette.urls.table(database, "memories"),
+    }
+    html = await datasette.render_template(_template(datasette), context, request=request)
+    return Response.html(html)

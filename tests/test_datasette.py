@@ -1,0 +1,168 @@
+"""The Datasette plugin, on a real `datasette serve` over HTTP and in headless Chromium: the
+search page, and Datasette's own pages, search box, facets and JSON API on an index."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from hybridsql.index import HybridIndex
+from hybridsql.memory import MemoryStore
+
+DATASETTE = os.path.join(os.path.dirname(sys.executable), "datasette")
+CHROMIUM = shutil.which("chromium")
+NOW = 1795219200.0  # 2026-11-19, the examples' calendar
+QUERY = "how should python code be indented?"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(example_db, tmp_path_factory):
+    """(base URL, path) of `datasette serve` on a copy of the example index with three memories,
+    one of them superseded."""
+    path = str(tmp_path_factory.mktemp("datasette") / "mem.db")
+    shutil.copy(example_db, path)
+    with HybridIndex(path, embedder="local") as idx:
+        store = MemoryStore(idx, clock=lambda: NOW)
+        old = store.add("Deploys are frozen from 2026-11-26 to 12-01", "tide", "episodic")
+        store.supersede(old.id, "Deploys are frozen from 2026-11-27 to 12-02")
+        store.add("Billing deploys on Tuesdays only", "billing", "procedural")
+    port, base = free_port(), None
+    with open(path + ".log", "w") as log:
+        server = subprocess.Popen(
+            [DATASETTE, "serve", path, "-h", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            for _ in range(300):  # until it answers, or it has exited
+                if server.poll() is not None:
+                    break
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/-/versions.json")
+                    base = f"http://127.0.0.1:{port}"
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            if base is None:
+                with open(path + ".log") as f:
+                    pytest.fail(f"datasette did not answer: {f.read()}")
+            yield base, path
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url) as response:
+        return response.read().decode()
+
+
+def page(base: str, **args) -> str:
+    return f"{base}/mem/-/hybridsql?{urllib.parse.urlencode(args)}"
+
+
+def chromium(*args) -> str:
+    if CHROMIUM is None:
+        pytest.skip("needs Debian's chromium (apt-get install chromium), which .ci/run installs")
+    out = subprocess.run(
+        [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def results(html: str) -> list:
+    """(path link, its href, snippet HTML) of each result of a rendered page."""
+    return re.findall(
+        r'<a href="([^"]+)" class="hs-path">([^<]+)</a>.*?<p class="hs-snippet">(.*?)</p>',
+        html,
+        re.S,
+    )
+
+
+def test_the_search_page_in_a_browser_puts_memory_md_first_with_marked_words(served, tmp_path):
+    base, _ = served
+    url = page(base, q=QUERY, now="2026-11-22")
+    dom = chromium("--dump-dom", url)
+    found = results(dom)
+    assert len(found) >= 3
+    href, where, snippet = found[0]
+    assert where.startswith("MEMORY.md:") and href.startswith("/mem/chunks/")
+    assert "<mark>Python</mark>" in snippet and "4 spaces" in snippet
+    score = r"score 0\.\d{3}:\s+vector 0\.\d{3},\s+keyword 1\.000,\s+decay 1\.000; matched both"
+    assert re.search(score, dom.split('class="hs-snippet"')[1])  # the first result's parts
+    # the statement --explain prints, the query's words written in
+    statement = re.search(r'<pre class="hs-sql">(.*?)</pre>', dom, re.S).group(1)
+    assert statement.startswith("with") and "indented" in statement and ":" not in statement
+    shot = tmp_path / "search.png"
+    chromium("--hide-scrollbars", "--window-size=1100,900", f"--screenshot={shot}", url)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_result_links_to_its_row_page(served):
+    base, _ = served
+    href, where, _ = results(get(page(base, q=QUERY, now="2026-11-22")))[0]
+    row = json.loads(get(f"{base}{href}.json?_shape=objects"))["rows"][0]
+    assert where == f"{row['path']}:{row['start_line']}-{row['end_line']}"
+
+
+def test_memories_are_searched_filtered_and_never_reinforced(served):
+    base, path = served
+
+    def state():
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        sql = "select group_concat(salience) || ':' || (select count(*) from session_memories) from memories"
+        return digest, get(f"{base}/mem.json?sql={urllib.parse.quote(sql)}&_shape=array")
+
+    before = state()
+    html = get(page(base, q="deploys frozen", kind="memories", project="tide"))
+    assert [w for _, w, _ in results(html)] == ["memory 95"]
+    assert "project <b>tide</b>, semantic" not in html and "project <b>tide</b>, episodic" in html
+    html = get(page(base, q="deploys frozen", kind="memories", project="tide", superseded=1))
+    assert [w for _, w, _ in results(html)] == ["memory 95", "memory 94"]
+    assert "superseded by" in html
+    html = get(page(base, q="deploys", kind="memories", sector="procedural"))
+    assert [w for _, w, _ in results(html)] == ["memory 96"] and "<b>billing</b>" in html
+    assert state() == before
+
+
+def test_a_bad_option_is_one_line_on_the_page(served):
+    base, _ = served
+    html = get(page(base, q="deploy", mode="fuzzy"))
+    assert re.search(r'<p class="message-error">mode must be one of [^<]+</p>', html)
+
+
+def test_datasettes_own_pages_search_facets_and_sql_work_on_the_index(served):
+    base, _ = served
+    assert 'name="_search"' in get(f"{base}/mem/chunks")  # the search box, from chunks_fts
+    rows = json.loads(get(f"{base}/mem/chunks.json?_search=freeze&_shape=array&_col=path"))
+    assert rows and all(r["path"] for r in rows)  # documents only: a memory's path is ''
+    facets = json.loads(get(f"{base}/mem/chunks.json?_facet=kind&_size=0"))["facet_results"]
+    counts = {f["value"]: f["count"] for f in facets["kind"]["results"]}
+    assert counts["memory"] == 3 and counts["document"] > 50
+    sql = "select hybrid_score(0.8, -4.2) as s, length(embed('tabs')) as n, hybridsql_debug() as d"
+    got = json.loads(get(f"{base}/mem.json?sql={urllib.parse.quote(sql)}&_shape=array"))[0]
+    assert got["s"] == pytest.approx(0.648732394366197) and got["n"] == 384 * 4
+    assert "backend extension" in got["d"]
+    vectors = json.loads(get(f"{base}/mem/vectors.json?_size=1&_shape=array"))
+    assert vectors[0]["model_id"] == "all-MiniLM-L6-v2-int8"
