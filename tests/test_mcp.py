@@ -4,10 +4,11 @@ indexes its memory folder in the background."""
 
 import json
 import os
+import re
 
 import anyio
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, ROOT
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import hybridsql
@@ -223,3 +224,33 @@ def test_the_server_answers_while_it_indexes_and_searches_see_the_files_once_ind
     assert after["notes"] == []
     assert after["documents"][0]["path"] == "memory/projects/billing/glossary.md"
     assert "<mark>Dunning</mark>" in after["documents"][0]["snippet"]
+
+
+def readme_client_configurations():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"^```json\n(.*?)^```$", f.read(), re.MULTILINE | re.DOTALL)
+    configurations = [json.loads(block) for block in blocks]
+    assert len(configurations) >= 2, "the README lost its MCP client configurations"
+    return configurations
+
+
+@pytest.mark.parametrize("configuration", readme_client_configurations())
+def test_a_readme_client_configuration_starts_the_server(tmp_path, folder, configuration):
+    (servers,) = (configuration[key] for key in ("mcpServers", "servers") if key in configuration)
+    entry = servers["hybridsql"]
+    assert entry.get("type", "stdio") == "stdio" and entry["command"] == "hybridsql"
+    args = [a.replace("/path/to/agent-memory", str(folder)) for a in entry["args"]]
+    params = StdioServerParameters(
+        command=HYBRIDSQL,  # the installed one: `hybridsql` on this PATH may be another
+        args=args,
+        env={**os.environ, "HYBRIDSQL_EMBEDDER": "none", **entry.get("env", {})},
+    )
+
+    async def main():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            recent = await session.call_tool("recent_memories", {})
+            return init.server_info.name, json.loads(recent.content[0].text)
+
+    assert anyio.run(main) == ("hybridsql", {"entries": []})
+    assert (folder / "mem.db").is_file()
