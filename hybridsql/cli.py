@@ -119,14 +119,32 @@ def terminal_snippet(snippet: str, width: int = 200) -> str:
     return "".join(out) + ("\x1b[0m" if bold else "")
 
 
+def embedder_name(value: str) -> str:
+    """--embedder's value, checked before any database is opened or made."""
+    kind, colon, model = value.partition(":")
+    if (kind in EMBEDDERS and not colon) or (kind in ("openai", "llm") and model.strip()):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"expected {', '.join(EMBEDDERS)}, openai:MODEL or llm:MODEL_ID, not {value!r}"
+    )
+
+
 def add_db_args(p) -> None:
     """--db and --embedder, which every command that opens an index takes."""
-    p.add_argument("--db", required=True, help="the SQLite database file")
+    db = os.environ.get("HYBRIDSQL_DB") or None
+    p.add_argument(
+        "--db",
+        required=db is None,
+        default=db,
+        help="the SQLite database file (default: $HYBRIDSQL_DB)",
+    )
     p.add_argument(
         "--embedder",
-        choices=EMBEDDERS,
+        type=embedder_name,
         default=None,
-        help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
+        metavar="{auto,local,openai,none,openai:MODEL,llm:MODEL_ID}",
+        help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto); llm:MODEL_ID is an "
+        "embedding model of the llm package (pip install 'hybridsql[llm]')",
     )
 
 
