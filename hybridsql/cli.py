@@ -520,8 +520,9 @@ def add_memory_parsers(sub) -> None:
         "mcp",
         help="serve the memory store over MCP (stdio)",
         description="An MCP server on stdin/stdout with the tools search_memory, extract_memory, "
-        "add, supersede, reinforce, timeline and delete. The process is one session. Needs the "
-        "mcp extra: pip install 'hybridsql[mcp]'.",
+        "add, supersede, reinforce, timeline, recent_memories and delete. It answers at once "
+        "and indexes the memory folder in the background. The process is one session. Needs "
+        "the mcp extra: pip install 'hybridsql[mcp]'.",
         epilog="example: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
     )
     add_db_args(p)
@@ -529,7 +530,8 @@ def add_memory_parsers(sub) -> None:
         "--memory-dir",
         dest="memory_dir",
         default=None,
-        help="the memory folder: indexed at start, where extract_memory writes",
+        help="the memory folder: indexed in the background from the start, where "
+        "extract_memory writes",
     )
     p.add_argument("--project", default="", help="the project of the session and of new memories")
     p.set_defaults(func=cmd_mcp)
