@@ -70,7 +70,8 @@ def letter_counts(text):
 
 class _EmbeddingHandler(BaseHTTPRequestHandler):
     """POST /v1/embeddings as OpenAI answers it (floats, or base64 when asked, as the openai
-    SDK does). A request with a text containing the server's ``hold`` waits for ``release``."""
+    SDK does). A request with a text containing the server's ``hold`` waits for ``release``;
+    one with its ``refuse`` is answered HTTP 400."""
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -78,6 +79,12 @@ class _EmbeddingHandler(BaseHTTPRequestHandler):
         if self.server.hold and any(self.server.hold in t for t in texts):
             self.server.holding.set()
             self.server.release.wait()
+        if self.server.refuse and any(self.server.refuse in t for t in texts):
+            self.send_response(400)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"refused")
+            return
         self.server.texts += texts
         items = []
         for i, text in enumerate(texts):
@@ -99,9 +106,11 @@ class _EmbeddingHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def embedding_server():
     """An OpenAI-compatible embedding server on 127.0.0.1 (``base_url`` ends in /v1); set
-    ``hold`` to make requests with that text wait until ``release`` is set."""
+    ``hold`` to make requests with that text wait until ``release`` is set, ``refuse`` to have
+    them refused."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _EmbeddingHandler)
     srv.hold, srv.holding, srv.release, srv.texts = None, threading.Event(), threading.Event(), []
+    srv.refuse = None
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     srv.base_url = f"http://127.0.0.1:{srv.server_port}/v1"
     yield srv

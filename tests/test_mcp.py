@@ -226,6 +226,23 @@ def test_the_server_answers_while_it_indexes_and_searches_see_the_files_once_ind
     assert "<mark>Dunning</mark>" in after["documents"][0]["snippet"]
 
 
+def test_a_search_says_that_indexing_failed_and_where(tmp_path, folder, embedding_server):
+    embedding_server.refuse = "unpaid invoices"
+    env = {
+        "HYBRIDSQL_OPENAI_BASE_URL": embedding_server.base_url,
+        "HYBRIDSQL_OPENAI_MODEL": "letters",
+    }
+
+    async def steps(client, session):
+        return await client.indexed()
+
+    notes = run_session(str(tmp_path / "mcp.db"), folder, steps, embedder="openai", env=env)
+    assert notes == [
+        "indexing the memory folder failed after 0 of 2 files: POST "
+        f"{embedding_server.base_url}/embeddings answered HTTP 400: refused"
+    ]
+
+
 def readme_client_configurations():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         blocks = re.findall(r"^```json\n(.*?)^```$", f.read(), re.MULTILINE | re.DOTALL)
