@@ -119,14 +119,32 @@ def terminal_snippet(snippet: str, width: int = 200) -> str:
     return "".join(out) + ("\x1b[0m" if bold else "")
 
 
+def embedder_name(value: str) -> str:
+    """--embedder's value, checked before any database is opened or made."""
+    kind, colon, model = value.partition(":")
+    if (kind in EMBEDDERS and not colon) or (kind in ("openai", "llm") and model.strip()):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"expected {', '.join(EMBEDDERS)}, openai:MODEL or llm:MODEL_ID, not {value!r}"
+    )
+
+
 def add_db_args(p) -> None:
     """--db and --embedder, which every command that opens an index takes."""
-    p.add_argument("--db", required=True, help="the SQLite database file")
+    db = os.environ.get("HYBRIDSQL_DB") or None
+    p.add_argument(
+        "--db",
+        required=db is None,
+        default=db,
+        help="the SQLite database file (default: $HYBRIDSQL_DB)",
+    )
     p.add_argument(
         "--embedder",
-        choices=EMBEDDERS,
+        type=embedder_name,
         default=None,
-        help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto)",
+        metavar="{auto,local,openai,none,openai:MODEL,llm:MODEL_ID}",
+        help="embedding provider (default: $HYBRIDSQL_EMBEDDER or auto); llm:MODEL_ID is an "
+        "embedding model of the llm package (pip install 'hybridsql[llm]')",
     )
 
 
@@ -502,8 +520,9 @@ def add_memory_parsers(sub) -> None:
         "mcp",
         help="serve the memory store over MCP (stdio)",
         description="An MCP server on stdin/stdout with the tools search_memory, extract_memory, "
-        "add, supersede, reinforce, timeline and delete. The process is one session. Needs the "
-        "mcp extra: pip install 'hybridsql[mcp]'.",
+        "add, supersede, reinforce, timeline, recent_memories and delete. It answers at once "
+        "and indexes the memory folder in the background. The process is one session. Needs "
+        "the mcp extra: pip install 'hybridsql[mcp]'.",
         epilog="example: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
     )
     add_db_args(p)
@@ -511,7 +530,8 @@ def add_memory_parsers(sub) -> None:
         "--memory-dir",
         dest="memory_dir",
         default=None,
-        help="the memory folder: indexed at start, where extract_memory writes",
+        help="the memory folder: indexed in the background from the start, where "
+        "extract_memory writes",
     )
     p.add_argument("--project", default="", help="the project of the session and of new memories")
     p.set_defaults(func=cmd_mcp)

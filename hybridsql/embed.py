@@ -1,4 +1,5 @@
-"""Embeddings: providers (local MiniLM on ONNX, OpenAI-compatible HTTP), a cache, SQL embed().
+"""Embeddings: providers (local MiniLM on ONNX, OpenAI-compatible HTTP, the ``llm`` package's
+models), a cache, SQL embed().
 
 A provider has ``model_id``, ``dims`` and ``embed(texts) -> float32 array (n, dims)``.
 :class:`Embedder` puts a two-level cache in front of one: an in-memory LRU and the SQLite table
@@ -33,6 +34,7 @@ from .errors import EmbeddingError
 __all__ = [
     "Embedder",
     "EmbeddingProvider",
+    "LLMProvider",
     "LocalProvider",
     "OpenAIProvider",
     "register_embed",
@@ -337,6 +339,62 @@ class OpenAIProvider:
         return values
 
 
+class LLMProvider:
+    """An embedding model of the ``llm`` package (the ``llm`` extra), from whichever of its
+    plugins provides it (OpenAI, Ollama, sentence-transformers, Gemini...; ``llm embed-models``
+    lists those installed). Its vectors are tagged with the model's llm id, aliases resolved.
+    ``dims`` is learnt from the first answer."""
+
+    def __init__(self, model_id: str, batch_size: int | None = None):
+        try:
+            import llm
+        except ImportError:
+            raise EmbeddingError(
+                "the llm embedder needs the 'llm' extra: pip install 'hybridsql[llm]'"
+            ) from None
+        try:
+            self.model = llm.get_embedding_model(model_id)
+        except llm.UnknownModelError:
+            raise EmbeddingError(
+                f"llm has no embedding model {model_id!r}: `llm embed-models` lists them"
+            ) from None
+        self.model_id = self.model.model_id
+        self.batch_size = batch_size
+        self._dims = None
+
+    @property
+    def dims(self) -> int:
+        """The vector width; embeds a probe once if it is not known yet."""
+        if self._dims is None:
+            self.embed(["dimension probe"])
+        return self._dims
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` with llm's ``embed_multi`` (batched as the model says)."""
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.dims), dtype=np.float32)
+        where = f"llm embedding model {self.model_id}"
+        try:  # plugins raise their own errors (HTTP, missing key): one line, not a traceback
+            rows = list(self.model.embed_multi(texts, batch_size=self.batch_size))
+        except Exception as e:
+            raise EmbeddingError(f"{where} failed: {type(e).__name__}: {e}") from e
+        lengths = sorted({len(row) for row in rows})
+        if len(rows) != len(texts) or len(lengths) != 1 or lengths[0] < 1:
+            raise EmbeddingError(
+                f"{where} answered {len(rows)} embeddings of lengths {lengths} "
+                f"for {len(texts)} texts"
+            )
+        values = np.asarray(rows, dtype=np.float32)
+        if not np.isfinite(values).all():
+            raise EmbeddingError(f"{where} answered a NaN or infinite (for float32) number")
+        if self._dims is None:
+            self._dims = values.shape[1]
+        elif values.shape[1] != self._dims:
+            raise EmbeddingError(f"{where} answered {values.shape[1]} dimensions, not {self._dims}")
+        return values
+
+
 def resolve_provider(
     name: str | None = None,
     *,
@@ -345,18 +403,22 @@ def resolve_provider(
     api_key_env: str = "OPENAI_API_KEY",
     **options,
 ) -> EmbeddingProvider | None:
-    """The provider called ``name``: auto, local, none or openai; None means keyword-only.
+    """The provider called ``name``: auto, local, none, openai, openai:MODEL or llm:MODEL_ID
+    (an embedding model of the ``llm`` package); None means keyword-only.
 
-    ``name`` defaults to ``$HYBRIDSQL_EMBEDDER`` or "auto"; ``base_url`` and ``model`` default to
-    ``$HYBRIDSQL_OPENAI_BASE_URL`` (else OpenAI's) and ``$HYBRIDSQL_OPENAI_MODEL``. "auto" is
-    the local model if the ``local`` extra imports, else None with one warning per process.
-    ``options`` go to the provider's constructor.
+    ``name`` defaults to ``$HYBRIDSQL_EMBEDDER`` or "auto"; for openai, ``base_url`` and
+    ``model`` default to ``$HYBRIDSQL_OPENAI_BASE_URL`` (else OpenAI's) and
+    ``$HYBRIDSQL_OPENAI_MODEL`` (a model in ``name`` comes first). "auto" is the local model if
+    the ``local`` extra imports, else None with one warning per process. ``options`` go to the
+    provider's constructor.
     """
     global _warned_no_local
-    choice = (name or os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower()
-    if choice == "none":
+    spec = (name or os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip()
+    kind, colon, named_model = spec.partition(":")
+    choice = kind.strip().lower()
+    if choice == "none" and not colon:
         return None
-    if choice in ("auto", "local"):
+    if choice in ("auto", "local") and not colon:
         if _local_available():
             return LocalProvider(**options)
         if choice == "local":
@@ -374,13 +436,24 @@ def resolve_provider(
         base_url = (
             base_url or os.environ.get("HYBRIDSQL_OPENAI_BASE_URL") or "https://api.openai.com/v1"
         )
-        model = model or os.environ.get("HYBRIDSQL_OPENAI_MODEL")
+        model = named_model.strip() or model or os.environ.get("HYBRIDSQL_OPENAI_MODEL")
         if not model:
             raise EmbeddingError(
-                "the openai embedder needs a model: pass model= or set HYBRIDSQL_OPENAI_MODEL"
+                "the openai embedder needs a model: --embedder openai:MODEL, "
+                "HYBRIDSQL_OPENAI_MODEL=MODEL, or model= in Python"
             )
         return OpenAIProvider(base_url, model, api_key_env=api_key_env, **options)
-    raise EmbeddingError(f"unknown embedder {choice!r}: expected auto, local, none or openai")
+    if choice == "llm":
+        if not named_model.strip():
+            raise EmbeddingError(
+                "the llm embedder needs a model: --embedder llm:MODEL_ID "
+                "(`llm embed-models` lists them)"
+            )
+        return LLMProvider(named_model.strip(), **options)
+    raise EmbeddingError(
+        f"unknown embedder {spec!r}: expected auto, local, none, openai, openai:MODEL or "
+        "llm:MODEL_ID"
+    )
 
 
 class Embedder:

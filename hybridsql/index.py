@@ -258,8 +258,11 @@ class HybridIndex:
         """The Profile of a search of the memory files (documents)."""
         return document_profile()
 
-    def index_folder(self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None):
-        """Indexes the markdown under ``root``; returns an IndexReport."""
+    def index_folder(
+        self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None, report=None
+    ):
+        """Indexes the markdown under ``root``; returns an IndexReport (``report``, when given:
+        another thread can watch its counts grow while the run goes)."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
         started = time.monotonic()
@@ -267,7 +270,7 @@ class HybridIndex:
         # Names are stored as contents are: undecodable bytes (lone surrogates from os.walk)
         # become U+FFFD; files are still read by their real names.
         stored_root = clean_text(root)
-        report = IndexReport()
+        report = IndexReport() if report is None else report
         vanished = []
         paths = discover(root, vanished)
         report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]

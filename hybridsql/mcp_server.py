@@ -1,12 +1,16 @@
 """The memory store as an MCP server over stdio: ``hybridsql mcp --db FILE --memory-dir DIR``.
 
-Built on the official ``mcp`` SDK (the ``mcp`` extra). One server process is one agent
-session: it opens a session when it starts, links every memory the agent adds, supersedes,
-reinforces or gets back from search_memory to it, and closes it with a count of those uses
-when the client goes away. Every tool answers with JSON; a failure the store foresees (unknown
-id, bad sector) comes back as a tool error with the store's message.
+Built on the official ``mcp`` SDK (the ``mcp`` extra). The server answers at once and indexes
+the memory folder in the background (a first index of a large folder takes minutes, past
+clients' start-up timeouts); searches meanwhile see the files indexed so far and say how far
+indexing got. One server process is one agent session: it opens a session when it starts,
+links every memory the agent adds, supersedes, reinforces or gets back from search_memory to
+it, and closes it with a count of those uses when the client goes away. Every tool answers
+with JSON; a failure the store foresees (unknown id, bad sector) comes back as a tool error
+with the store's message.
 """
 
+import os
 import sys
 import threading
 from typing import Literal
@@ -15,21 +19,31 @@ import apsw
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-from hybridsql.errors import HybridSQLError
+from hybridsql import __version__
+from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import DAMAGED, file_error
-from hybridsql.index import HybridIndex
+from hybridsql.index import HybridIndex, IndexReport
 from hybridsql.memory import MemoryStore
 from hybridsql.search import MAX_RESULTS
 
 Sector = Literal["episodic", "semantic", "procedural", "emotional", "reflective"]
 Mode = Literal["hybrid", "semantic", "keyword"]
 
-TOOLS = ("search_memory", "extract_memory", "add", "supersede", "reinforce", "timeline", "delete")
+TOOLS = (
+    "search_memory",
+    "extract_memory",
+    "add",
+    "supersede",
+    "reinforce",
+    "timeline",
+    "recent_memories",
+    "delete",
+)
 
 INSTRUCTIONS = """Long-term memory in a SQLite file. search_memory before answering from \
 memory; add what you learn (one fact per memory); supersede a memory that became wrong instead \
-of adding a contradicting one; reinforce what proved useful; extract_memory to write a note to \
-the memory folder that people also read."""
+of adding a contradicting one; reinforce what proved useful; recent_memories to catch up on a \
+project; extract_memory to write a note to the memory folder that people also read."""
 
 
 class Guard:
@@ -60,11 +74,72 @@ class Guard:
                 raise ToolError(str(problem)) from e
 
 
+class Cancelled(Exception):
+    """The server is stopping: the background indexing stops before its next file."""
+
+
+class Indexing:
+    """Indexes the memory folder in a thread with its own HybridIndex (an SQLite connection
+    belongs to one thread). Each file is committed alone, so searches on the server's own
+    connection see every file indexed so far. It is also the progress that index_folder
+    reports to: between files it stops when asked."""
+
+    def __init__(self, db_path: str, memory_dir: str, embedder):
+        self.report = IndexReport()
+        self.finished = False
+        self.error = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, args=(db_path, memory_dir, embedder), name="hybridsql-indexing"
+        )
+
+    def _run(self, db_path, memory_dir, embedder) -> None:
+        try:
+            with HybridIndex(db_path, embedder=embedder) as index:
+                index.index_folder(memory_dir, progress=self, report=self.report)
+            r = self.report
+            print(
+                f"hybridsql mcp: {memory_dir}: {r.files_indexed} files indexed, "
+                f"{r.files_unchanged} unchanged",
+                file=sys.stderr,
+            )
+        except Cancelled:
+            pass
+        except Exception as e:  # a thread's failure would otherwise go unseen: searches say it
+            problem = file_error(e, db_path) if isinstance(e, apsw.Error) else None
+            self.error = str(problem or e)
+            print(f"hybridsql mcp: indexing {memory_dir} failed: {self.error}", file=sys.stderr)
+        finally:
+            self.finished = True
+
+    def update(self, done: int, label: str) -> None:
+        if self.stop.is_set():
+            raise Cancelled
+
+    def close(self) -> None:
+        pass
+
+    def note(self) -> str | None:
+        """How far indexing got, while it runs or when it failed; None once it is done."""
+        r = self.report
+        so_far = f"{r.files_indexed + r.files_unchanged} of {r.files_seen} files"
+        if self.error is not None:
+            return f"indexing the memory folder failed after {so_far}: {self.error}"
+        if self.finished:
+            return None
+        return f"indexing: {so_far}; documents found are those indexed so far"
+
+
 def build_server(
-    store: MemoryStore, session_id: int, project: str = "", guard: Guard | None = None
+    store: MemoryStore,
+    session_id: int,
+    project: str = "",
+    guard: Guard | None = None,
+    indexing: Indexing | None = None,
 ) -> MCPServer:
-    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``."""
-    server = MCPServer("hybridsql", instructions=INSTRUCTIONS)
+    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``;
+    searches say how far ``indexing`` got while it runs."""
+    server = MCPServer("hybridsql", instructions=INSTRUCTIONS, version=__version__)
     this_session, default_project = session_id, project  # the tools' arguments shadow these
     call = (guard or Guard(store.index.db_path)).call
 
@@ -115,10 +190,11 @@ def build_server(
         if documents > 0:
             docs = call(store.search_documents, query, project, documents, decay, group_by_file)
         keys = ("path", "start_line", "end_line", "other_ranges", "snippet", "score")
+        note = indexing.note() if indexing is not None else None
         return {
             "memories": [hit.as_dict() for hit in found],
             "documents": [{k: r.as_dict()[k] for k in keys} for r in docs],
-            "notes": found.notes,
+            "notes": found.notes + ([note] if note else []),
         }
 
     @server.tool()
@@ -168,8 +244,21 @@ def build_server(
     @server.tool()
     def timeline(memory_id: int, before: int = 5, after: int = 5) -> dict:
         """The memories of this memory's project just before and after it in time, oldest first
-        (offset 0 is this memory), each with the session that created it."""
+        (offset 0 is this memory), each with the session that created it. Only reads: it
+        reinforces nothing."""
         entries = call(store.timeline, memory_id, before, after)
+        return {"entries": [e.as_dict() for e in entries]}
+
+    @server.tool()
+    def recent_memories(
+        project: str | None = None, limit: int = 10, include_superseded: bool = False
+    ) -> dict:
+        """The latest memories of a project (default: the server's), newest first (offset 0,
+        then -1, -2...), each with the session that created it. Only reads: unlike
+        search_memory, it reinforces nothing and links nothing to this session."""
+        entries = call(
+            store.recent, default_project if project is None else project, limit, include_superseded
+        )
         return {"entries": [e.as_dict() for e in entries]}
 
     @server.tool()
@@ -182,22 +271,24 @@ def build_server(
 
 
 def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedder=None) -> None:
-    """Indexes ``memory_dir`` (incrementally), then serves MCP on stdin/stdout until EOF."""
-    index = HybridIndex(db_path, embedder=embedder)
+    """Serves MCP on stdin/stdout until EOF, indexing ``memory_dir`` (incrementally) meanwhile."""
+    if memory_dir is not None and not os.path.isdir(memory_dir):  # said now, not in a search
+        raise IndexingError(f"{memory_dir} is not a folder")
+    index = HybridIndex(db_path, embedder=embedder)  # made or upgraded before the thread opens it
+    indexing = None
     try:
         store = MemoryStore(index, memory_dir)
-        if memory_dir is not None:
-            report = index.index_folder(memory_dir)
-            print(
-                f"hybridsql mcp: {memory_dir}: {report.files_indexed} files indexed, "
-                f"{report.files_unchanged} unchanged",
-                file=sys.stderr,
-            )
         session = store.start_session(project)
         guard = Guard(db_path)
+        if memory_dir is not None:
+            indexing = Indexing(db_path, memory_dir, embedder)
+            indexing.thread.start()
         try:
-            build_server(store, session.id, project, guard).run("stdio")
+            build_server(store, session.id, project, guard, indexing).run("stdio")
         finally:
+            if indexing is not None:
+                indexing.stop.set()
+                indexing.thread.join()
             if guard.broken is None:  # a damaged database gets no session summary
                 uses = index.conn.execute(
                     "select usage, count(*) from session_memories where session_id = ?"

@@ -563,6 +563,23 @@ class MemoryStore:
             for offset, memory in enumerate(memories, -len(earlier))
         ]
 
+    def recent(self, project: str, limit: int = 10, include_superseded: bool = False) -> list:
+        """The latest memories of ``project``, newest first, each with the session that created
+        it (TimelineEntry, offset 0 the newest, -1 the one before); reads, reinforces nothing."""
+        _check_count("limit", limit, 1)
+        _check_text("project", project, empty=True)
+        kept = "" if include_superseded else " and m.valid_until is null"
+        rows = self.conn.execute(
+            f"{_MEMORY_SQL} where m.project = ? and m.deleted = 0{kept}"
+            " order by m.created_at desc, m.chunk_id desc limit ?",
+            (clean_text(project), limit),
+        ).fetchall()
+        memories = [_memory(r) for r in rows]
+        return [
+            TimelineEntry(-n, memory, self._source_session(memory.id))
+            for n, memory in enumerate(memories)
+        ]
+
     def session_context(self, memory_id: int) -> SessionContext | None:
         """The latest session link of a memory, or None when no session has used it."""
         self._live(memory_id)

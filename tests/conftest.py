@@ -1,14 +1,18 @@
-"""Shared fixtures: fresh databases with hybridsql loaded, a memory folder from examples/, and
-the SciFact records vendored in tests/data/scifact."""
+"""Shared fixtures: fresh databases with hybridsql loaded, a memory folder from examples/, the
+SciFact records vendored in tests/data/scifact, and an OpenAI-compatible embedding server."""
 
+import base64
 import gzip
 import json
 import os
 import shutil
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 
 import apsw
+import numpy as np
 import pytest
 
 import hybridsql
@@ -81,3 +85,60 @@ def check_fts(conn):
         )
     assert conn.execute(words).fetchall() == fresh.execute(words).fetchall()
     fresh.close()
+
+
+def letter_counts(text):
+    """A text's vector on the embedding server: how often each letter a-z occurs in it."""
+    lower = text.lower()
+    return [float(lower.count(chr(c))) for c in range(ord("a"), ord("z") + 1)]
+
+
+class _EmbeddingHandler(BaseHTTPRequestHandler):
+    """POST /v1/embeddings as OpenAI answers it (floats, or base64 when asked, as the openai
+    SDK does). A request with a text containing the server's ``hold`` waits for ``release``;
+    one with its ``refuse`` is answered HTTP 400."""
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        texts = [request["input"]] if isinstance(request["input"], str) else request["input"]
+        if self.server.hold and any(self.server.hold in t for t in texts):
+            self.server.holding.set()
+            self.server.release.wait()
+        if self.server.refuse and any(self.server.refuse in t for t in texts):
+            self.send_response(400)
+            self.send_header("Content-Length", "7")
+            self.end_headers()
+            self.wfile.write(b"refused")
+            return
+        self.server.texts += texts
+        items = []
+        for i, text in enumerate(texts):
+            vector = letter_counts(text)
+            if request.get("encoding_format") == "base64":
+                vector = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+            items.append({"object": "embedding", "index": i, "embedding": vector})
+        payload = json.dumps({"object": "list", "data": items, "model": request["model"]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def embedding_server():
+    """An OpenAI-compatible embedding server on 127.0.0.1 (``base_url`` ends in /v1); set
+    ``hold`` to make requests with that text wait until ``release`` is set, ``refuse`` to have
+    them refused."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _EmbeddingHandler)
+    srv.hold, srv.holding, srv.release, srv.texts = None, threading.Event(), threading.Event(), []
+    srv.refuse = None
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv.base_url = f"http://127.0.0.1:{srv.server_port}/v1"
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()

@@ -285,6 +285,8 @@ def test_resolve_by_name(monkeypatch, caplog):
         "K",
     )
     assert resolve_provider("openai", model="m").url == "https://api.openai.com/v1/embeddings"
+    named = resolve_provider("openai:Nomic-Embed-Text", model="m")  # the name's model first
+    assert named.model_id == "Nomic-Embed-Text"
 
 
 def test_resolve_from_environment(monkeypatch):
@@ -306,7 +308,7 @@ def test_resolve_errors(monkeypatch):
         resolve_provider("bert")
     with pytest.raises(
         EmbeddingError,
-        match=re.escape("the openai embedder needs a model: pass model= or set HYBRIDSQL_OPENAI_"),
+        match=re.escape("the openai embedder needs a model: --embedder openai:MODEL, HYBRIDSQL_"),
     ):
         resolve_provider("openai")
 

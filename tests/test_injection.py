@@ -173,7 +173,15 @@ SQL_TEXT = re.compile(
 REVIEWED = {
     # Error messages that read like SQL ("create an index with ..."): never executed.
     "extension.py": {"path": "a database's file name in an error message, not SQL"},
+    "cli.py": {
+        "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
+        "value": "the refused --embedder value in an error message, not SQL",
+    },
+    "embed.py": {
+        "spec": "the refused embedder name in an error message (openai:MODEL), not SQL",
+    },
     "memory.py": {
+        "kept": "one of two literals of MemoryStore.recent, chosen by include_superseded",
         "_SESSION_SQL": "module constant: the columns of sessions",
         "_MEMORY_SQL": "module constant: the columns of a memory",
         "_SOURCE_SESSION.format(id='?')": "module constant with a placeholder in it",

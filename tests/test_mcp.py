@@ -1,14 +1,17 @@
 """The MCP server, driven by a real MCP client session over stdio: the SDK's stdio client
-launches the installed ``hybridsql mcp ...`` and calls every tool."""
+launches the installed ``hybridsql mcp ...`` and calls every tool, while and after the server
+indexes its memory folder in the background."""
 
 import json
 import os
+import re
 
 import anyio
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, ROOT
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+import hybridsql
 from hybridsql.index import HybridIndex
 from hybridsql.mcp_server import TOOLS
 from hybridsql.memory import MemoryStore  # noqa: E402
@@ -29,10 +32,11 @@ def folder(tmp_path):
 
 
 class Client:
-    """Calls tools and decodes their JSON answers."""
+    """Calls tools and decodes their JSON answers; ``init`` is the server's answer to initialize."""
 
-    def __init__(self, session):
+    def __init__(self, session, init):
         self.session = session
+        self.init = init
 
     async def call(self, tool, **arguments):
         result = await self.session.call_tool(tool, arguments)
@@ -41,9 +45,19 @@ class Client:
             return {"error": text}
         return json.loads(text)
 
+    async def indexed(self):
+        """Waits for the server's background indexing to end; returns the notes of a search
+        that then only looks (no salience, no link to the session)."""
+        with anyio.fail_after(300):
+            while True:
+                found = await self.call("search_memory", query="x", documents=0, reinforce=False)
+                if not any(note.startswith("indexing: ") for note in found["notes"]):
+                    return found["notes"]
+                await anyio.sleep(0.05)
 
-def run_session(db, folder, steps):
-    """Starts the server as a subprocess, runs ``steps(client)`` in one MCP session."""
+
+def run_session(db, folder, steps, embedder="local", env=None):
+    """Starts the server as a subprocess, runs ``steps(client, session)`` in one MCP session."""
     params = StdioServerParameters(
         command=HYBRIDSQL,
         args=[
@@ -55,15 +69,16 @@ def run_session(db, folder, steps):
             "--project",
             "tide",
             "--embedder",
-            "local",
+            embedder,
         ],
-        env=dict(os.environ),  # all of it: the SDK passes a short list (no LD_PRELOAD) otherwise
+        # all of os.environ: the SDK passes a short list (no LD_PRELOAD) otherwise
+        env={**os.environ, **(env or {})},
     )
 
     async def main():
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            return await steps(Client(session), session)
+            init = await session.initialize()
+            return await steps(Client(session, init), session)
 
     return anyio.run(main)
 
@@ -73,7 +88,8 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
 
     async def steps(client, session):
         listed = await session.list_tools()
-        seen = {"tools": sorted(t.name for t in listed.tools)}
+        seen = {"tools": sorted(t.name for t in listed.tools), "version": client.init.server_info}
+        seen["indexed"] = await client.indexed()
         a = await client.call(
             "add", content="Deploys need a green staging run", sector="procedural", salience=0.6
         )
@@ -94,6 +110,8 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
         )
         seen["reinforced"] = await client.call("reinforce", memory_id=b["id"], amount=0.3)
         seen["timeline"] = await client.call("timeline", memory_id=seen["newer"]["id"])
+        seen["recent"] = await client.call("recent_memories", limit=5)
+        seen["recent_billing"] = await client.call("recent_memories", project="billing")
         seen["extracted"] = await client.call(
             "extract_memory",
             topic="deploys",
@@ -117,6 +135,8 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
 
     seen = run_session(db, folder, steps)
     assert seen["tools"] == sorted(TOOLS)
+    assert (seen["version"].name, seen["version"].version) == ("hybridsql", hybridsql.__version__)
+    assert seen["indexed"] == []
     a, b = seen["added"]
     assert (a["project"], a["sector"], a["salience"]) == ("tide", "procedural", 0.6)
     assert b["project"] == "billing"
@@ -138,6 +158,10 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
     timeline = seen["timeline"]["entries"]
     assert [(e["offset"], e["memory"]["id"]) for e in timeline] == [(-1, a["id"]), (0, newer["id"])]
     assert {e["session"]["id"] for e in timeline} == {1}
+    recent = seen["recent"]["entries"]  # the superseded one left out, and nothing reinforced
+    assert [(e["offset"], e["memory"]["id"]) for e in recent] == [(0, newer["id"])]
+    assert [e["memory"]["id"] for e in seen["recent_billing"]["entries"]] == [b["id"]]
+    assert seen["recent_billing"]["entries"][0]["memory"]["salience"] == pytest.approx(0.8)
 
     extracted = seen["extracted"]
     assert extracted["path"].startswith("memory/") and extracted["chunk_ids"]
@@ -170,3 +194,80 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
         assert session.summary == "MCP session: created 3, recalled 6, reinforced 1, updated 1"
         context = store.session_context(newer["id"])
         assert (context.session.id, context.usage) == (1, "recalled")
+
+
+def test_the_server_answers_while_it_indexes_and_searches_see_the_files_once_indexed(
+    tmp_path, folder, embedding_server
+):
+    """The embedding server holds the indexer's batch (it has the glossary's text) until the
+    test releases it: initialize and a search are answered while indexing is still going."""
+    embedding_server.hold = "unpaid invoices"
+    env = {
+        "HYBRIDSQL_OPENAI_BASE_URL": embedding_server.base_url,
+        "HYBRIDSQL_OPENAI_MODEL": "letters",
+    }
+
+    async def steps(client, session):
+        await anyio.to_thread.run_sync(embedding_server.holding.wait)
+        during = await client.call("search_memory", query="dunning invoices")
+        embedding_server.release.set()
+        notes = await client.indexed()
+        after = await client.call("search_memory", query="dunning invoices")
+        return during, notes, after
+
+    during, notes, after = run_session(
+        str(tmp_path / "mcp.db"), folder, steps, embedder="openai", env=env
+    )
+    assert during["documents"] == []
+    assert during["notes"] == ["indexing: 0 of 2 files; documents found are those indexed so far"]
+    assert notes == []
+    assert after["notes"] == []
+    assert after["documents"][0]["path"] == "memory/projects/billing/glossary.md"
+    assert "<mark>Dunning</mark>" in after["documents"][0]["snippet"]
+
+
+def test_a_search_says_that_indexing_failed_and_where(tmp_path, folder, embedding_server):
+    embedding_server.refuse = "unpaid invoices"
+    env = {
+        "HYBRIDSQL_OPENAI_BASE_URL": embedding_server.base_url,
+        "HYBRIDSQL_OPENAI_MODEL": "letters",
+    }
+
+    async def steps(client, session):
+        return await client.indexed()
+
+    notes = run_session(str(tmp_path / "mcp.db"), folder, steps, embedder="openai", env=env)
+    assert notes == [
+        "indexing the memory folder failed after 0 of 2 files: POST "
+        f"{embedding_server.base_url}/embeddings answered HTTP 400: refused"
+    ]
+
+
+def readme_client_configurations():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"^```json\n(.*?)^```$", f.read(), re.MULTILINE | re.DOTALL)
+    configurations = [json.loads(block) for block in blocks]
+    assert len(configurations) >= 2, "the README lost its MCP client configurations"
+    return configurations
+
+
+@pytest.mark.parametrize("configuration", readme_client_configurations())
+def test_a_readme_client_configuration_starts_the_server(tmp_path, folder, configuration):
+    (servers,) = (configuration[key] for key in ("mcpServers", "servers") if key in configuration)
+    entry = servers["hybridsql"]
+    assert entry.get("type", "stdio") == "stdio" and entry["command"] == "hybridsql"
+    args = [a.replace("/path/to/agent-memory", str(folder)) for a in entry["args"]]
+    params = StdioServerParameters(
+        command=HYBRIDSQL,  # the installed one: `hybridsql` on this PATH may be another
+        args=args,
+        env={**os.environ, "HYBRIDSQL_EMBEDDER": "none", **entry.get("env", {})},
+    )
+
+    async def main():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            recent = await session.call_tool("recent_memories", {})
+            return init.server_info.name, json.loads(recent.content[0].text)
+
+    assert anyio.run(main) == ("hybridsql", {"entries": []})
+    assert (folder / "mem.db").is_file()

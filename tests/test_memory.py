@@ -583,6 +583,32 @@ def test_timeline_order_and_sessions(store):
         store.timeline(tide[4].id, before=-1)
 
 
+def test_recent_lists_a_projects_latest_memories_newest_first(store):
+    session = store.start_session("tide")
+    tide = [
+        store.add(
+            f"Tide note {n}", project="tide", session_id=session.id, created_at=TODAY - 10 + n
+        )
+        for n in range(5)
+    ]
+    store.add("Billing note", project="billing", created_at=TODAY - 1)
+    store.delete(tide[3].id)
+    newer = store.supersede(tide[1].id, "Tide note 1, corrected")
+    entries = store.recent("tide", limit=3)
+    assert [(e.offset, e.memory.id) for e in entries] == [
+        (0, newer.id),
+        (-1, tide[4].id),
+        (-2, tide[2].id),
+    ]
+    assert entries[1].session.id == session.id
+    with_old = store.recent("tide", limit=10, include_superseded=True)
+    assert tide[1].id in [e.memory.id for e in with_old]
+    assert tide[3].id not in [e.memory.id for e in with_old]
+    assert store.recent("nobody") == []
+    with pytest.raises(QueryError, match=re.escape("limit must be an integer from 1 to")):
+        store.recent("tide", limit=0)
+
+
 # -- deleting --------------------------------------------------------------------------------
 
 
