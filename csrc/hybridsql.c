@@ -4248,6 +4248,18 @@ __declspec(dllexport)
 __attribute__((visibility("default")))
 #endif
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  /* sqlite3_api is one pointer for the whole process. A second SQLite library in it (apsw and
+  ** Python's sqlite3 each may bring their own) would send the first one's calls into its own
+  ** code, with its own mutexes and structures: the heap was corrupted under Datasette. */
+  if (sqlite3_api && sqlite3_api != pApi) {
+    if (pzErrMsg) {
+      *pzErrMsg = pApi->mprintf(
+          "hybridsql: already loaded into another SQLite library in this process (SQLite %s):"
+          " one process can give the extension to one SQLite library only",
+          sqlite3_api->libversion());
+    }
+    return SQLITE_ERROR;
+  }
   SQLITE_EXTENSION_INIT2(pApi);
   dot2();
   vtab_in_ok = sqlite3_libversion_number() >= 3038000;

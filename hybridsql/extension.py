@@ -1,7 +1,11 @@
 """Loading the SQL functions into a connection: the native extension, or Python in its place."""
 
+import atexit
 import os
+import shutil
 import sqlite3
+import tempfile
+import threading
 import urllib.parse
 
 import apsw
@@ -71,8 +75,31 @@ def load(conn, backend: str = "auto") -> str:
     return vmath.name
 
 
+# The SQLite library of each kind of connection (apsw's, Python's sqlite3, pysqlite3 may each be
+# a build of their own) -> the copy of the extension loaded into it. The extension's pointer to
+# SQLite's routines is one for the whole binary, so a second library gets a copy of its own.
+_COPIES: dict = {}
+_COPIES_LOCK = threading.Lock()
+
+
+def _binary_for(conn) -> str:
+    """The extension's binary for ``conn``'s SQLite library: the package's own for the first
+    library that loads it, a private copy (same file name, so the same entry point) for each
+    other. A copy lives in a temporary folder until the process exits."""
+    library = "apsw" if isinstance(conn, apsw.Connection) else type(conn).__module__.split(".")[0]
+    with _COPIES_LOCK:
+        if library not in _COPIES:
+            path = loadable_path()
+            if _COPIES:
+                folder = tempfile.mkdtemp(prefix="hybridsql-")
+                atexit.register(shutil.rmtree, folder, True)
+                path = shutil.copy(path, os.path.join(folder, "hybridsql.so"))
+            _COPIES[library] = path
+        return _COPIES[library]
+
+
 def _load_native(conn) -> None:
-    path = loadable_path()
+    path = _binary_for(conn)
     conn.enable_load_extension(True)
     try:
         # No entry point: SQLite derives sqlite3_hybridsql_init from the file name, and Python's

@@ -442,6 +442,7 @@ def test_load_rejects_unknown_backend():
 
 def test_extension_backend_is_strict(monkeypatch, tmp_path):
     monkeypatch.setattr(hybridsql.extension, "__file__", str(tmp_path / "extension.py"))
+    monkeypatch.setattr(hybridsql.extension, "_COPIES", {})  # no binary found yet
     with pytest.raises(ExtensionError, match="the native extension is not built"):
         hybridsql.load(apsw.Connection(":memory:"), "extension")
     assert hybridsql.load(apsw.Connection(":memory:")) == "numpy"
@@ -643,3 +644,83 @@ def test_numbers_do_not_follow_a_comma_decimal_locale(comma_locale, backend):
     values, error = proc.stdout.splitlines()
     assert values == repr(("[0.5,2.25]", 0.8, "[[7,0.80000000000000004]]", "[1e-07,3.25e+12]"))
     assert error == "bm25_score(): 2nd argument saturation must be > 0, got -0.5"
+
+
+# One process, several SQLite libraries: apsw's, and pysqlite3's or Python's sqlite3, are each a
+# build of their own. The extension's pointer to SQLite's routines is one per binary: loaded into
+# two libraries, the second redirected the first one's calls (Datasette's server died with
+# "free(): invalid pointer" while the search page used apsw).
+
+TWO_LIBRARIES = """
+import apsw, sys, threading
+import pysqlite3.dbapi2 as pysqlite3
+import hybridsql
+from hybridsql import extension
+a = hybridsql.connect(":memory:", backend="extension")
+p = pysqlite3.connect(":memory:", check_same_thread=False)
+assert extension.load(p) == "extension"
+sql = "select vector_json(vector_blob('[1,2.5]')), hybridsql_debug()"
+def work(conn):
+    for _ in range(3000):
+        assert conn.execute(sql).fetchall()[0][0] == "[1,2.5]"
+threads = [threading.Thread(target=work, args=(c,)) for c in (a, p)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sorted(extension._COPIES), extension._COPIES["apsw"] != extension._COPIES["pysqlite3"])
+print(a.execute(sql).fetchall()[0][1].split("; ")[3], p.execute(sql).fetchall()[0][1].split("; ")[3])
+"""
+
+
+def test_each_sqlite_library_in_a_process_gets_its_own_copy():
+    pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
+    out = subprocess.run(
+        [sys.executable, "-c", TWO_LIBRARIES],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "['apsw', 'pysqlite3'] True"
+    assert lines[1] == f"sqlite {apsw.sqlite_lib_version()} sqlite {_pysqlite3_version()}"
+
+
+def _pysqlite3_version():
+    import pysqlite3.dbapi2
+
+    return pysqlite3.dbapi2.sqlite_version
+
+
+ONE_BINARY_TWICE = """
+import apsw, pysqlite3.dbapi2 as pysqlite3
+from hybridsql.extension import loadable_path
+a = apsw.Connection(":memory:"); a.enable_load_extension(True); a.load_extension(loadable_path())
+p = pysqlite3.connect(":memory:"); p.enable_load_extension(True)
+try:
+    p.load_extension(loadable_path())
+except pysqlite3.Error as e:
+    print(e)
+print(a.execute("select hybridsql_debug()").fetchall()[0][0].split("; ")[3])
+"""
+
+
+def test_one_binary_in_two_sqlite_libraries_is_refused():
+    """Loading the package's binary by hand into a second library is refused in one line; the
+    first library keeps it."""
+    pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_BINARY_TWICE],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "error during initialization: hybridsql: already loaded into another SQLite library in"
+        f" this process (SQLite"
+        f" {apsw.sqlite_lib_version()}): one process can give the extension to one SQLite"
+        " library only",
+        f"sqlite {apsw.sqlite_lib_version()}",
+    ]
