@@ -671,10 +671,11 @@ print(a.execute(sql).fetchall()[0][1].split("; ")[3], p.execute(sql).fetchall()[
 """
 
 
-def test_each_sqlite_library_in_a_process_gets_its_own_copy():
+def test_each_sqlite_library_in_a_process_gets_its_own_copy(tmp_path):
     pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
     out = subprocess.run(
         [sys.executable, "-c", TWO_LIBRARIES],
+        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
         check=False,
         capture_output=True,
         text=True,
@@ -705,12 +706,13 @@ print(a.execute("select hybridsql_debug()").fetchall()[0][0].split("; ")[3])
 """
 
 
-def test_one_binary_in_two_sqlite_libraries_is_refused():
+def test_one_binary_in_two_sqlite_libraries_is_refused(tmp_path):
     """Loading the package's binary by hand into a second library is refused in one line; the
     first library keeps it."""
     pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
     out = subprocess.run(
         [sys.executable, "-c", ONE_BINARY_TWICE],
+        cwd=tmp_path,
         check=False,
         capture_output=True,
         text=True,
