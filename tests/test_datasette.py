@@ -81,6 +81,8 @@ def chromium(*args) -> str:
         pytest.skip("needs Debian's chromium (apt-get install chromium), which .ci/run installs")
     out = subprocess.run(
         [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", *args],
+        # Not CI's sanitizer runtime: chromium is not ours, and hangs with ASan preloaded.
+        env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -4,6 +4,7 @@ plugin, through the openai SDK), pointed with OPENAI_BASE_URL at the OpenAI-comp
 of conftest: no plugin of llm's embeds offline without torch or a download."""
 
 import json
+import os
 import re
 import subprocess
 
@@ -56,7 +57,7 @@ def test_an_index_on_an_llm_model_tags_its_vectors_and_searches_by_them(
 
 def test_the_cli_indexes_and_searches_with_an_llm_model(llm_env, memory_dir, tmp_path):
     db = str(tmp_path / "cli.db")
-    env = {"PATH": "/usr/bin:/bin", **llm_env}
+    env = dict(os.environ)  # llm_env's settings, and CI's sanitizer runtime (LD_PRELOAD)
     run = [HYBRIDSQL, "index", str(memory_dir), "--db", db, "--embedder", "llm:3-small", "--json"]
     indexed = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
     assert indexed.returncode == 0, indexed.stderr
