@@ -172,6 +172,9 @@ def connect(
     try:
         try:
             conn = apsw.Connection(path, flags=flags)
+            # Before the first read: another connection may hold the file for a moment (its
+            # last close checkpoints the WAL), and a read then waits instead of failing 'locked'.
+            conn.set_busy_timeout(busy_timeout_ms)
             conn.execute("select count(*) from sqlite_schema")  # fails now on a non-database
         except apsw.CantOpenError:
             if not (readonly and _immutable_ok(path)):

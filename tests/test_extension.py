@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 
 import apsw
 import numpy as np
@@ -726,3 +727,29 @@ def test_one_binary_in_two_sqlite_libraries_is_refused(tmp_path):
         " library only",
         f"sqlite {apsw.sqlite_lib_version()}",
     ]
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_opening_waits_for_a_connection_that_holds_the_file(tmp_path, readonly):
+    """Opening reads the file at once (to refuse a non-database); it must wait on the busy
+    timeout like every later statement. Under CI's sanitizer run, writers opening the index
+    while another closed it (the last close checkpoints the WAL) died with 'locked'."""
+    import threading
+
+    path = str(tmp_path / "held.db")
+    holder = apsw.Connection(path)  # a rollback journal: an exclusive lock keeps readers out
+    holder.execute("create table t(x); begin exclusive; insert into t values (1)")
+    opening = threading.Event()
+
+    def release():
+        opening.wait()
+        time.sleep(0.3)  # the opening below has met the lock by now
+        holder.execute("commit")
+        holder.close()
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    opening.set()
+    conn = hybridsql.connect(path, readonly=readonly)
+    thread.join()
+    assert conn.execute("select count(*) from t").fetchone() == (1,)
