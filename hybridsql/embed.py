@@ -104,12 +104,14 @@ def encode_windows(tokenizer, texts: list, most: int) -> list:
         cut = _CUT.search(text, limit) if len(text) > limit else None
         prefixes.append(text[: cut.start()] if cut else text)
     encodings = tokenizer.encode_batch(prefixes)
-    windows = [[e, *e.overflowing][:most] for e in encodings]
+    windows = [[e, *e.overflowing] for e in encodings]
+    # A prefix's windows are the text's only when one more follows them: its last may be short.
     again = [
         i
         for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
-        if prefix is not text and len(windows[i]) < most
+        if prefix is not text and len(windows[i]) <= most
     ]
+    windows = [ws[:most] for ws in windows]
     for i, e in zip(again, tokenizer.encode_batch([texts[i] for i in again]), strict=True):
         windows[i] = [e, *e.overflowing][:most]
     return windows
