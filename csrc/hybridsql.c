@@ -4251,6 +4251,7 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
   /* sqlite3_api is one pointer for the whole process. A second SQLite library in it (apsw and
   ** Python's sqlite3 each may bring their own) would send the first one's calls into its own
   ** code, with its own mutexes and structures: the heap was corrupted under Datasette. */
+#ifndef SQLITE_CORE /* compiled into SQLite itself (the fuzzers), there is no pointer */
   if (sqlite3_api && sqlite3_api != pApi) {
     if (pzErrMsg) {
       *pzErrMsg = pApi->mprintf(
@@ -4260,6 +4261,7 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
     }
     return SQLITE_ERROR;
   }
+#endif
   SQLITE_EXTENSION_INIT2(pApi);
   dot2();
   vtab_in_ok = sqlite3_libversion_number() >= 3038000;
