@@ -224,7 +224,20 @@ class LocalProvider:
         return out
 
 
-class OpenAIProvider:
+class _ProbedDims:
+    """A provider whose vector width is learnt from its first answer (``_dims`` None until
+    then): ``dims`` embeds a probe once if nothing was embedded yet."""
+
+    _dims = None
+
+    @property
+    def dims(self) -> int:
+        if self._dims is None:
+            self.embed(["dimension probe"])
+        return self._dims
+
+
+class OpenAIProvider(_ProbedDims):
     """An OpenAI-compatible ``POST {base_url}/embeddings`` (OpenAI, Ollama, llama.cpp, vLLM).
 
     The API key is read from the environment variable ``api_key_env`` at each request; without
@@ -257,13 +270,6 @@ class OpenAIProvider:
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
-
-    @property
-    def dims(self) -> int:
-        """The vector width; asks the server once if it is not known yet."""
-        if self._dims is None:
-            self.embed(["dimension probe"])
-        return self._dims
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in requests of at most ``batch_size`` inputs."""
@@ -341,7 +347,7 @@ class OpenAIProvider:
         return values
 
 
-class LLMProvider:
+class LLMProvider(_ProbedDims):
     """An embedding model of the ``llm`` package (the ``llm`` extra), from whichever of its
     plugins provides it (OpenAI, Ollama, sentence-transformers, Gemini...; ``llm embed-models``
     lists those installed). Its vectors are tagged with the model's llm id, aliases resolved.
@@ -363,13 +369,6 @@ class LLMProvider:
         self.model_id = self.model.model_id
         self.batch_size = batch_size
         self._dims = None
-
-    @property
-    def dims(self) -> int:
-        """The vector width; embeds a probe once if it is not known yet."""
-        if self._dims is None:
-            self.embed(["dimension probe"])
-        return self._dims
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` with llm's ``embed_multi`` (batched as the model says)."""
