@@ -10,7 +10,6 @@ import errno
 import hashlib
 import os
 import stat
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +26,6 @@ from hybridsql.search import (
     SearchOptions,
     clean_text,
     document_profile,
-    visible,
 )
 
 MARKDOWN = (".md", ".markdown")
@@ -106,26 +104,18 @@ def open_inside(root: str, rel: str, flags: int, mode: int = 0o644, make_dirs: b
 
 
 class Progress:
-    """A one-line progress bar on a terminal; silent when stderr is not one."""
+    """What index_folder tells as it goes: the number of files (start), the file it is at
+    (update, before reading it) and the end (close). This one tells no one; the command line's
+    bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are others."""
 
-    def __init__(self, total: int, stream=None):
-        self.stream = stream or sys.stderr
-        self.total = total
-        self.live = self.stream.isatty() and total > 0
+    def start(self, total: int) -> None:
+        """``total`` files were found."""
 
     def update(self, done: int, label: str) -> None:
-        if self.live:
-            width = 30
-            filled = width * done // self.total
-            self.stream.write(
-                f"\rindexing [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
-                f"{visible(label[:40]):<40}"
-            )
-            self.stream.flush()
+        """File number ``done`` of them, ``label``, is next."""
 
     def close(self) -> None:
-        if self.live:
-            self.stream.write("\n")
+        """The run ended (or failed)."""
 
 
 def read_markdown(root: str, rel: str, max_bytes: int):
@@ -281,7 +271,8 @@ class HybridIndex:
                 "select id, path, sha256 from files where root = ?", (stored_root,)
             )
         }
-        bar = progress or Progress(len(paths))
+        bar = progress or Progress()
+        bar.start(len(paths))
         pending = []
         most, overlap, counter = self.chunking()
         # Chunks cut to another size are cut again, every file (their texts mostly change, so

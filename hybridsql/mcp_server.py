@@ -22,12 +22,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from hybridsql import __version__
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import DAMAGED, file_error
-from hybridsql.index import HybridIndex, IndexReport
-from hybridsql.memory import MemoryStore
+from hybridsql.index import HybridIndex, IndexReport, Progress
+from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
+from hybridsql.options import tool_signature
 from hybridsql.search import MAX_RESULTS
 
-Sector = Literal["episodic", "semantic", "procedural", "emotional", "reflective"]
-Mode = Literal["hybrid", "semantic", "keyword"]
+Sector = Literal[SECTORS]
 
 TOOLS = (
     "search_memory",
@@ -78,7 +78,7 @@ class Cancelled(Exception):
     """The server is stopping: the background indexing stops before its next file."""
 
 
-class Indexing:
+class Indexing(Progress):
     """Indexes the memory folder in a thread with its own HybridIndex (an SQLite connection
     belongs to one thread). Each file is committed alone, so searches on the server's own
     connection see every file indexed so far. It is also the progress that index_folder
@@ -116,9 +116,6 @@ class Indexing:
         if self.stop.is_set():
             raise Cancelled
 
-    def close(self) -> None:
-        pass
-
     def note(self) -> str | None:
         """How far indexing got, while it runs or when it failed; None once it is done."""
         r = self.report
@@ -143,21 +140,8 @@ def build_server(
     this_session, default_project = session_id, project  # the tools' arguments shadow these
     call = (guard or Guard(store.index.db_path)).call
 
-    @server.tool()
     def search_memory(
-        query: str,
-        project: str | None = None,
-        sector: Sector | None = None,
-        tier: str | None = None,
-        limit: int = 10,
-        min_salience: float = 0.0,
-        include_superseded: bool = False,
-        session_id: int | None = None,
-        mode: Mode = "hybrid",
-        documents: int = 5,
-        reinforce: bool = True,
-        decay: bool = True,
-        group_by_file: bool = False,
+        query: str, documents: int = 5, decay: bool = True, group_by_file: bool = False, **options
     ) -> dict:
         """Search memories by meaning and by keyword (word prefixes match: "auth" finds
         "authentication"). Returns ranked memories, each with its score, a snippet with the
@@ -172,20 +156,8 @@ def build_server(
         other matches."""
         if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
             raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")
-        found = call(
-            store.search,
-            query,
-            project=project,
-            sector=sector,
-            tier=tier,
-            limit=limit,
-            min_salience=min_salience,
-            include_superseded=include_superseded,
-            session_id=session_id,
-            mode=mode,
-            recalled_in=this_session,
-            reinforce=reinforce,
-        )
+        found = call(store.search, query, recalled_in=this_session, **options)
+        project = options.get("project")
         docs = []
         if documents > 0:
             docs = call(store.search_documents, query, project, documents, decay, group_by_file)
@@ -196,6 +168,10 @@ def build_server(
             "documents": [{k: r.as_dict()[k] for k in keys} for r in docs],
             "notes": found.notes + ([note] if note else []),
         }
+
+    # The memory filters are MemorySearch's fields; this session is where recalls are linked.
+    search_memory.__signature__ = tool_signature(search_memory, MemorySearch, ("recalled_in",))
+    server.tool()(search_memory)
 
     @server.tool()
     def extract_memory(topic: str, title: str, content: str, tags: list[str] | None = None) -> dict:

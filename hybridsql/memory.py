@@ -26,8 +26,10 @@ from datetime import datetime
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
 from hybridsql.index import HybridIndex, link_reason, open_inside, transaction
+from hybridsql.options import option
 from hybridsql.search import (
     MAX_RESULTS,
+    MODES,
     Profile,
     SearchOptions,
     SearchResults,
@@ -52,6 +54,47 @@ _SOURCE_SESSION = (
     "(select session_id from session_memories"
     " where memory_id = {id} and usage = 'created' order by at, rowid limit 1)"
 )
+
+
+@dataclass
+class MemorySearch:
+    """What a memory search can be told: MemoryStore.search's keyword arguments and, derived
+    from these fields (see hybridsql.options), the flags of ``hybridsql memory search`` and
+    the parameters of the MCP tool search_memory."""
+
+    project: str | None = option(None, "only this project's memories")
+    sector: str | None = option(None, "only memories of this sector", choices=SECTORS)
+    tier: str | None = option(None, "only memories of this tier: session, project or global")
+    limit: int = option(10, "how many memories", short="-n")
+    min_salience: float = option(0.0, "only memories at least this salient, in [0, 1]")
+    include_superseded: bool = option(
+        False, "also memories a newer one superseded (each says which)"
+    )
+    session_id: int | None = option(None, "only memories this session used", flag="--session")
+    mode: str = option(
+        "hybrid", "keyword (FTS5 bm25), semantic (vectors) or both fused", choices=MODES
+    )
+    recalled_in: int | None = option(
+        None, "the session the memories found are linked to as recalled (default: session_id)"
+    )
+    reinforce: bool = option(
+        True,
+        "each memory found gains a little salience and is linked to the session as recalled, "
+        "so it ranks higher next time; --no-reinforce (reinforce=false) only looks",
+    )
+
+    def check(self) -> None:
+        """Raises QueryError for a value no memory search can use."""
+        if self.sector is not None and self.sector not in SECTORS:
+            raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {self.sector!r}")
+        if self.mode not in MODES:
+            raise QueryError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        self.project, self.tier = (
+            clean_text(v) if isinstance(v, str) else v for v in (self.project, self.tier)
+        )
+        _check_count("limit", self.limit, 1)
+        if not finite(self.min_salience) or not 0 <= self.min_salience <= 1:
+            raise QueryError(f"min_salience must be in [0, 1], not {self.min_salience!r}")
 
 
 @dataclass
@@ -477,35 +520,24 @@ class MemoryStore:
 
     # -- reading memories -----------------------------------------------------------------------
 
-    def search(
-        self,
-        query: str,
-        project: str | None = None,
-        sector: str | None = None,
-        tier: str | None = None,
-        limit: int = 10,
-        min_salience: float = 0,
-        include_superseded: bool = False,
-        session_id: int | None = None,
-        mode: str = "hybrid",
-        recalled_in: int | None = None,
-        reinforce: bool = True,
-    ) -> SearchResults:
-        """Ranked memories; the filters apply before the top-k, so ``limit`` results come back
-        whenever that many match.
+    def search(self, query: str, **options) -> SearchResults:
+        """Ranked memories; ``options`` are the fields of MemorySearch. The filters apply before
+        the top-k, so ``limit`` results come back whenever that many match.
 
-        ``session_id`` keeps the memories linked to that session. Each memory returned gains
-        ``ranking.recall_boost`` salience and is linked as recalled to ``recalled_in`` (by
-        default ``session_id``), so what was found before ranks higher in later searches.
-        ``reinforce=False`` only looks: no salience, link or usage row is written (for
-        evaluation, and for clients that only show memories). The results are MemoryHits.
+        Each memory returned gains ``ranking.recall_boost`` salience and is linked as recalled
+        to ``recalled_in`` (by default ``session_id``), so what was found before ranks higher in
+        later searches. ``reinforce=False`` only looks: no salience, link or usage row is
+        written (for evaluation, and for clients that only show memories). The results are
+        MemoryHits.
         """
-        if sector is not None and sector not in SECTORS:
-            raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {sector!r}")
-        project, tier = (clean_text(v) if isinstance(v, str) else v for v in (project, tier))
-        _check_count("limit", limit, 1)
-        if not 0 <= min_salience <= 1:
-            raise QueryError(f"min_salience must be in [0, 1], not {min_salience!r}")
+        o = MemorySearch(**options)
+        o.check()
+        project, sector, tier, session_id = o.project, o.sector, o.tier, o.session_id
+        min_salience, include_superseded, recalled_in = (
+            o.min_salience,
+            o.include_superseded,
+            o.recalled_in,
+        )
         for session in (session_id, recalled_in):
             if session is not None:
                 self.get_session(session)
@@ -513,10 +545,10 @@ class MemoryStore:
             self.ranking, project, sector, tier, min_salience, include_superseded, session_id
         )
         now = self.clock()
-        opts = replace(self.options, mode=mode, max_results=limit, now=now)
+        opts = replace(self.options, mode=o.mode, max_results=o.limit, now=now)
         found = self.index.searcher.search(query, opts, profile)
         hits = [_hit(r) for r in found]
-        if reinforce:
+        if o.reinforce:
             self._recall(hits, session_id if recalled_in is None else recalled_in, now)
         found.results = hits
         return found

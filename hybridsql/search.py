@@ -20,6 +20,7 @@ from hybridsql.chunking import heading_at
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
 from hybridsql.functions import MAX_K
+from hybridsql.options import option
 from hybridsql.schema import FTS_TABLES, has_fts
 from hybridsql.vectors import VectorReader
 
@@ -61,27 +62,46 @@ what when where which while who whom why will with would you your yours yourself
 
 @dataclass
 class SearchOptions:
-    """Everything a search can be told; every field has a command-line flag of the same name."""
+    """Everything a search can be told: HybridIndex.search's keyword arguments and, derived from
+    these fields (see hybridsql.options), the flags of ``hybridsql search``."""
 
-    mode: str = "hybrid"
-    vector_weight: float = 0.7
-    keyword_weight: float = 0.3
-    min_score: float = 0.1
-    max_results: int = 10
-    half_life_days: float = 30.0
-    candidate_pool: int = 100
-    fusion: str = "linear"
-    keyword_norm: str = "max"
-    keyword_terms: int = 0
-    saturation: float = 10.0
-    vector_floor: float = 0.25
-    prefix: bool = False
-    mmr: bool = False
-    mmr_lambda: float = 0.7
-    backend: str = "auto"
-    now: float | str | None = None  # unix seconds or ISO-8601 text; None: the current time
-    decay: bool = True  # False: dated files rank by relevance alone, whatever their age
-    group_by_file: bool = False  # one result per file: its best chunk, and its others' lines
+    mode: str = option(
+        "hybrid", "keyword (FTS5 bm25), semantic (vectors) or both fused", choices=MODES
+    )
+    vector_weight: float = option(0.7, "weight of the vector score in the linear fusion")
+    keyword_weight: float = option(0.3, "weight of the keyword score in the linear fusion")
+    min_score: float = option(0.1, "drop results whose relevance (before decay) is lower")
+    max_results: int = option(10, "how many results", short="-n")
+    half_life_days: float = option(
+        30.0, "days for a dated note's (memory/YYYY-MM-DD.md) score to halve", flag="--half-life"
+    )
+    candidate_pool: int = option(100, "candidates taken from each side", flag="--pool")
+    fusion: str = option("linear", "linear (weighted scores) or rrf (ranks)", choices=FUSIONS)
+    keyword_norm: str = option(
+        "max",
+        "bm25 to [0, 1]: max (relative to the best) or saturation (absolute)",
+        choices=KEYWORD_NORMS,
+    )
+    keyword_terms: int = option(
+        0, "keep only the N rarest query words for bm25 (faster on long queries); 0 keeps all"
+    )
+    saturation: float = option(10.0, "the bm25 at which keyword_norm=saturation gives 0.5")
+    vector_floor: float = option(0.25, "cosine below which a vector match counts as noise")
+    prefix: bool = option(False, "match word prefixes (auth finds authentication)")
+    mmr: bool = option(False, "re-rank for diversity (maximal marginal relevance)")
+    mmr_lambda: float = option(0.7, "MMR's balance: 1 is relevance alone, 0 diversity alone")
+    backend: str = option(
+        "auto", "where vectors are ranked: the extension, numpy or pure Python", choices=BACKENDS
+    )
+    now: float | str | None = option(
+        None, "the time to decay against: unix seconds or an ISO date (2026-11-22); default now"
+    )
+    decay: bool = option(
+        True, "dated notes lose score with age; --no-decay ranks them by relevance alone"
+    )
+    group_by_file: bool = option(
+        False, "one result per file: its best chunk, with the lines of its other matches"
+    )
 
     def check(self) -> None:
         """Raises QueryError for a value no search can use."""

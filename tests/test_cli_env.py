@@ -37,7 +37,7 @@ def test_without_db_or_hybridsql_db_the_cli_says_what_it_needs(tmp_path):
     )
     assert (run.returncode, run.stderr) == (
         2,
-        "hybridsql search: the following arguments are required: --db"
+        "hybridsql search: Missing option '--db' (env var: 'HYBRIDSQL_DB')"
         " (see hybridsql search --help)\n",
     )
 
@@ -47,7 +47,7 @@ def test_a_malformed_embedder_is_refused_before_a_database_is_made(tmp_path):
     run = hybridsql("index", EXAMPLES, "--db", str(db), "--embedder", "llm:")
     assert (run.returncode, run.stderr) == (
         2,
-        "hybridsql index: argument --embedder: expected auto, local, openai, none, openai:MODEL"
-        " or llm:MODEL_ID, not 'llm:' (see hybridsql index --help)\n",
+        "hybridsql index: Invalid value for '--embedder': expected auto, local, openai, none,"
+        " openai:MODEL or llm:MODEL_ID, not 'llm:' (see hybridsql index --help)\n",
     )
     assert not db.exists()

@@ -14,7 +14,7 @@ from conftest import HYBRIDSQL, check_fts
 import hybridsql.index
 from hybridsql.embed import Embedder, LocalProvider
 from hybridsql.errors import DatabaseError
-from hybridsql.index import VANISHED, HybridIndex, discover
+from hybridsql.index import VANISHED, HybridIndex, Progress, discover
 
 
 class Counting:
@@ -183,11 +183,12 @@ def test_cli_index_is_quiet_json_when_piped(tmp_path, memory_dir):
 
 
 def test_terminal_snippets_are_bold_and_cut_cleanly():
-    from hybridsql.cli import terminal_snippet
+    from hybridsql.terminal import snippet_line
 
-    assert terminal_snippet("a <mark>Python</mark>\nrule") == "a \x1b[1mPython\x1b[0m rule"
-    cut = terminal_snippet("x" * 8 + "<mark>code</mark> tail", width=10)
+    assert snippet_line("a <mark>Python</mark>\nrule", bold=True) == "a \x1b[1mPython\x1b[0m rule"
+    cut = snippet_line("x" * 8 + "<mark>code</mark> tail", width=10, bold=True)
     assert cut == "x" * 8 + "\x1b[1mco\x1b[0m"
+    assert snippet_line("a <mark>Python</mark>\nrule", bold=False) == "a Python rule"
 
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path):
@@ -203,7 +204,7 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
 # -- files that change while they are indexed ------------------------------------------------
 
 
-class OnFile:
+class OnFile(Progress):
     """A progress bar that does something to the folder just before file ``n`` is read."""
 
     def __init__(self, n, action):
@@ -212,9 +213,6 @@ class OnFile:
     def update(self, done, label):
         if done == self.n:
             self.action(label)
-
-    def close(self):
-        pass
 
 
 def small_folder(root, count=6):

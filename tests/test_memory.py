@@ -9,6 +9,7 @@ import re
 import shutil
 from datetime import datetime
 
+import click
 import pytest
 
 from hybridsql.cli import main
@@ -833,15 +834,18 @@ def test_memory_extract_and_documents_commands(tmp_path, capsys):
     assert found["results"][0]["path"] == entry["path"]
 
 
-def test_every_memory_command_has_an_example(capsys):
-    for argv in (["memory"], ["memory", "session"], ["mcp"]):
-        with pytest.raises(SystemExit):
-            main([*argv, "--help"])
-        assert "example: hybridsql" in capsys.readouterr().out
-    from hybridsql.cli import MEMORY_COMMANDS, SESSION_COMMANDS
+def test_every_command_has_help_with_an_example(capsys):
+    from hybridsql.cli import cli
 
-    for name in [*MEMORY_COMMANDS, *SESSION_COMMANDS]:
-        group = ["memory", "session"] if name in SESSION_COMMANDS else ["memory"]
-        with pytest.raises(SystemExit):
-            main([*group, name, "--help"])
-        assert "example: hybridsql memory" in capsys.readouterr().out
+    def commands(group, path):
+        for name, command in group.commands.items():
+            yield [*path, name], command
+            if isinstance(command, click.Group):
+                yield from commands(command, [*path, name])
+
+    found = list(commands(cli, []))
+    assert len(found) >= 20
+    for argv, _ in found:
+        assert main([*argv, "--help"]) == 0
+        shown = capsys.readouterr().out
+        assert re.search(r"\n  Examples:\n    (hybridsql|sqlite3) ", shown), argv
