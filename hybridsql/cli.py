@@ -10,6 +10,7 @@ from dataclasses import asdict, fields
 import apsw
 
 from hybridsql import __version__
+from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import file_error, loadable_path
 from hybridsql.search import BACKENDS, FUSIONS, MODES, SearchOptions, explain_sql, visible
@@ -42,7 +43,7 @@ def cmd_index(args) -> int:
     if not os.path.isdir(args.dir):  # before the database is made
         raise IndexingError(f"{args.dir} is not a folder")
     with open_index(args, "create") as idx:
-        report = idx.index_folder(args.dir)
+        report = idx.index_folder(args.dir, globs=args.glob, gitignore=args.gitignore)
     if args.json or not sys.stdout.isatty():
         print(json.dumps(asdict(report)))
         return 0
@@ -54,6 +55,8 @@ def cmd_index(args) -> int:
     )
     if idx.embedder is None:
         print("no embedding provider: the index is keyword-only")
+    if line := left_out_line(report):
+        print(visible(line))
     for path, reason in report.skipped:
         print(visible(f"skipped {path}: {reason}"))
     for path, warning in report.warnings:
@@ -238,12 +241,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "index",
-        help="index a folder of markdown memory files",
-        description="Index MEMORY.md, memory/**/*.md and any markdown under DIR. Only changed "
-        "files are re-chunked and only new chunks embedded.",
-        epilog="example: hybridsql index examples/memory --db mem.db",
+        help="index a folder of markdown (or other text) memory files",
+        description="Index the markdown under DIR, or the files that --glob chooses, leaving "
+        "out what .gitignore files do. Only changed files are re-chunked and only new chunks "
+        "embedded.",
+        epilog="example: hybridsql index examples/memory --db mem.db; "
+        "hybridsql index notes --glob '*.md' --glob '*.txt' --glob '!drafts/' --db mem.db",
     )
     p.add_argument("dir")
+    p.add_argument(
+        "--glob",
+        action="append",
+        metavar="PATTERN",
+        help="files to index, repeatable, as in .gitignore: '*.txt' at any depth, 'notes/*.txt' "
+        "below DIR, '!drafts/' leaves out (default: the last run's, else '*.md' '*.markdown'); "
+        "files indexed before that no longer match leave the index",
+    )
+    p.add_argument(
+        "--gitignore",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="leave out what .gitignore files in DIR leave out (default: the last run's, else yes)",
+    )
     add_db_args(p)
     p.add_argument("--json", action="store_true", help="print JSON (the default when piped)")
     p.set_defaults(func=cmd_index)
