@@ -86,14 +86,15 @@ def discover(
     relative paths ('/'-separated).
 
     Hidden folders, node_modules, __pycache__, symbolic links and anything but regular files (a
-    named pipe would block the read for ever) are passed over. .gitignore files apply below
-    their folder, in or out of a git repository; a folder they leave out is not walked.
+    named pipe would block the read for ever) are passed over, and so is a folder that a
+    negated pattern takes ('!drafts/'). .gitignore files apply below their folder, in or out of
+    a git repository; a folder they leave out is not walked.
     ``report`` (an IndexReport), when given, gets ``left_out`` counts and the warnings of
     unreadable .gitignore files. Files deleted while the folder is walked are left out, and
     their relative paths added to ``vanished``.
     """
     spec = glob_spec(globs)
-    not_matching, gitignored, folders = Counter(), Counter(), 0
+    not_matching, gitignored, folders, negated = Counter(), Counter(), 0, 0
     warnings = report.warnings if report is not None else []
     rules = {"": []}  # a folder's .gitignore rules, its parents' included
     found = []
@@ -108,6 +109,8 @@ def discover(
         for d in sorted(dirs):
             if d.startswith(".") or d in SKIP_DIRS:
                 folders += d != ".git"
+            elif spec.check_file((prefix + d + "/").lower()).include is False:
+                negated += 1  # '!drafts/' leaves out the folder, not only what '*' takes there
             elif gitignore and ignored(mine, prefix + d, is_dir=True):
                 gitignored["folders"] += 1
             else:
@@ -135,6 +138,7 @@ def discover(
     if report is not None:
         report.left_out = {
             "not_matching": dict(not_matching.most_common()),
+            "folders_not_matching": negated,
             "gitignored_files": gitignored["files"],
             "gitignored_folders": gitignored["folders"],
             "folders_not_walked": folders,
@@ -158,6 +162,8 @@ def left_out_line(report) -> str | None:
         parts.append(
             f"{plural(other, 'file')} not matching --glob ({by_extension(out['not_matching'])})"
         )
+    if out["folders_not_matching"]:
+        parts.append(f"{plural(out['folders_not_matching'], 'folder')} left out by --glob")
     ignored = [
         plural(n, noun)
         for n, noun in ((out["gitignored_files"], "file"), (out["gitignored_folders"], "folder"))
