@@ -158,15 +158,17 @@ def test_a_binary_file_a_pattern_takes_is_skipped(tmp_path):
             "p.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
             "z.bin": bytes(range(128, 256)) * 4,  # no NUL byte, nor any UTF-8
             "l.txt": "caf\xe9 au lait".encode("latin-1"),  # one bad byte: text
+            # tests/test_resources.py's broken.md, 4 bad of 38 characters: text too
+            "m.txt": b"# broken\n\ncaf\xe9 \xff\xfe brokentoken \xc3\x28 end\n",
         },
     )
     with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
         report = idx.index_folder(str(root), globs=["*"])
         assert report.skipped == [
             ["p.png", "binary (has NUL bytes)"],
-            ["z.bin", "binary (over a tenth of it is not UTF-8)"],
+            ["z.bin", "binary (over a quarter of it is not UTF-8)"],
         ]
-        assert indexed(idx) == ["l.txt", "n.txt"]
+        assert indexed(idx) == ["l.txt", "m.txt", "n.txt"]
 
 
 def test_links_are_not_followed_to_files_folders_or_gitignore_files(tmp_path):
