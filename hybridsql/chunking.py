@@ -6,6 +6,7 @@ import re
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 # count_tokens() estimates the all-MiniLM-L6-v2 WordPiece tokenizer without loading it. The text
 # is cut into units, each with a cost in tenths of a token:
@@ -192,14 +193,16 @@ def _enter(titles: list, heading: tuple) -> list:
 
 
 def _scan(
-    lines: list[str], counts: Sequence[int] | None = None
+    lines: list[str], counts: Sequence[int] | None = None, headings: bool = True
 ) -> tuple[list[int], list[bool], list[bool], list[str]]:
     """Per line: cost in tenths, is a heading, follows a blank line, heading path in effect.
-    ``counts``: each line's real token count, else it is estimated."""
+    ``counts``: each line's real token count, else it is estimated. ``headings``: False for
+    plain text, where no line is a heading (a '#' line is a comment or a number)."""
     costs, hard, soft, paths = [], [], [], []
     titles: list[tuple[int, str]] = []
     previous_blank = False
-    for i, (line, (heading, in_fence)) in enumerate(zip(lines, _headings(lines), strict=True)):
+    marks = _headings(lines) if headings else repeat((None, False))
+    for i, (line, (heading, in_fence)) in enumerate(zip(lines, marks, strict=False)):
         cost = _tenths(line) if counts is None else 10 * counts[i]
         if heading:
             titles = _enter(titles, heading)
@@ -259,7 +262,7 @@ def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int
 
 
 def chunk_markdown(
-    text: str, max_tokens: int = 400, overlap_tokens: int = 80, counter=None
+    text: str, max_tokens: int = 400, overlap_tokens: int = 80, counter=None, headings=True
 ) -> list[Chunk]:
     """Split markdown into chunks of at most max_tokens tokens, estimated by count_tokens() or
     counted by ``counter(lines) -> counts`` (an embedder's own tokenizer).
@@ -269,6 +272,7 @@ def chunk_markdown(
     line if it can, else at a line end, and shares about overlap_tokens of its last lines with
     the next chunk. A line longer than max_tokens is cut into pieces of itself. Headings inside
     ``` or ~~~ fences do not count. Blank lines at the edges of a chunk are left out of it.
+    ``headings=False`` chunks plain text: no heading, chunks end at paragraphs where they can.
     """
     if max_tokens < _MIN_MAX_TOKENS:
         raise ValueError(
@@ -280,7 +284,7 @@ def chunk_markdown(
             f"({max_tokens}), got {overlap_tokens}"
         )
     lines = _LINE_BREAK.split(text)
-    costs, hard, soft, paths = _scan(lines, counter(lines) if counter else None)
+    costs, hard, soft, paths = _scan(lines, counter(lines) if counter else None, headings)
     budget, overlap = max_tokens * 10, overlap_tokens * 10
     chunks = []
     for start, end in _windows(costs, budget, overlap, hard, soft):

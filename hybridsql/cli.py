@@ -18,6 +18,7 @@ import apsw
 import click
 
 from hybridsql import __version__, terminal
+from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import file_error, loadable_path
 from hybridsql.index import IndexReport
@@ -131,18 +132,33 @@ def path():
 @cli.command(
     epilog=example(
         "hybridsql index examples/memory --db mem.db",
+        "hybridsql index notes --glob '*.md' --glob '*.txt' --glob '!drafts/' --db mem.db",
         "hybridsql index ~/notes --db notes.db --embedder none   # keyword-only, no model",
     )
 )
 @click.argument("folder", metavar="DIR")
 @db_options
 @json_option
-def index(folder, db, embedder, as_json):
-    """Index MEMORY.md, memory/**/*.md and any markdown under DIR.
+@click.option(
+    "--glob",
+    "globs",
+    multiple=True,
+    metavar="PATTERN",
+    help="files to index, repeatable, as in .gitignore: '*.txt' at any depth, 'notes/*.txt' "
+    "below DIR, '!drafts/' leaves out (default: the last run's, else '*.md' '*.markdown'); "
+    "files indexed before that no longer match leave the index",
+)
+@click.option(
+    "--gitignore/--no-gitignore",
+    default=None,
+    help="leave out what .gitignore files in DIR leave out (default: the last run's, else yes)",
+)
+def index(folder, db, embedder, as_json, globs, gitignore):
+    """Index the markdown under DIR, or the files --glob chooses.
 
-    Only changed files are chunked again and only new chunks embedded; files gone from DIR
-    leave the index. On a terminal a bar shows the files done, the chunks embedded and the time
-    left.
+    What .gitignore files leave out stays out, and the run says what it left out. Only
+    changed files are chunked again and only new chunks embedded; files gone from DIR leave
+    the index. On a terminal a bar shows the files done, the chunks embedded and the time left.
     """
     if not os.path.isdir(folder):  # before the database is made
         raise IndexingError(f"{folder} is not a folder")
@@ -150,11 +166,14 @@ def index(folder, db, embedder, as_json):
     bar = terminal.Bar(report)
     with open_index(db, embedder, "create") as idx:
         try:
-            idx.index_folder(folder, progress=bar, report=report)
+            idx.index_folder(
+                folder, progress=bar, report=report, globs=globs or None, gitignore=gitignore
+            )
         finally:
             bar.close()
         keyword_only = idx.embedder is None
-    show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only))
+    left_out = left_out_line(report)
+    show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
 
 
 @cli.command(

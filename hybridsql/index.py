@@ -5,9 +5,8 @@ embedded (the embedding cache), and deleted files leave the index. Each file is 
 own transaction, so an interrupted run leaves a consistent index that the next run completes.
 """
 
-import contextlib
-import errno
 import hashlib
+import json
 import os
 import stat
 import time
@@ -16,6 +15,14 @@ from dataclasses import dataclass, field
 import apsw
 
 from hybridsql.chunking import chunk_markdown
+from hybridsql.discovery import (
+    DEFAULT_GLOBS,
+    discover,
+    glob_spec,
+    is_markdown,
+    link_reason,
+    open_inside,
+)
 from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
@@ -28,8 +35,6 @@ from hybridsql.search import (
     document_profile,
 )
 
-MARKDOWN = (".md", ".markdown")
-SKIP_DIRS = {"node_modules", "__pycache__"}
 MAX_FILE_BYTES = 20 * 1024 * 1024
 EMBED_BATCH = 64  # chunks embedded together, across small files
 # A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
@@ -51,56 +56,9 @@ class IndexReport:
     skipped: list = field(default_factory=list)  # [path, reason]
     warnings: list = field(default_factory=list)
     seconds: float = 0.0
-
-
-def discover(root: str, vanished: list | None = None):
-    """Markdown files under ``root`` (MEMORY.md, memory/**, any *.md), as sorted relative paths.
-
-    Hidden folders, node_modules, symbolic links and anything but regular files (a named pipe
-    would block the read for ever) are passed over. Files deleted while the folder is walked
-    are left out, and their relative paths added to ``vanished``.
-    """
-    found = []
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-        for name in files:
-            if not name.lower().endswith(MARKDOWN):
-                continue
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            try:
-                mode = os.lstat(full).st_mode
-            except FileNotFoundError:
-                if vanished is not None:
-                    vanished.append(rel)
-                continue
-            if stat.S_ISREG(mode):
-                found.append(rel)
-    return sorted(found)
-
-
-def open_inside(root: str, rel: str, flags: int, mode: int = 0o644, make_dirs: bool = False):
-    """A file descriptor for ``root``/``rel`` ('/'-separated) that follows no symbolic link
-    below ``root``: each folder on the way is opened with O_NOFOLLOW (and made first when
-    ``make_dirs``), then the file. A link raises OSError ELOOP, a file where a folder should
-    be ENOTDIR; the error's filename is the part of ``rel`` that failed."""
-    parts = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        try:
-            if make_dirs and not last:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, dir_fd=fd)
-            how = flags if last else os.O_RDONLY | os.O_DIRECTORY
-            child = os.open(part, how | os.O_NOFOLLOW, mode, dir_fd=fd)
-        except OSError as e:
-            e.filename = "/".join(parts[: i + 1])
-            raise
-        finally:
-            os.close(fd)
-        fd = child
-    return fd
+    globs: list = field(default_factory=list)  # the patterns that chose the files
+    gitignore: bool = True
+    left_out: dict = field(default_factory=dict)  # see discovery.discover
 
 
 class Progress:
@@ -143,19 +101,14 @@ def read_markdown(root: str, rel: str, max_bytes: int):
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         text = data.decode("utf-8", errors="replace")
+        # A few bad bytes are text in another encoding (latin-1 accents): kept, with a warning.
+        # Many are a binary file a pattern took (a PDF may have no NUL byte early): about 45 %
+        # of the characters of random or compressed bytes decode as U+FFFD.
+        if text.count("\ufffd") * 4 > len(text):
+            return None, "binary (over a quarter of it is not UTF-8)"
         warning = f"invalid UTF-8 at byte {e.start}, replaced with U+FFFD"
     digest = hashlib.sha256(data).hexdigest()
     return (text.lstrip("\ufeff"), digest, len(data), info.st_mtime, warning), None
-
-
-def link_reason(root: str, error: OSError) -> str | None:
-    """Why ``open_inside`` refused a path, when it met a symbolic link or a file where a folder
-    should be; None for other errors."""
-    if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-        return None
-    if os.path.islink(os.path.join(root, error.filename)):
-        return f"{error.filename} is a symbolic link (links are not followed)"
-    return f"{error.filename} is not a folder"
 
 
 class HybridIndex:
@@ -249,10 +202,22 @@ class HybridIndex:
         return document_profile()
 
     def index_folder(
-        self, root: str, max_file_bytes: int = MAX_FILE_BYTES, progress=None, report=None
+        self,
+        root: str,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        progress=None,
+        report=None,
+        globs=None,
+        gitignore: bool | None = None,
     ):
-        """Indexes the markdown under ``root``; returns an IndexReport (``report``, when given:
-        another thread can watch its counts grow while the run goes)."""
+        """Indexes the files under ``root`` that ``globs`` match (gitignore patterns; see
+        discovery.py) and, when ``gitignore``, no .gitignore leaves out; returns an IndexReport
+        (``report``, when given: another thread can watch its counts grow while the run goes).
+
+        The index mirrors the folder under the patterns: files indexed before that they no
+        longer match leave it. ``globs`` or ``gitignore`` left as None are those of the folder's
+        last run (so the MCP server and extract_memory keep what ``hybridsql index --glob``
+        chose), else markdown and True."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
         started = time.monotonic()
@@ -261,8 +226,10 @@ class HybridIndex:
         # become U+FFFD; files are still read by their real names.
         stored_root = clean_text(root)
         report = IndexReport() if report is None else report
+        choice = self._choice(stored_root, globs, gitignore)
+        report.globs, report.gitignore = choice["globs"], choice["gitignore"]
         vanished = []
-        paths = discover(root, vanished)
+        paths = discover(root, vanished, report.globs, report.gitignore, report)
         report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]
         report.files_seen = len(paths)
         known = {
@@ -302,7 +269,7 @@ class HybridIndex:
             if name in known and known[name][1] == sha and not resize:
                 report.files_unchanged += 1
                 continue
-            chunks = chunk_markdown(text, most, overlap, counter)
+            chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
             pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
                 self._write_files(stored_root, pending, report)
@@ -315,12 +282,31 @@ class HybridIndex:
                     self.conn.execute("delete from files where id = ?", (file_id,))
                 report.files_deleted += 1
         report.chunks_embedded += self.embed_missing()
-        if resize:
-            with self.conn:
+        with self.conn:
+            if resize:
                 self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
+            self.conn.execute(
+                "insert or replace into meta values (?, ?)",
+                (f"files {stored_root}", json.dumps(choice)),
+            )
         bar.close()
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def _choice(self, stored_root: str, globs, gitignore) -> dict:
+        """The patterns of a run: those given, else those of the folder's last run (in meta
+        under 'files ROOT'), else the defaults."""
+        row = self.conn.execute(
+            "select value from meta where key = ?", (f"files {stored_root}",)
+        ).fetchone()
+        last = json.loads(row[0]) if row else {}
+        if globs is not None:
+            globs = [globs] if isinstance(globs, str) else list(globs)
+            glob_spec(globs)  # a bad pattern is refused before anything is read
+        return {
+            "globs": globs if globs is not None else last.get("globs", list(DEFAULT_GLOBS)),
+            "gitignore": gitignore if gitignore is not None else last.get("gitignore", True),
+        }
 
     def _write_files(self, root, pending, report) -> None:
         """Embeds the chunks of several files at once, then writes each file in a transaction."""

@@ -24,8 +24,9 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
+from hybridsql.discovery import link_reason, open_inside
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
-from hybridsql.index import HybridIndex, link_reason, open_inside, transaction
+from hybridsql.index import HybridIndex, transaction
 from hybridsql.options import option
 from hybridsql.search import (
     MAX_RESULTS,

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from hybridsql.chunking import heading_at
+from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
 from hybridsql.extension import BACKENDS
 from hybridsql.functions import MAX_K
@@ -707,7 +708,7 @@ class Searcher:
         id_, kind, path, start, end, heading, text, score, relevance = row[:9]
         cosine, kscore, decay, semantic, keyword, _, ranges = row[9:16]
         match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
-        if keyword:
+        if keyword and (kind != "document" or is_markdown(path)):  # plain text has no headings
             heading = matched_heading(text, heading, start, terms, prefix)
         return SearchResult(
             id=id_,

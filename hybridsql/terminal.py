@@ -132,8 +132,9 @@ def context_lines(context: dict | None) -> list:
     ]
 
 
-def report_lines(report: dict, keyword_only: bool) -> list:
-    """An indexing run: the counts, then what was skipped and why."""
+def report_lines(report: dict, keyword_only: bool, left_out: str | None) -> list:
+    """An indexing run: the counts, what was left out (discovery.left_out_line), then what was
+    skipped and why."""
     lines = [
         f"{report['files_seen']} files: {report['files_indexed']} indexed, "
         f"{report['files_unchanged']} unchanged, {report['files_deleted']} deleted; "
@@ -142,6 +143,8 @@ def report_lines(report: dict, keyword_only: bool) -> list:
     ]
     if keyword_only:
         lines.append("no embedding provider: the index is keyword-only")
+    if left_out:
+        lines.append(visible(left_out))
     lines += [visible(f"skipped {path}: {reason}") for path, reason in report["skipped"]]
     lines += [visible(f"warning {path}: {warning}") for path, warning in report["warnings"]]
     return lines

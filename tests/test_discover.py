@@ -1,0 +1,252 @@
+"""Which files a run indexes: --glob patterns, .gitignore files, and what it says it left out."""
+
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import HYBRIDSQL
+
+from hybridsql.chunking import chunk_markdown
+from hybridsql.errors import IndexingError
+from hybridsql.index import HybridIndex, IndexReport, discover
+
+
+def make(root, files):
+    """Files under root from {relative path: text or bytes}."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return root
+
+
+def indexed(idx):
+    return [p for (p,) in idx.conn.execute("select path from files order by path")]
+
+
+def test_patterns_match_at_any_depth_unless_they_have_a_slash(tmp_path):
+    root = make(
+        tmp_path / "d",
+        {"a.txt": "a", "x/y/b.txt": "b", "notes/c.txt": "c", "x/notes/d.txt": "d", "R.MD": "r"},
+    )
+    assert discover(str(root), globs=["*.txt"]) == [
+        "a.txt",
+        "notes/c.txt",
+        "x/notes/d.txt",
+        "x/y/b.txt",
+    ]
+    assert discover(str(root), globs=["notes/*.txt"]) == ["notes/c.txt"]
+    assert discover(str(root), globs=["**/notes/*.txt"]) == ["notes/c.txt", "x/notes/d.txt"]
+    assert discover(str(root)) == ["R.MD"]  # the default, markdown, takes any case as before
+
+
+def test_several_patterns_and_a_negated_one(tmp_path):
+    root = make(
+        tmp_path / "d",
+        {"a.md": "", "b.txt": "", "c.rst": "", "drafts/e.md": "", "x/drafts/f.txt": ""},
+    )
+    report = IndexReport()
+    globs = ["*.md", "*.txt", "!drafts/"]
+    assert discover(str(root), globs=globs, report=report) == ["a.md", "b.txt"]
+    assert report.left_out["folders_not_matching"] == 2
+    assert report.left_out["not_matching"] == {".rst": 1}
+
+
+def test_nested_gitignore_files_apply_below_their_folder_as_git_does(tmp_path):
+    root = make(
+        tmp_path / "d",
+        {
+            ".gitignore": "secret.md\nbuild/\n",
+            "a.md": "",
+            "secret.md": "",
+            "other/secret.md": "",
+            "other/x.md": "",
+            "build/out.md": "",
+            "sub/.gitignore": "*.md\n!keep.md\n",
+            "sub/x.md": "",
+            "sub/keep.md": "",
+            "sub/deeper/y.md": "",
+            "sub/deeper/keep.md": "",
+            "sub/deeper/.gitignore": "!y.md\n",
+        },
+    )
+    report = IndexReport()
+    found = discover(str(root), report=report)
+    assert found == ["a.md", "other/x.md", "sub/deeper/keep.md", "sub/deeper/y.md", "sub/keep.md"]
+    assert (report.left_out["gitignored_files"], report.left_out["gitignored_folders"]) == (3, 1)
+    assert discover(str(root), gitignore=False) == sorted(
+        p
+        for p in ["a.md", "secret.md", "other/secret.md", "other/x.md", "build/out.md"]
+        + ["sub/x.md", "sub/keep.md", "sub/deeper/y.md", "sub/deeper/keep.md"]
+    )
+    if shutil.which("git"):  # the same files as git's own reading of the same rules
+        subprocess.run(["git", "init", "-q", str(root)], check=True, env=dict(os.environ))
+        listed = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+        ).stdout.split()
+        assert found == sorted(p for p in listed if not p.endswith(".gitignore"))
+
+
+def test_git_and_hidden_folders_are_not_walked(tmp_path):
+    root = make(
+        tmp_path / "d",
+        {".git/notes.md": "", ".obsidian/w.md": "", "node_modules/m.md": "", "a.md": ""},
+    )
+    report = IndexReport()
+    assert discover(str(root), report=report) == ["a.md"]
+    assert report.left_out == {
+        "not_matching": {},
+        "folders_not_matching": 0,
+        "gitignored_files": 0,
+        "gitignored_folders": 0,
+        "folders_not_walked": 2,  # .git is in every repository: not counted
+    }
+
+
+def test_left_out_counts_by_extension(tmp_path):
+    files = {f"t{i}.txt": "t" for i in range(10)}
+    files |= {"a.pdf": b"%PDF", "sub/b.PDF": b"%PDF", "Makefile": "all:", "n.md": "# n"}
+    root = make(tmp_path / "d", files)
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root))
+    assert report.left_out["not_matching"] == {".txt": 10, ".pdf": 2, "": 1}
+    assert (report.globs, report.files_indexed) == (["*.md", "*.markdown"], 1)
+
+
+def test_changed_patterns_are_remembered_and_the_index_mirrors_them(tmp_path):
+    root = make(tmp_path / "d", {"a.md": "# a\n\nalpha\n", "b.txt": "beta\n"})
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        assert idx.index_folder(str(root)).files_indexed == 1
+        report = idx.index_folder(str(root), globs=["*.txt"])
+        assert (report.files_indexed, report.files_deleted) == (1, 1)
+        assert indexed(idx) == ["b.txt"]
+        # A run that names no patterns (the MCP server, extract_memory) keeps the last ones.
+        report = idx.index_folder(str(root))
+        assert (report.globs, report.files_unchanged, report.files_deleted) == (["*.txt"], 1, 0)
+        idx.index_folder(str(root), globs=["*.md", "*.txt"])
+        assert indexed(idx) == ["a.md", "b.txt"]
+
+
+def test_a_pattern_that_chooses_nothing_is_refused_before_anything_changes(tmp_path):
+    root = make(tmp_path / "d", {"a.md": "# a\n"})
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        idx.index_folder(str(root))
+        msg = "no glob pattern chooses any file: give at least one, like '*.md'"
+        for globs in ([], ["!a.md"], ["  "]):
+            with pytest.raises(IndexingError, match=re.escape(msg)):
+                idx.index_folder(str(root), globs=globs)
+        assert indexed(idx) == ["a.md"]
+
+
+def test_a_binary_file_a_pattern_takes_is_skipped(tmp_path):
+    root = make(
+        tmp_path / "d",
+        {
+            "n.txt": "plain words\n",
+            "p.png": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+            "z.bin": bytes(range(128, 256)) * 4,  # no NUL byte, nor any UTF-8
+            "l.txt": "caf\xe9 au lait".encode("latin-1"),  # one bad byte: text
+            # tests/test_resources.py's broken.md, 4 bad of 38 characters: text too
+            "m.txt": b"# broken\n\ncaf\xe9 \xff\xfe brokentoken \xc3\x28 end\n",
+        },
+    )
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), globs=["*"])
+        assert report.skipped == [
+            ["p.png", "binary (has NUL bytes)"],
+            ["z.bin", "binary (over a quarter of it is not UTF-8)"],
+        ]
+        assert indexed(idx) == ["l.txt", "m.txt", "n.txt"]
+
+
+def test_links_are_not_followed_to_files_folders_or_gitignore_files(tmp_path):
+    outside = make(tmp_path / "out", {"s.txt": "outsidetoken", "sub/t.txt": "outsidetoken"})
+    (outside / "ignore").write_text("a.txt\n")
+    root = make(tmp_path / "d", {"a.txt": "insidetoken"})
+    os.symlink(outside / "s.txt", root / "s.txt")
+    os.symlink(outside / "sub", root / "sub")
+    os.symlink(outside / "ignore", root / ".gitignore")
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        report = idx.index_folder(str(root), globs=["*.txt"])
+        assert indexed(idx) == ["a.txt"]
+        assert report.warnings == [
+            [".gitignore", "not read: .gitignore is a symbolic link (links are not followed)"]
+        ]
+
+
+def test_plain_text_is_chunked_by_paragraphs_without_headings(tmp_path):
+    text = "# not a heading\n" + "\n\n".join(f"paragraph {i} " + "word " * 60 for i in range(4))
+    chunks = chunk_markdown(text, 100, 20, headings=False)
+    assert {c.heading for c in chunks} == {""}
+    assert [c.start_line for c in chunks] == [1, 4, 6, 8]  # each starts a paragraph
+    assert chunk_markdown(text, 100, 20)[0].heading == "not a heading"
+    root = make(tmp_path / "d", {"n.py": text})
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        idx.index_folder(str(root), globs=["*.py"])
+        found = idx.search("paragraph", mode="keyword")
+        assert found.results and {r.heading for r in found} == {""}
+
+
+def run_tty(argv, cwd):
+    """The command with stdout on a terminal (a pty), so that it prints for a person."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the command has closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return process.wait(timeout=300), out.decode().replace("\r\n", "\n")
+
+
+def test_the_cli_says_what_a_folder_of_text_files_holds(tmp_path):
+    files = {f"t{i}.txt": f"note {i}\n" for i in range(14)}
+    make(tmp_path / "d", files | {"s.pdf": b"%PDF", ".gitignore": "t0.txt\n"})
+    argv = [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"]
+    code, out = run_tty(argv, tmp_path)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "0 files matched *.md, *.markdown; 15 other files (.txt 14, .pdf 1): pass --glob '*.txt'"
+    )
+    code, out = run_tty([*argv, "--glob", "*.txt"], tmp_path)
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "left out: 1 file not matching --glob (.pdf 1), 1 file ignored by .gitignore"
+    )
+    piped = subprocess.run(
+        [*argv, "--no-gitignore"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(piped.stdout)
+    assert (report["globs"], report["gitignore"], report["files_indexed"]) == (["*.txt"], False, 1)
+    assert report["left_out"] == {
+        "not_matching": {".pdf": 1, "": 1},  # .gitignore: not read, so a file like others
+        "folders_not_matching": 0,
+        "gitignored_files": 0,
+        "gitignored_folders": 0,
+        "folders_not_walked": 0,
+    }
