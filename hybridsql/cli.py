@@ -308,16 +308,7 @@ def memory_search(store, query, **options):
 @click.argument("query")
 @click.option("--project", default=None, help="only this project's files")
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
-@click.option(
-    "--decay/--no-decay",
-    default=True,
-    help="dated notes lose score with age; --no-decay ranks them by relevance alone",
-)
-@click.option(
-    "--group-by-file",
-    is_flag=True,
-    help="one result per file: its best chunk, with the lines of its other matches",
-)
+@click_options(SearchOptions, only=("decay", "group_by_file"))
 @store_command("read", lambda v: terminal.document_lines(v["results"], []))
 def documents(store, query, project, limit, decay, group_by_file):
     """Search the indexed memory files."""

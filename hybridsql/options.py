@@ -26,10 +26,11 @@ def option(default, help: str, *, flag: str | None = None, short: str | None = N
     )
 
 
-def _declared(cls, exclude):
+def _declared(cls, exclude, only=None):
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
-        if f.name not in exclude and f.default is not MISSING and "help" in f.metadata:
+        chosen = f.name not in exclude and (only is None or f.name in only)
+        if chosen and f.default is not MISSING and "help" in f.metadata:
             yield f, hints[f.name]
 
 
@@ -42,12 +43,13 @@ def _base(hint):
     return {int: click.INT, float: click.FLOAT, bool: bool}.get(args[0], click.STRING)
 
 
-def click_options(cls, exclude=()):
-    """A decorator that adds a click option for each field of ``cls`` (but ``exclude``): a
-    boolean that defaults to True is ``--name/--no-name``, one that defaults to False a flag."""
+def click_options(cls, exclude=(), only=None):
+    """A decorator that adds a click option for each field of ``cls`` (but ``exclude``; or
+    ``only`` those): a boolean that defaults to True is ``--name/--no-name``, one that defaults
+    to False a flag."""
 
     def decorate(command):
-        for f, hint in reversed(list(_declared(cls, exclude))):
+        for f, hint in reversed(list(_declared(cls, exclude, only))):
             meta = f.metadata
             flag = meta["flag"] or "--" + f.name.replace("_", "-")
             names = [flag, *([meta["short"]] if meta["short"] else []), f.name]
@@ -57,7 +59,9 @@ def click_options(cls, exclude=()):
                     names[0] = f"{flag}/--no-{flag[2:]}"
                     command = click.option(*names, default=True, help=meta["help"])(command)
                 else:
-                    command = click.option(*names, is_flag=True, help=meta["help"])(command)
+                    command = click.option(*names, is_flag=True, default=False, help=meta["help"])(
+                        command
+                    )
                 continue
             if meta["choices"]:
                 kind = click.Choice(meta["choices"])
