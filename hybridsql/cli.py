@@ -265,7 +265,55 @@ def build_parser() -> argparse.ArgumentParser:
     add_search_options(p)
     p.set_defaults(func=cmd_search)
     add_memory_parsers(sub)
+    add_replication_parsers(sub)
     return parser
+
+
+def add_replication_parsers(sub) -> None:
+    p = sub.add_parser(
+        "replicate",
+        help="replicate an index continuously with Litestream",
+        description="Run Litestream in the foreground, copying every transaction of the index to "
+        "a replica (a folder, file://, s3://...) until interrupted. Needs the replicate extra: "
+        "pip install 'hybridsql[replicate]'. See docs/scaling.md for S3.",
+        epilog="example: hybridsql replicate --db mem.db --to file:///backups/mem",
+    )
+    p.add_argument("--db", required=True, help="the index to replicate")
+    p.add_argument("--to", required=True, help="the replica: a URL or a folder")
+    p.add_argument("--once", action="store_true", help="sync what is committed now, then exit")
+    p.add_argument("--seconds", type=float, help="stop after this many seconds")
+    p.set_defaults(func=cmd_replicate)
+
+    p = sub.add_parser(
+        "restore",
+        help="restore an index from its Litestream replica into a new file",
+        description="Restore the index replicated at URL into the new file --db, checked (SQLite's "
+        "and FTS5's integrity checks, the schema) before it takes that name; an existing file is "
+        "never overwritten.",
+        epilog="example: hybridsql restore --from file:///backups/mem --db restored.db "
+        "--timestamp 2026-11-22T18:30:00Z",
+    )
+    p.add_argument("--from", dest="source", required=True, help="the replica: a URL or a folder")
+    p.add_argument("--db", required=True, help="the new file to restore into")
+    p.add_argument(
+        "--timestamp", help="restore the index as it was then (ISO 8601, UTC unless given)"
+    )
+    p.set_defaults(func=cmd_restore)
+
+
+def cmd_replicate(args) -> int:
+    from hybridsql.replication import replicate
+
+    replicate(args.db, args.to, once=args.once, seconds=args.seconds)
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from hybridsql.replication import restore
+
+    size = restore(args.source, args.db, timestamp=args.timestamp)
+    print(f"restored {args.db} ({size} bytes) from {args.source}; integrity checks passed")
+    return 0
 
 
 # -- agent memories: ``hybridsql memory ...`` and ``hybridsql mcp`` ---------------------------
