@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -24,8 +25,6 @@ import numpy as np
 from hybridsql.index import HybridIndex
 from hybridsql.replication import litestream_path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORK = os.path.join(HERE, "results", "replication")
 DIMS, CHUNKS_PER_FILE, BATCH = 384, 8, 2000
 WORDS = np.array(
     "deploy billing postgres migration harbor gateway tide worker celery redis invoice stripe"
@@ -85,9 +84,8 @@ def timed(command: list) -> float:
 
 def main() -> None:
     gigabytes = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
-    db, replica = os.path.join(WORK, "big.db"), os.path.join(WORK, "replica")
+    work = tempfile.mkdtemp(prefix="hybridsql-replication-")
+    db, replica = os.path.join(work, "big.db"), os.path.join(work, "replica")
     url = "file://" + replica
     start = time.perf_counter()
     chunks = build(db, gigabytes)
@@ -99,10 +97,10 @@ def main() -> None:
     figures = {
         "replicate (snapshot)": timed([hybridsql, "replicate", "--db", db, "--to", url, "--once"]),
         "litestream restore": timed(
-            [litestream_path(), "restore", "-o", os.path.join(WORK, "raw.db"), url]
+            [litestream_path(), "restore", "-o", os.path.join(work, "raw.db"), url]
         ),
         "hybridsql restore (+ checks)": timed(
-            [hybridsql, "restore", "--from", url, "--db", os.path.join(WORK, "checked.db")]
+            [hybridsql, "restore", "--from", url, "--db", os.path.join(work, "checked.db")]
         ),
     }
     replica_bytes = sum(
@@ -111,7 +109,7 @@ def main() -> None:
     print(f"replica {replica_bytes / 1e9:.2f} GB")
     for name, seconds in figures.items():
         print(f"{name:30} {seconds:7.1f} s  {seconds / size:6.1f} s/GB")
-    shutil.rmtree(WORK)
+    shutil.rmtree(work)  # about three times the index's size
 
 
 if __name__ == "__main__":
