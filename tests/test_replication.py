@@ -25,6 +25,8 @@ from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
 from hybridsql.replication import litestream_path
 
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has no Windows build")
+
 SEED = int(os.environ.get("HYBRIDSQL_REPLICATION_SEED", random.randrange(1 << 30)))
 KILLS = int(os.environ.get("HYBRIDSQL_REPLICATION_KILLS", "8"))
 
