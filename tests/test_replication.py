@@ -260,6 +260,10 @@ def test_restore_refuses_and_leaves_nothing(tmp_path):
             f"hybridsql: litestream restore from {tmp_path / 'nowhere'} failed: Error: no matching backup files available\n",
         ),
         (
+            ["restore", "--from", url, "--db", "nowhere/new.db"],
+            f"hybridsql: {tmp_path / 'nowhere'} is not a folder\n",
+        ),
+        (
             ["restore", "--from", url, "--db", "new.db", "--timestamp", "yesterday"],
             "hybridsql: timestamp 'yesterday' is not an ISO 8601 time (like 2026-11-22T18:30:00Z)\n",
         ),
@@ -277,6 +281,24 @@ def test_restore_refuses_and_leaves_nothing(tmp_path):
         assert (run.returncode, run.stderr) == (1, message)
     assert sorted(os.listdir(tmp_path)) == before  # no new.db, no temporary folder
     assert apsw.Connection(db).execute("select text from chunks").fetchall() == [("kept",)]
+
+
+def test_restore_refuses_a_replica_of_another_database(tmp_path):
+    """Replicated by Litestream itself (hybridsql replicate refuses it): the restored copy is
+    checked and refused, and nothing is left."""
+    other = str(tmp_path / "other.db")
+    apsw.Connection(other).execute("create table t(x); insert into t values (1)")
+    url = "file://" + str(tmp_path / "replica")
+    subprocess.run(
+        [litestream_path(), "replicate", "-once", other, url], capture_output=True, check=True
+    )
+    before = sorted(os.listdir(tmp_path))
+    run = hybridsql("restore", "--from", url, "--db", "new.db", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (
+        1,
+        f"hybridsql: {url} is not a replica of a hybridsql index; nothing was restored\n",
+    )
+    assert sorted(os.listdir(tmp_path)) == before
 
 
 def test_replicate_refuses_a_database_that_is_no_index(tmp_path):
