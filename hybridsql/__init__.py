@@ -8,6 +8,7 @@ from hybridsql.errors import (
     IndexingError,
     NotFoundError,
     QueryError,
+    ReplicationError,
     VectorError,
 )
 from hybridsql.extension import backend_of, connect, load, loadable_path
@@ -37,6 +38,7 @@ __all__ = [
     "NotFoundError",
     "QueryError",
     "Ranking",
+    "ReplicationError",
     "Session",
     "SessionContext",
     "TimelineEntry",

