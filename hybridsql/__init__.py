@@ -7,6 +7,7 @@ from hybridsql.errors import (
     HybridSQLError,
     IndexingError,
     NotFoundError,
+    ProjectError,
     QueryError,
     VectorError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryHit",
     "MemoryStore",
     "NotFoundError",
+    "ProjectError",
     "QueryError",
     "Ranking",
     "Session",

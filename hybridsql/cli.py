@@ -129,12 +129,12 @@ def embedder_name(value: str) -> str:
     )
 
 
-def add_db_args(p) -> None:
+def add_db_args(p, required: bool = True) -> None:
     """--db and --embedder, which every command that opens an index takes."""
     db = os.environ.get("HYBRIDSQL_DB") or None
     p.add_argument(
         "--db",
-        required=db is None,
+        required=required and db is None,
         default=db,
         help="the SQLite database file (default: $HYBRIDSQL_DB)",
     )
@@ -518,14 +518,16 @@ def add_memory_parsers(sub) -> None:
 
     p = sub.add_parser(
         "mcp",
-        help="serve the memory store over MCP (stdio)",
+        help="serve the memory store over MCP (stdio, or HTTP with --http)",
         description="An MCP server on stdin/stdout with the tools search_memory, extract_memory, "
         "add, supersede, reinforce, timeline, recent_memories and delete. It answers at once "
         "and indexes the memory folder in the background. The process is one session. Needs "
-        "the mcp extra: pip install 'hybridsql[mcp]'.",
-        epilog="example: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
+        "the mcp extra: pip install 'hybridsql[mcp]'. With --http it serves many clients over "
+        "HTTP instead, each MCP session a hybridsql session.",
+        epilog="examples: hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide; "
+        "HYBRIDSQL_TOKEN=... hybridsql mcp --http 0.0.0.0:8765 --data-dir ~/agent-memory/db",
     )
-    add_db_args(p)
+    add_db_args(p, required=False)
     p.add_argument(
         "--memory-dir",
         dest="memory_dir",
@@ -534,6 +536,26 @@ def add_memory_parsers(sub) -> None:
         "extract_memory writes",
     )
     p.add_argument("--project", default="", help="the project of the session and of new memories")
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve many clients over MCP's streamable HTTP at http://HOST:PORT/mcp "
+        "(/mcp/PROJECT names a project) instead of stdio",
+    )
+    p.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        default=None,
+        help="with --http, instead of --db: one index per project, DIR/PROJECT.db, made by "
+        "its first write",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="with --http: the bearer token every request must carry (default: "
+        "$HYBRIDSQL_TOKEN, which ps does not show); needed on a non-loopback address",
+    )
     p.set_defaults(func=cmd_mcp)
 
 
@@ -544,7 +566,21 @@ def cmd_mcp(args) -> int:
         raise HybridSQLError(
             f"the MCP server needs the mcp extra: pip install 'hybridsql[mcp]' ({e})"
         ) from e
-    serve(args.db, args.memory_dir, args.project, args.embedder)
+    if args.http is not None:
+        from hybridsql.mcp_http import serve_http
+
+        from_env = args.db == os.environ.get("HYBRIDSQL_DB")  # gives way to --data-dir
+        db = None if args.data_dir and from_env else args.db
+        token = args.token or os.environ.get("HYBRIDSQL_TOKEN") or None
+        serve_http(
+            args.http, db, args.data_dir, args.memory_dir, args.project, args.embedder, token
+        )
+    elif args.data_dir is not None or args.token is not None:
+        raise HybridSQLError("--data-dir and --token serve over HTTP: add --http HOST:PORT")
+    elif args.db is None:
+        raise HybridSQLError("the MCP server over stdio needs --db FILE (or $HYBRIDSQL_DB)")
+    else:
+        serve(args.db, args.memory_dir, args.project, args.embedder)
     return 0
 
 
