@@ -258,16 +258,14 @@ class Gate:
         CONNECTION.set((project, mcp_session))
         if scope["method"] != "DELETE" or mcp_session is None:
             return await self.app(scope, receive, send)
-        status = []
 
         async def sending(message):
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
+            # Before the client hears that its session is over: then its sessions are ended.
+            if message["type"] == "http.response.start" and message["status"] < 300:
+                await anyio.to_thread.run_sync(self.projects.end_sessions, mcp_session)
             await send(message)
 
         await self.app(scope, receive, sending)
-        if status and status[0] < 300:
-            await anyio.to_thread.run_sync(self.projects.end_sessions, mcp_session)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
