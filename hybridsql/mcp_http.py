@@ -88,19 +88,29 @@ def check_project(name: str) -> str:
 
 
 class Open:
-    """An open index of the server: its store and the guard its calls run under; ``store`` is
-    None once the cache closed it."""
+    """An index of the server: opened by its first call, under its guard (so that opening one
+    project's file never holds up the others); ``closed`` once the cache let it go."""
 
     def __init__(self, path: str, embedder, memory_dir: str | None):
-        self.index = HybridIndex(path, embedder=embedder)
-        self.store = MemoryStore(self.index, memory_dir)
+        self.path, self.embedder, self.memory_dir = path, embedder, memory_dir
         self.guard = Guard(path)
+        self.store = None
+        self.closed = False
+
+    def load(self) -> MemoryStore:
+        if self.store is None:
+            index = HybridIndex(self.path, embedder=self.embedder)
+            self.store = MemoryStore(index, self.memory_dir)
+        return self.store
+
+    def run(self, fn, *args, **kwargs):
+        return fn(self.load(), *args, **kwargs)
 
     def close(self) -> None:
         with self.guard.lock:  # after the call in progress
+            self.closed = True
             if self.store is not None:
-                self.store = None
-                self.index.close(damaged=self.guard.broken is not None)
+                self.store.index.close(damaged=self.guard.broken is not None)
 
 
 class Projects:
@@ -153,19 +163,17 @@ class Projects:
         while True:
             entry = self.open(key)
             with entry.guard.lock:
-                if entry.store is not None:  # else the cache closed it meanwhile: open again
-                    return entry.guard.call(fn, entry.store, *args, **kwargs)
+                if not entry.closed:  # else the cache closed it meanwhile: open it again
+                    return entry.guard.call(entry.run, fn, *args, **kwargs)
 
     def open(self, key: str) -> Open:
         closing = []
         with self.lock:
             entry = self.open_indexes.get(key)
             if entry is None:
-                try:
-                    entry = Open(self.path(key), self.embedder, self.memory_dir)
-                except HybridSQLError as e:
-                    raise ToolError(str(e)) from e
-                self.open_indexes[key] = entry
+                entry = self.open_indexes[key] = Open(
+                    self.path(key), self.embedder, self.memory_dir
+                )
                 while len(self.open_indexes) > self.cache:
                     closing.append(self.open_indexes.popitem(last=False)[1])
             self.open_indexes.move_to_end(key)
@@ -313,7 +321,7 @@ def serve_http(
     indexing = None
     try:
         if db is not None:
-            projects.open("")  # made or upgraded before the indexing thread opens it
+            projects.open("").load()  # made or upgraded before the indexing thread opens it
             if memory_dir is not None:
                 indexing = Indexing(db, memory_dir, shared)
                 indexing.thread.start()

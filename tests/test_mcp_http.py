@@ -289,20 +289,31 @@ def test_bad_requests_get_clear_errors_and_the_server_stays_up(tmp_path):
                 },
             )
 
+        junk = b"not a database " * 300
+        (data / "junk.db").write_bytes(junk)
+
         async def steps():
+            async with connect(base + "/mcp/junk") as c:
+                damaged = await c.call("search_memory", query="x")
             async with connect(base + "/mcp/a") as c:
                 unknown = await c.call("forget_everything", memory_id=1)
                 added = await c.call("add", content="Still answering after bad requests")
-                return unknown, added
+                return damaged, unknown, added
 
-        unknown, added = run(steps)
+        damaged, unknown, added = run(steps)
+        assert damaged == {
+            "error": f"Error executing tool search_memory: {data / 'junk.db'} is not a SQLite "
+            "database (or its header is damaged); check the path, or restore the file from a backup"
+        }
         assert unknown == {"error": "Unknown tool: forget_everything"}
         assert added["content"] == "Still answering after bad requests"
-    assert sorted(os.listdir(data)) == ["a.db"]
+    assert sorted(os.listdir(data)) == ["a.db", "junk.db"]
+    assert (data / "junk.db").read_bytes() == junk
 
 
 def test_concurrent_clients_lose_no_write(tmp_path):
-    """8 clients add and search in parallel across two projects; every add acknowledged must be
+    """8 clients add and search in parallel across two projects while another process (the
+    ``hybridsql memory add`` command) writes to one of the files; every add acknowledged must be
     found afterwards, and no client may see an error ("database is locked" included)."""
     seconds = float(os.environ.get("HYBRIDSQL_HTTP_SECONDS", "3"))
     data = tmp_path / "data"
@@ -325,11 +336,25 @@ def test_concurrent_clients_lose_no_write(tmp_path):
                         errors.append(found)
                     i += 1
 
+        async def other_process(stop_at):
+            n = 0
+            while anyio.current_time() < stop_at or n == 0:
+                word = f"cli{n}"
+                argv = [HYBRIDSQL, "memory", "add", f"note {word} from the command"]
+                argv += ["--project", "p0", "--db", str(data / "p0.db"), "--embedder", "none"]
+                done = await anyio.run_process(argv, cwd=tmp_path, check=False)
+                if done.returncode != 0:
+                    errors.append(done.stderr.decode())
+                else:
+                    acked.append(("p0", json.loads(done.stdout)["id"], word))
+                n += 1
+
         async def steps():
             stop_at = anyio.current_time() + seconds
             async with anyio.create_task_group() as tasks:
                 for n in range(8):
                     tasks.start_soon(worker, n, stop_at)
+                tasks.start_soon(other_process, stop_at)
 
         run(steps)
     assert errors == []
