@@ -186,6 +186,8 @@ def run(args, projects_count, memories):
         start = time.perf_counter()
         asyncio.run(main())
         elapsed = time.perf_counter() - start
+        with open(f"/proc/{proc.pid}/status") as f:
+            peak = next(line for line in f if line.startswith("VmHWM:"))
     finally:
         proc.terminate()
         proc.wait(timeout=120)
@@ -204,6 +206,7 @@ def run(args, projects_count, memories):
         "lost_writes": lost_writes(data_dir, stats["acked"]),
         "adds_acknowledged": len(stats["acked"]),
         "cores": os.cpu_count(),
+        "server_peak_rss_mb": int(peak.split()[1]) // 1024,
     }
     for kind in ("search", "add"):
         report[kind] = {

@@ -26,6 +26,7 @@ import ipaddress
 import json
 import os
 import re
+import resource
 import secrets
 import signal
 import socket
@@ -48,7 +49,9 @@ from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_sessi
 from hybridsql.memory import MemoryStore
 
 PATH = "/mcp"
-CACHE_SIZE = 64
+# Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
+# its -wal and -shm) and its page cache; a third of the descriptors stay for clients' sockets.
+CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
 MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 

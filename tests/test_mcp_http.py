@@ -401,3 +401,29 @@ def test_one_database_with_the_local_model(tmp_path, memory_dir):
     assert billing == {"entries": []}
     conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
     assert conn.execute("select count(*) from sessions where ended_at is null").fetchone() == (0,)
+
+
+def test_the_cache_closes_the_least_recently_used_index_and_reopens_it(tmp_path):
+    """In process, without HTTP: 5 projects through a cache of 2 open indexes."""
+    from hybridsql.mcp_http import Projects
+
+    projects = Projects(None, str(tmp_path), "none", cache=2)
+    try:
+        for turn in range(2):
+            for n in range(5):
+                place = projects.where(f"p{n}", write=True)
+                place.call(MemoryStore.add, f"fact {turn} of project {n}", place.owner)
+                assert len(projects.open_indexes) <= 2
+        found = {}
+        for n in range(5):
+            place = projects.where(f"p{n}")
+            hits = place.call(MemoryStore.search, "fact", project=place.project, reinforce=False)
+            found[n] = sorted(hit.memory.content for hit in hits)
+            assert place.session() == 1  # the session this MCP session started in p{n}
+    finally:
+        projects.close()
+    assert found == {n: [f"fact 0 of project {n}", f"fact 1 of project {n}"] for n in range(5)}
+    assert sorted(os.listdir(tmp_path)) == [f"p{n}.db" for n in range(5)]
+    with HybridIndex(str(tmp_path / "p4.db"), embedder="none", readonly=True) as index:
+        ended = index.conn.execute("select summary from sessions").fetchall()
+    assert ended == [("MCP session: no memories used",)]
