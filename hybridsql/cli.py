@@ -546,6 +546,7 @@ def add_memory_parsers(sub) -> None:
     p.add_argument(
         "--data-dir",
         dest="data_dir",
+        metavar="DIR",
         default=None,
         help="with --http, instead of --db: one index per project, DIR/PROJECT.db, made by "
         "its first write",

@@ -50,7 +50,8 @@ from hybridsql.memory import MemoryStore
 
 PATH = "/mcp"
 # Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
-# its -wal and -shm) and its page cache; a third of the descriptors stay for clients' sockets.
+# its -wal and -shm) and its page cache; they take at most a third of the process's descriptors,
+# the rest stay for clients' sockets.
 CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
 MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import time
+import urllib.parse
 
 import anyio
 import apsw
 import httpx
 import httpx2
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, ROOT
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -427,3 +428,31 @@ def test_the_cache_closes_the_least_recently_used_index_and_reopens_it(tmp_path)
     with HybridIndex(str(tmp_path / "p4.db"), embedder="none", readonly=True) as index:
         ended = index.conn.execute("select summary from sessions").fetchall()
     assert ended == [("MCP session: no memories used",)]
+
+
+def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"^```json\n(.*?)^```$", f.read(), re.MULTILINE | re.DOTALL)
+    (configuration,) = [json.loads(b) for b in blocks if '"type": "http"' in b]
+    entry = configuration["servers"]["hybridsql"]
+    (token_input,) = configuration["inputs"]
+    url = urllib.parse.urlsplit(entry["url"])
+    prompt = "${input:" + token_input["id"] + "}"  # VS Code asks for the token there
+    headers = {k: v.replace(prompt, TOKEN) for k, v in entry["headers"].items()}
+    data = tmp_path / "data"
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none", env=env) as base:
+
+        async def steps():
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=120) as http,
+                streamable_http_client(base + url.path, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                added = await session.call_tool("add", {"content": "The README's client works"})
+                return json.loads(added.content[0].text)
+
+        added = run(steps)
+    assert (url.path, added["project"]) == ("/mcp/tide", "tide")
+    assert sorted(os.listdir(data)) == ["tide.db"]
