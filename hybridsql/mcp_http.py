@@ -4,7 +4,8 @@ The same tools as over stdio, on the SDK's streamable HTTP transport (stateful: 
 gets an MCP session id), served by uvicorn to many clients at once.
 
 - ``--db FILE``: one index, as over stdio. ``--data-dir DIR``: one index per project,
-  ``DIR/PROJECT.db``, made by the first write to that project; a read of a project that has
+  ``DIR/PROJECT.db``, made by the first write to that project (no memory folder, so no
+  extract_memory); a read of a project that has
   none answers empty and makes nothing. The project is the URL's (``/mcp/PROJECT``) or, at
   ``/mcp``, the tools' ``project`` argument (else ``--project``). A tool argument that names
   another project than the URL is refused, never read.
@@ -330,6 +331,8 @@ def serve_http(
                 indexing = Indexing(db, memory_dir, shared)
                 indexing.thread.start()
         server = build_server(projects.where, indexing)
+        if data_dir is not None:  # it writes to a memory folder, which only --db has
+            server.remove_tool("extract_memory")
         app = server.streamable_http_app(
             streamable_http_path=PATH, max_request_body_size=MAX_BODY, host=host
         )

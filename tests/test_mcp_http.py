@@ -19,6 +19,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from hybridsql.index import HybridIndex
+from hybridsql.mcp_server import TOOLS
 from hybridsql.memory import MemoryStore
 
 TOKEN = "s3cret-token"
@@ -105,6 +106,8 @@ def test_projects_are_kept_apart_by_argument_and_by_url(tmp_path):
         async def steps():
             seen = {}
             async with connect(base + "/mcp") as c:
+                seen["tools"] = sorted(t.name for t in (await c.session.list_tools()).tools)
+                seen["extract"] = await c.call("extract_memory", topic="t", title="T", content="c")
                 seen["a"] = await c.call("add", content="Deploys freeze on Fridays", project="a")
                 seen["b"] = await c.call("add", content="Deploys go out at noon", project="b")
                 seen["in_a"] = await c.call("search_memory", query="deploys", project="a")
@@ -125,6 +128,8 @@ def test_projects_are_kept_apart_by_argument_and_by_url(tmp_path):
             return seen
 
         seen = run(steps)
+    assert seen["tools"] == sorted(set(TOOLS) - {"extract_memory"})  # no memory folder here
+    assert seen["extract"] == {"error": "Unknown tool: extract_memory"}
     assert seen["a"]["project"] == "a" and seen["b"]["project"] == "b"
     # One index per project: ids start again at 1, and a search sees its project's rows only.
     assert seen["a"]["id"] == seen["b"]["id"] == 1
@@ -421,13 +426,18 @@ def test_the_cache_closes_the_least_recently_used_index_and_reopens_it(tmp_path)
             hits = place.call(MemoryStore.search, "fact", project=place.project, reinforce=False)
             found[n] = sorted(hit.memory.content for hit in hits)
             assert place.session() == 1  # the session this MCP session started in p{n}
+        projects.end_sessions(idle_for=3600)  # the server's sweep: none idle that long
+        assert len(projects.sessions) == 5
+        projects.end_sessions(idle_for=0)
+        assert projects.sessions == {}
     finally:
         projects.close()
     assert found == {n: [f"fact 0 of project {n}", f"fact 1 of project {n}"] for n in range(5)}
     assert sorted(os.listdir(tmp_path)) == [f"p{n}.db" for n in range(5)]
-    with HybridIndex(str(tmp_path / "p4.db"), embedder="none", readonly=True) as index:
-        ended = index.conn.execute("select summary from sessions").fetchall()
-    assert ended == [("MCP session: no memories used",)]
+    for n in range(5):
+        with HybridIndex(str(tmp_path / f"p{n}.db"), embedder="none", readonly=True) as index:
+            ended = index.conn.execute("select summary from sessions").fetchall()
+        assert ended == [("MCP session: no memories used",)]
 
 
 def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
