@@ -40,7 +40,7 @@ def server(tmp_path, *args, env=None):
         )
     try:
         base = None
-        for _ in range(600):  # the local model and a sanitized build start slowly
+        for _ in range(3000):  # the local model and a sanitized build start slowly
             found = re.search(r"hybridsql mcp: (http://127\.0\.0\.1:\d+)/mcp", log.read_text())
             if found:
                 base = found.group(1)
