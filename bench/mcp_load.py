@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-import httpx
+import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -92,9 +92,9 @@ def start_server(data_dir: str, embedder: str, log_path: str):
         found = re.search(r"(http://127\.0\.0\.1:\d+)/mcp", read_text(log_path))
         if found:
             try:
-                httpx.get(found.group(1) + "/", timeout=5)
+                httpx2.get(found.group(1) + "/", timeout=5)
                 return proc, found.group(1)
-            except httpx.TransportError:
+            except httpx2.TransportError:
                 pass
         if proc.poll() is not None:
             raise SystemExit(read_text(log_path))

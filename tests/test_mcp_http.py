@@ -1,5 +1,5 @@
 """``hybridsql mcp --http``: the installed server started as a subprocess on 127.0.0.1, driven by
-the SDK's streamable HTTP client and by raw HTTP requests (httpx)."""
+the SDK's streamable HTTP client and by raw HTTP requests (httpx2, which the SDK uses)."""
 
 import contextlib
 import json
@@ -11,7 +11,6 @@ import urllib.parse
 
 import anyio
 import apsw
-import httpx
 import httpx2
 import pytest
 from conftest import HYBRIDSQL, ROOT
@@ -44,8 +43,8 @@ def server(tmp_path, *args, env=None):
             found = re.search(r"hybridsql mcp: (http://127\.0\.0\.1:\d+)/mcp", log.read_text())
             if found:
                 base = found.group(1)
-                with contextlib.suppress(httpx.TransportError):
-                    httpx.get(base + "/", timeout=5)
+                with contextlib.suppress(httpx2.TransportError):
+                    httpx2.get(base + "/", timeout=5)
                     break
             assert proc.poll() is None, log.read_text()
             time.sleep(0.1)
@@ -200,7 +199,7 @@ def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
             ("/mcp/new", TOKEN),
         ]:
             headers = dict(accept, **({"Authorization": auth} if auth else {}))
-            r = httpx.post(base + url, json=add, headers=headers)
+            r = httpx2.post(base + url, json=add, headers=headers)
             assert (r.status_code, r.json()) == (401, {"error": NEEDS_TOKEN})
             assert r.headers["www-authenticate"] == 'Bearer realm="hybridsql"'
         assert files(data) == before
@@ -278,15 +277,15 @@ def test_bad_requests_get_clear_errors_and_the_server_stays_up(tmp_path):
             "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json",
         }
-        r = httpx.post(
+        r = httpx2.post(
             base + "/mcp/a", content=b'{"jsonrpc": "2.0", "id": 1, "meth', headers=accept
         )
         assert r.status_code == 400
         assert r.json()["error"]["code"] == -32700  # JSON-RPC's parse error
-        r = httpx.post(base + "/mcp/a", content=b"x" * (5 * 1024 * 1024), headers=accept)
+        r = httpx2.post(base + "/mcp/a", content=b"x" * (5 * 1024 * 1024), headers=accept)
         assert (r.status_code, r.text) == (413, "Request body too large")
         for name, shown in [(".hidden", ".hidden"), ("a%2Fb", "a/b"), ("a..b", "a..b"), ("", "")]:
-            r = httpx.post(base + "/mcp/" + name, json={}, headers=accept)
+            r = httpx2.post(base + "/mcp/" + name, json={}, headers=accept)
             assert (r.status_code, r.json()) == (
                 400,
                 {
