@@ -55,9 +55,12 @@ class Embedder(click.ParamType):
         self.fail(f"expected {', '.join(EMBEDDERS)}, openai:MODEL or llm:MODEL_ID, not {value!r}")
 
 
-def db_options(command):
+def db_options(command=None, *, required: bool = True):
     """--db and --embedder, which every command that opens an index takes; an SQLite error
-    about the file itself becomes its one-line DatabaseError."""
+    about the file itself becomes its one-line DatabaseError. ``@db_options(required=False)``
+    where --db is one of two ways to name the data (mcp --http --data-dir)."""
+    if command is None:
+        return functools.partial(db_options, required=required)
 
     @functools.wraps(command)
     def run(*args, db, **kwargs):
@@ -82,7 +85,7 @@ def db_options(command):
         "--db",
         envvar="HYBRIDSQL_DB",
         show_envvar=True,
-        required=True,
+        required=required,
         metavar="FILE",
         help="the SQLite database file",
     )(with_embedder)
@@ -453,21 +456,43 @@ def context(store, memory_id):
 @cli.command(
     epilog=example(
         "hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
+        "HYBRIDSQL_TOKEN=... hybridsql mcp --http 0.0.0.0:8765 --data-dir ~/agent-memory/db",
     )
 )
-@db_options
+@db_options(required=False)
 @click.option(
     "--memory-dir",
     default=None,
     help="the memory folder: indexed in the background from the start, where extract_memory writes",
 )
 @click.option("--project", default="", help="the project of the session and of new memories")
-def mcp(db, embedder, memory_dir, project):
-    """Serve the memory store over MCP (stdio).
+@click.option(
+    "--http",
+    metavar="HOST:PORT",
+    default=None,
+    help="serve many clients over MCP's streamable HTTP at http://HOST:PORT/mcp "
+    "(/mcp/PROJECT names a project) instead of stdio",
+)
+@click.option(
+    "--data-dir",
+    metavar="DIR",
+    default=None,
+    help="with --http, instead of --db: one index per project, DIR/PROJECT.db, made by its "
+    "first write",
+)
+@click.option(
+    "--token",
+    default=None,
+    help="with --http: the bearer token every request must carry (default: $HYBRIDSQL_TOKEN, "
+    "which ps does not show); needed on a non-loopback address",
+)
+def mcp(db, embedder, memory_dir, project, http, data_dir, token):
+    """Serve the memory store over MCP (stdio, or HTTP with --http).
 
     Tools: search_memory, extract_memory, add, supersede, reinforce, timeline, recent_memories
-    and delete. It answers at once and indexes the memory folder in the background. The
-    process is one session. Needs the mcp extra: pip install 'hybridsql[mcp]'.
+    and delete. It answers at once and indexes the memory folder in the background. Over stdio
+    the process is one session; with --http it serves many clients, each MCP session a
+    hybridsql session. Needs the mcp extra: pip install 'hybridsql[mcp]'.
     """
     try:
         from hybridsql.mcp_server import serve
@@ -475,7 +500,20 @@ def mcp(db, embedder, memory_dir, project):
         raise HybridSQLError(
             f"the MCP server needs the mcp extra: pip install 'hybridsql[mcp]' ({e})"
         ) from e
-    serve(db, memory_dir, project, embedder)
+    if http is not None:
+        from hybridsql.mcp_http import serve_http
+
+        source = click.get_current_context().get_parameter_source("db")
+        if data_dir and source is click.core.ParameterSource.ENVIRONMENT:
+            db = None  # $HYBRIDSQL_DB gives way to --data-dir
+        token = token or os.environ.get("HYBRIDSQL_TOKEN") or None
+        serve_http(http, db, data_dir, memory_dir, project, embedder, token)
+    elif data_dir is not None or token is not None:
+        raise HybridSQLError("--data-dir and --token serve over HTTP: add --http HOST:PORT")
+    elif db is None:
+        raise HybridSQLError("the MCP server over stdio needs --db FILE (or $HYBRIDSQL_DB)")
+    else:
+        serve(db, memory_dir, project, embedder)
 
 
 # -- replication with Litestream ----------------------------------------------------------------

@@ -29,6 +29,10 @@ class QueryError(HybridSQLError, ValueError):
     """A search was asked with invalid parameters."""
 
 
+class ProjectError(HybridSQLError, ValueError):
+    """A project name cannot name an index file: empty, too long, or with a path in it."""
+
+
 class NotFoundError(HybridSQLError, KeyError):
     """A memory, session or document that was asked for does not exist."""
 

@@ -54,7 +54,8 @@ class Guard:
 
     def __init__(self, db_path: str):
         self.db_path = db_path
-        self.lock = threading.Lock()
+        # Reentrant: the HTTP server holds it around a call to check that the index is still open.
+        self.lock = threading.RLock()
         self.broken = None
 
     def call(self, fn, *args, **kwargs):
@@ -127,18 +128,53 @@ class Indexing(Progress):
         return f"indexing: {so_far}; documents found are those indexed so far"
 
 
-def build_server(
-    store: MemoryStore,
-    session_id: int,
-    project: str = "",
-    guard: Guard | None = None,
-    indexing: Indexing | None = None,
-) -> MCPServer:
-    """An MCPServer whose tools call ``store``, linking what they do to ``session_id``;
-    searches say how far ``indexing`` got while it runs."""
+class Place:
+    """Where one tool call works: ``call(MemoryStore.method, *args)`` runs the method on its
+    store under its guard; ``session()`` is the session it links to (started on first use);
+    ``project`` is the project it names (None: all of them, for searches), ``default`` the
+    project of new memories when it names none."""
+
+    def __init__(self, call, session, project: str | None, default: str):
+        self.call = call
+        self.session = session
+        self.project = project
+        self.default = default
+
+    @property
+    def owner(self) -> str:
+        return self.default if self.project is None else self.project
+
+
+def one_store(store: MemoryStore, session_id: int, project: str = "", guard: Guard | None = None):
+    """``where`` for a server of one store and one session: the project a tool names is a
+    filter within that store."""
+    guard = guard or Guard(store.index.db_path)
+
+    def call(fn, *args, **kwargs):
+        return guard.call(fn, store, *args, **kwargs)
+
+    def where(named: str | None, write: bool = False) -> Place:
+        return Place(call, lambda: session_id, named, project)
+
+    return where
+
+
+NOTHING_YET = "no memory has been written to this project yet"
+
+
+def build_server(where, indexing: Indexing | None = None) -> MCPServer:
+    """An MCPServer whose tools work where ``where(project, write)`` says (a Place, or None
+    for a project that holds nothing yet and is only read); searches say how far ``indexing``
+    got while it runs."""
     server = MCPServer("hybridsql", instructions=INSTRUCTIONS, version=__version__)
-    this_session, default_project = session_id, project  # the tools' arguments shadow these
-    call = (guard or Guard(store.index.db_path)).call
+
+    def by_id(memory_id: int) -> Place:
+        """The place of a tool that names a memory by id, in the project the connection names;
+        a project with no index yet holds no memory."""
+        place = where(None)
+        if place is None:
+            raise ToolError(f"no memory with id {memory_id}")
+        return place
 
     def search_memory(
         query: str, documents: int = 5, decay: bool = True, group_by_file: bool = False, **options
@@ -156,11 +192,22 @@ def build_server(
         other matches."""
         if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
             raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")
-        found = call(store.search, query, recalled_in=this_session, **options)
-        project = options.get("project")
+        place = where(options.pop("project", None))
+        if place is None:
+            return {"memories": [], "documents": [], "notes": [NOTHING_YET]}
+        reinforce = options.get("reinforce", True)
+        found = place.call(
+            MemoryStore.search,
+            query,
+            project=place.project,
+            recalled_in=place.session() if reinforce else None,
+            **options,
+        )
         docs = []
         if documents > 0:
-            docs = call(store.search_documents, query, project, documents, decay, group_by_file)
+            docs = place.call(
+                MemoryStore.search_documents, query, place.project, documents, decay, group_by_file
+            )
         keys = ("path", "start_line", "end_line", "other_ranges", "snippet", "score")
         note = indexing.note() if indexing is not None else None
         return {
@@ -178,7 +225,8 @@ def build_server(
         """Write a note to today's memory/YYYY-MM-DD.md in the memory folder (a `## title`
         section with topic, tags and time) and index it at once. Use it for what people should
         also be able to read; returns the file, its lines and the chunk ids indexed."""
-        return call(store.extract_memory, topic, title, content, tags).as_dict()
+        place = where(None, write=True)
+        return place.call(MemoryStore.extract_memory, topic, title, content, tags).as_dict()
 
     @server.tool()
     def add(
@@ -192,14 +240,9 @@ def build_server(
         to do something), emotional (how someone feels about something), reflective (a lesson
         drawn). tier: session, project or global. salience in [0, 1]: how much it matters.
         project defaults to the server's project. Returns the stored memory with its id."""
-        memory = call(
-            store.add,
-            content,
-            default_project if project is None else project,
-            sector,
-            tier,
-            salience,
-            this_session,
+        place = where(project, write=True)
+        memory = place.call(
+            MemoryStore.add, content, place.owner, sector, tier, salience, place.session()
         )
         return memory.as_dict()
 
@@ -207,22 +250,24 @@ def build_server(
     def supersede(memory_id: int, content: str, salience: float | None = None) -> dict:
         """Replace a memory that is no longer true with a new one (same project, sector and
         tier). The old one stays, marked superseded; search leaves it out unless asked."""
-        memory = call(
-            store.supersede, memory_id, content, session_id=this_session, salience=salience
+        place = by_id(memory_id)
+        memory = place.call(
+            MemoryStore.supersede, memory_id, content, session_id=place.session(), salience=salience
         )
         return memory.as_dict()
 
     @server.tool()
     def reinforce(memory_id: int, amount: float = 0.1) -> dict:
         """Raise a memory's salience by `amount` (capped at 1) because it proved useful."""
-        return call(store.reinforce, memory_id, amount, this_session).as_dict()
+        place = by_id(memory_id)
+        return place.call(MemoryStore.reinforce, memory_id, amount, place.session()).as_dict()
 
     @server.tool()
     def timeline(memory_id: int, before: int = 5, after: int = 5) -> dict:
         """The memories of this memory's project just before and after it in time, oldest first
         (offset 0 is this memory), each with the session that created it. Only reads: it
         reinforces nothing."""
-        entries = call(store.timeline, memory_id, before, after)
+        entries = by_id(memory_id).call(MemoryStore.timeline, memory_id, before, after)
         return {"entries": [e.as_dict() for e in entries]}
 
     @server.tool()
@@ -232,18 +277,30 @@ def build_server(
         """The latest memories of a project (default: the server's), newest first (offset 0,
         then -1, -2...), each with the session that created it. Only reads: unlike
         search_memory, it reinforces nothing and links nothing to this session."""
-        entries = call(
-            store.recent, default_project if project is None else project, limit, include_superseded
-        )
+        place = where(project)
+        if place is None:
+            return {"entries": []}
+        entries = place.call(MemoryStore.recent, place.owner, limit, include_superseded)
         return {"entries": [e.as_dict() for e in entries]}
 
     @server.tool()
     def delete(memory_id: int) -> dict:
         """Forget a memory: no search or timeline returns it again."""
-        call(store.delete, memory_id)
+        by_id(memory_id).call(MemoryStore.delete, memory_id)
         return {"deleted": memory_id}
 
     return server
+
+
+def end_session(store: MemoryStore, session_id: int) -> None:
+    """Closes an MCP client's session with a count of the memories it used, by kind."""
+    uses = store.conn.execute(
+        "select usage, count(*) from session_memories where session_id = ?"
+        " group by usage order by usage",
+        (session_id,),
+    ).fetchall()
+    summary = ", ".join(f"{usage} {n}" for usage, n in uses) or "no memories used"
+    store.end_session(session_id, f"MCP session: {summary}")
 
 
 def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedder=None) -> None:
@@ -260,19 +317,13 @@ def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedd
             indexing = Indexing(db_path, memory_dir, embedder)
             indexing.thread.start()
         try:
-            build_server(store, session.id, project, guard, indexing).run("stdio")
+            build_server(one_store(store, session.id, project, guard), indexing).run("stdio")
         finally:
             if indexing is not None:
                 indexing.stop.set()
                 indexing.thread.join()
             if guard.broken is None:  # a damaged database gets no session summary
-                uses = index.conn.execute(
-                    "select usage, count(*) from session_memories where session_id = ?"
-                    " group by usage order by usage",
-                    (session.id,),
-                ).fetchall()
-                summary = ", ".join(f"{usage} {n}" for usage, n in uses) or "no memories used"
-                store.end_session(session.id, f"MCP session: {summary}")
+                end_session(store, session.id)
     except BaseException as e:
         index.close(damaged=isinstance(e, DAMAGED))
         raise

@@ -1,0 +1,372 @@
+"""The memory store as an MCP server over HTTP: ``hybridsql mcp --http HOST:PORT``.
+
+The same tools as over stdio, on the SDK's streamable HTTP transport (stateful: each client
+gets an MCP session id), served by uvicorn to many clients at once.
+
+- ``--db FILE``: one index, as over stdio. ``--data-dir DIR``: one index per project,
+  ``DIR/PROJECT.db``, made by the first write to that project (no memory folder, so no
+  extract_memory); a read of a project that has
+  none answers empty and makes nothing. The project is the URL's (``/mcp/PROJECT``) or, at
+  ``/mcp``, the tools' ``project`` argument (else ``--project``). A tool argument that names
+  another project than the URL is refused, never read.
+- Access: with a token (``HYBRIDSQL_TOKEN`` or ``--token``) every request must carry
+  ``Authorization: Bearer TOKEN`` or is answered 401 before anything is read. A non-loopback
+  address needs a token.
+- A hybridsql session is one MCP session's work in one index: started by its first call that
+  links memories (add, supersede, reinforce, a search that reinforces), ended with a count of
+  what it used when the client ends the MCP session (DELETE), after the SDK's idle timeout, or
+  when the server stops.
+- Each open index has one connection whose calls run one at a time (the Guard): SQLite has one
+  writer per file anyway, and other processes writing the file wait on the busy timeout that
+  ``connect()`` sets. Indexes of different projects are used in parallel. At most
+  ``CACHE_SIZE`` stay open (least recently used closed first), so thousands of projects do not
+  exhaust file descriptors; the embedder (the local model) is loaded once for all of them.
+"""
+
+import ipaddress
+import json
+import os
+import re
+import resource
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import OrderedDict
+from contextvars import ContextVar
+from functools import partial
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
+
+from hybridsql.embed import resolve_provider
+from hybridsql.errors import HybridSQLError, IndexingError, ProjectError
+from hybridsql.index import HybridIndex
+from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_session
+from hybridsql.memory import MemoryStore
+
+PATH = "/mcp"
+# Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
+# its -wal and -shm) and its page cache; they take at most a third of the process's descriptors,
+# the rest stay for clients' sockets.
+CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
+MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
+PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+# The project named by the request's URL (None at /mcp) and its MCP session id. The SDK runs
+# each message's handler in the context of the HTTP request that carried it, and sync tools in
+# worker threads that copy it, so a tool sees its own request's values.
+CONNECTION: ContextVar[tuple] = ContextVar("hybridsql_connection", default=(None, None))
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as (host, port)."""
+    host, colon, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise HybridSQLError(f"--http expects HOST:PORT, such as 127.0.0.1:8765, not {text!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_project(name: str) -> str:
+    """``name`` if it can name an index file in the data folder, else a ProjectError: a name of
+    letters, digits, '.', '_' and '-', starting with a letter or digit, never reaches outside."""
+    if PROJECT_NAME.fullmatch(name) and ".." not in name:
+        return name
+    raise ProjectError(
+        f"project names are 1 to 64 letters, digits, '.', '_' or '-', starting with a letter "
+        f"or digit, without '..', not {name[:80]!r}"
+    )
+
+
+class Open:
+    """An index of the server: opened by its first call, under its guard (so that opening one
+    project's file never holds up the others); ``closed`` once the cache let it go."""
+
+    def __init__(self, path: str, embedder, memory_dir: str | None):
+        self.path, self.embedder, self.memory_dir = path, embedder, memory_dir
+        self.guard = Guard(path)
+        self.store = None
+        self.closed = False
+
+    def load(self) -> MemoryStore:
+        if self.store is None:
+            index = HybridIndex(self.path, embedder=self.embedder)
+            self.store = MemoryStore(index, self.memory_dir)
+        return self.store
+
+    def run(self, fn, *args, **kwargs):
+        return fn(self.load(), *args, **kwargs)
+
+    def close(self) -> None:
+        with self.guard.lock:  # after the call in progress
+            self.closed = True
+            if self.store is not None:
+                self.store.index.close(damaged=self.guard.broken is not None)
+
+
+class Projects:
+    """The indexes of a server (one per project in ``data_dir``, or ``db`` alone), their open
+    connections and the hybridsql sessions of its MCP sessions; ``where`` for build_server."""
+
+    def __init__(self, db, data_dir, embedder, project="", memory_dir=None, cache=CACHE_SIZE):
+        self.db, self.data_dir, self.default = db, data_dir, project
+        self.embedder, self.memory_dir, self.cache = embedder, memory_dir, cache
+        self.lock = threading.Lock()
+        self.open_indexes: OrderedDict[str, Open] = OrderedDict()
+        self.sessions: dict[tuple, list] = {}  # (index key, MCP session id) -> [id, last use]
+
+    def where(self, named: str | None, write: bool = False) -> Place | None:
+        url, mcp_session = CONNECTION.get()
+        if url is not None and named is not None and named != url:
+            raise ToolError(
+                f"this connection's URL is for project {url!r}; it cannot use project {named!r}"
+            )
+        named = url if url is not None else named
+        if self.data_dir is None:
+            key, project, default = "", named, self.default
+        else:
+            key = named if named is not None else self.default
+            if not key:
+                raise ToolError(
+                    f"name a project: this server keeps one index per project; connect to "
+                    f"{PATH}/PROJECT (search_memory, add and recent_memories also take project)"
+                )
+            try:
+                check_project(key)
+            except ProjectError as e:
+                raise ToolError(str(e)) from e
+            if not write and key not in self.open_indexes and not os.path.exists(self.path(key)):
+                return None
+            project = default = key
+        owner = default if project is None else project
+        return Place(
+            partial(self.call, key),
+            partial(self.session, key, mcp_session, owner),
+            project,
+            default,
+        )
+
+    def path(self, key: str) -> str:
+        return self.db if self.data_dir is None else os.path.join(self.data_dir, f"{key}.db")
+
+    def call(self, key: str, fn, *args, **kwargs):
+        """``fn(store, *args)`` on the index ``key``, under its guard."""
+        while True:
+            entry = self.open(key)
+            with entry.guard.lock:
+                if not entry.closed:  # else the cache closed it meanwhile: open it again
+                    return entry.guard.call(entry.run, fn, *args, **kwargs)
+
+    def open(self, key: str) -> Open:
+        closing = []
+        with self.lock:
+            entry = self.open_indexes.get(key)
+            if entry is None:
+                entry = self.open_indexes[key] = Open(
+                    self.path(key), self.embedder, self.memory_dir
+                )
+                while len(self.open_indexes) > self.cache:
+                    closing.append(self.open_indexes.popitem(last=False)[1])
+            self.open_indexes.move_to_end(key)
+        for old in closing:
+            old.close()
+        return entry
+
+    def session(self, key: str, mcp_session: str | None, project: str) -> int:
+        """The hybridsql session of this MCP session in this index, started on first use."""
+        found = self.sessions.get((key, mcp_session))
+        if found is None:
+
+            def start(store):  # under the index's guard: one start per index and MCP session
+                if (key, mcp_session) not in self.sessions:
+                    session_id = store.start_session(project).id
+                    self.sessions[(key, mcp_session)] = [session_id, time.monotonic()]
+                return self.sessions[(key, mcp_session)]
+
+            found = self.call(key, start)
+        found[1] = time.monotonic()
+        return found[0]
+
+    def end_sessions(self, mcp_session=..., idle_for: float | None = None) -> None:
+        """Ends the hybridsql sessions of one MCP session (all if ``mcp_session`` is not given),
+        or those unused for ``idle_for`` seconds."""
+        now = time.monotonic()
+        with self.lock:
+            ending = [
+                (k, self.sessions.pop(k)[0])
+                for k, (_, used) in list(self.sessions.items())
+                if (mcp_session is ... or k[1] == mcp_session)
+                and (idle_for is None or now - used > idle_for)
+            ]
+        for (key, _), session_id in ending:
+            try:
+                self.call(key, end_session, session_id)
+            except ToolError as e:  # a damaged index: its sessions stay open
+                print(f"hybridsql mcp: {e}", file=sys.stderr)
+
+    def close(self) -> None:
+        self.end_sessions()
+        with self.lock:
+            entries, self.open_indexes = list(self.open_indexes.values()), OrderedDict()
+        for entry in entries:
+            entry.close()
+
+
+async def reply(send, status: int, message: str, headers=()) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class Gate:
+    """ASGI middleware before the SDK's app: refuses requests without the bearer token (401,
+    nothing read), takes the project from ``/mcp/PROJECT`` and ends an MCP session's hybridsql
+    sessions when the client ends it (DELETE)."""
+
+    def __init__(self, app, token: str | None, projects: Projects):
+        self.app, self.projects = app, projects
+        self.expected = None if token is None else f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.expected is not None and not secrets.compare_digest(
+            headers.get(b"authorization", b""), self.expected
+        ):
+            return await reply(
+                send,
+                401,
+                "this server needs the header Authorization: Bearer TOKEN",
+                [(b"www-authenticate", b'Bearer realm="hybridsql"')],
+            )
+        project, path = None, scope["path"]
+        if path.startswith(PATH + "/"):
+            try:
+                project = check_project(path[len(PATH) + 1 :])
+            except ProjectError as e:
+                return await reply(send, 400, str(e))
+            scope = dict(scope, path=PATH, raw_path=PATH.encode())
+        mcp_session = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
+        CONNECTION.set((project, mcp_session))
+        if scope["method"] != "DELETE" or mcp_session is None:
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            # Before the client hears that its session is over: then its sessions are ended.
+            if message["type"] == "http.response.start" and message["status"] < 300:
+                await anyio.to_thread.run_sync(self.projects.end_sessions, mcp_session)
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise HybridSQLError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+    return sock
+
+
+def serve_http(
+    address: str,
+    db: str | None = None,
+    data_dir: str | None = None,
+    memory_dir: str | None = None,
+    project: str = "",
+    embedder=None,
+    token: str | None = None,
+) -> None:
+    """Serves MCP over streamable HTTP at ``address`` until SIGINT or SIGTERM."""
+    host, port = parse_address(address)
+    if (db is None) == (data_dir is None):
+        raise HybridSQLError(
+            "give either --db FILE (one index) or --data-dir DIR (one per project)"
+        )
+    if token is None and not is_loopback(host):
+        raise HybridSQLError(
+            f"{host} is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token) so "
+            "that only clients that send it are served"
+        )
+    if memory_dir is not None and data_dir is not None:
+        raise HybridSQLError("--memory-dir needs --db: with --data-dir each project has an index")
+    if memory_dir is not None and not os.path.isdir(memory_dir):
+        raise IndexingError(f"{memory_dir} is not a folder")
+    if data_dir is not None:
+        if project:
+            check_project(project)
+        os.makedirs(data_dir, exist_ok=True)
+    shared = resolve_provider(embedder) or "none"  # one model for every project
+    projects = Projects(db, data_dir, shared, project, memory_dir)
+    indexing = None
+    try:
+        if db is not None:
+            projects.open("").load()  # made or upgraded before the indexing thread opens it
+            if memory_dir is not None:
+                indexing = Indexing(db, memory_dir, shared)
+                indexing.thread.start()
+        server = build_server(projects.where, indexing)
+        if data_dir is not None:  # it writes to a memory folder, which only --db has
+            server.remove_tool("extract_memory")
+        app = server.streamable_http_app(
+            streamable_http_path=PATH, max_request_body_size=MAX_BODY, host=host
+        )
+        sock = listening_socket(host, port)
+        where = f"{db}" if db is not None else f"one index per project in {data_dir}"
+        bound = sock.getsockname()[1]
+        print(
+            f"hybridsql mcp: http://{address.rpartition(':')[0]}:{bound}{PATH} ({where})",
+            file=sys.stderr,
+            flush=True,
+        )
+        anyio.run(run, Gate(app, token, projects), sock, projects)
+    finally:
+        if indexing is not None:
+            indexing.stop.set()
+            indexing.thread.join()
+        projects.close()
+
+
+async def run(app, sock, projects: Projects) -> None:
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default
+    # action would then kill the process before its sessions are ended and indexes closed.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    async with anyio.create_task_group() as tasks:
+
+        async def sweep():
+            while True:
+                await anyio.sleep(60)
+                await anyio.to_thread.run_sync(
+                    partial(projects.end_sessions, idle_for=DEFAULT_SESSION_IDLE_TIMEOUT)
+                )
+
+        tasks.start_soon(sweep)
+        await server.serve(sockets=[sock])
+        tasks.cancel_scope.cancel()

@@ -1,0 +1,467 @@
+"""``hybridsql mcp --http``: the installed server started as a subprocess on 127.0.0.1, driven by
+the SDK's streamable HTTP client and by raw HTTP requests (httpx2, which the SDK uses)."""
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.parse
+
+import anyio
+import apsw
+import httpx2
+import pytest
+from conftest import HYBRIDSQL, ROOT
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from hybridsql.index import HybridIndex
+from hybridsql.mcp_server import TOOLS
+from hybridsql.memory import MemoryStore
+
+TOKEN = "s3cret-token"
+NEEDS_TOKEN = "this server needs the header Authorization: Bearer TOKEN"
+
+
+@contextlib.contextmanager
+def server(tmp_path, *args, env=None):
+    """Runs ``hybridsql mcp --http 127.0.0.1:0 ARGS``; yields its base URL once it answers."""
+    log = tmp_path / "server.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [HYBRIDSQL, "mcp", "--http", "127.0.0.1:0", *args],
+            cwd=tmp_path,
+            env=dict(os.environ, **(env or {})),
+            stdin=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        base = None
+        for _ in range(3000):  # the local model and a sanitized build start slowly
+            found = re.search(r"hybridsql mcp: (http://127\.0\.0\.1:\d+)/mcp", log.read_text())
+            if found:
+                base = found.group(1)
+                with contextlib.suppress(httpx2.TransportError):
+                    httpx2.get(base + "/", timeout=5)
+                    break
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        assert base is not None, log.read_text()
+        yield base
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=60) == 0, log.read_text()
+
+
+class Client:
+    """Calls tools and decodes their JSON answers (``{"error": text}`` for a tool error)."""
+
+    def __init__(self, session):
+        self.session = session
+
+    async def call(self, tool, **arguments):
+        result = await self.session.call_tool(tool, arguments)
+        text = result.content[0].text
+        return {"error": text} if result.is_error else json.loads(text)
+
+
+@contextlib.asynccontextmanager
+async def connect(url, token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield Client(session)
+
+
+def run(steps):
+    return anyio.run(steps)
+
+
+def files(folder):
+    """Every file in ``folder`` with its bytes and mtime."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def leaves(error):
+    """The exceptions inside ``error``'s exception groups, if any."""
+    inner = getattr(error, "exceptions", None)
+    return [error] if inner is None else [leaf for e in inner for leaf in leaves(e)]
+
+
+def ids(found):
+    return [hit["memory"]["id"] for hit in found["memories"]]
+
+
+def test_projects_are_kept_apart_by_argument_and_by_url(tmp_path):
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def steps():
+            seen = {}
+            async with connect(base + "/mcp") as c:
+                seen["tools"] = sorted(t.name for t in (await c.session.list_tools()).tools)
+                seen["extract"] = await c.call("extract_memory", topic="t", title="T", content="c")
+                seen["a"] = await c.call("add", content="Deploys freeze on Fridays", project="a")
+                seen["b"] = await c.call("add", content="Deploys go out at noon", project="b")
+                seen["in_a"] = await c.call("search_memory", query="deploys", project="a")
+                seen["in_b"] = await c.call("search_memory", query="deploys", project="b")
+                seen["in_c"] = await c.call("search_memory", query="deploys", project="c")
+                seen["recent_c"] = await c.call("recent_memories", project="c")
+                seen["none"] = await c.call("search_memory", query="deploys")
+                seen["by_id"] = await c.call("reinforce", memory_id=1)
+                seen["bad"] = await c.call("add", content="x", project="../etc")
+            async with connect(base + "/mcp/b") as c:
+                seen["url_b"] = await c.call("search_memory", query="deploys")
+                seen["url_b_arg_b"] = await c.call("recent_memories", project="b")
+                seen["url_b_arg_a"] = await c.call("search_memory", query="deploys", project="a")
+                seen["reinforced"] = await c.call("reinforce", memory_id=seen["b"]["id"])
+                seen["timeline"] = await c.call("timeline", memory_id=seen["b"]["id"])
+            async with connect(base + "/mcp/c") as c:
+                seen["timeline_c"] = await c.call("timeline", memory_id=1)
+            return seen
+
+        seen = run(steps)
+    assert seen["tools"] == sorted(set(TOOLS) - {"extract_memory"})  # no memory folder here
+    assert seen["extract"] == {"error": "Unknown tool: extract_memory"}
+    assert seen["a"]["project"] == "a" and seen["b"]["project"] == "b"
+    # One index per project: ids start again at 1, and a search sees its project's rows only.
+    assert seen["a"]["id"] == seen["b"]["id"] == 1
+    assert [h["memory"]["content"] for h in seen["in_a"]["memories"]] == [
+        "Deploys freeze on Fridays"
+    ]
+    assert [h["memory"]["content"] for h in seen["in_b"]["memories"]] == ["Deploys go out at noon"]
+    assert seen["in_c"] == {
+        "memories": [],
+        "documents": [],
+        "notes": ["no memory has been written to this project yet"],
+    }
+    assert seen["recent_c"] == {"entries": []}
+    message = (
+        "name a project: this server keeps one index per project; connect to /mcp/PROJECT "
+        "(search_memory, add and recent_memories also take project)"
+    )
+    # The SDK puts "Error executing tool NAME: " before every tool error.
+    assert seen["none"] == {"error": f"Error executing tool search_memory: {message}"}
+    assert seen["by_id"] == {"error": f"Error executing tool reinforce: {message}"}
+    assert seen["bad"] == {
+        "error": "Error executing tool add: project names are 1 to 64 letters, digits, '.', '_' "
+        "or '-', starting with a letter or digit, without '..', not '../etc'"
+    }
+    assert [h["memory"]["content"] for h in seen["url_b"]["memories"]] == ["Deploys go out at noon"]
+    assert [e["memory"]["project"] for e in seen["url_b_arg_b"]["entries"]] == ["b"]
+    assert seen["url_b_arg_a"] == {
+        "error": "Error executing tool search_memory: this connection's URL is for project 'b'; "
+        "it cannot use project 'a'"
+    }
+    assert seen["reinforced"]["project"] == "b"
+    assert [e["memory"]["id"] for e in seen["timeline"]["entries"]] == [1]
+    assert seen["timeline_c"] == {"error": "Error executing tool timeline: no memory with id 1"}
+    assert sorted(os.listdir(data)) == ["a.db", "b.db"]  # the server stopped: WAL checkpointed
+    # Each MCP session was a hybridsql session per index, ended when the client went away.
+    with HybridIndex(str(data / "b.db"), embedder="none", readonly=True) as index:
+        sessions = index.conn.execute(
+            "select project, ended_at is not null, summary from sessions order by id"
+        ).fetchall()
+    assert sessions == [
+        ("b", 1, "MCP session: created 1, recalled 1"),
+        ("b", 1, "MCP session: recalled 1, reinforced 1"),
+    ]
+
+
+def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
+    data = tmp_path / "data"
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none", env=env) as base:
+
+        async def write():
+            async with connect(base + "/mcp/a", TOKEN) as c:
+                return await c.call("add", content="The VPN uses WireGuard")
+
+        assert run(write)["id"] == 1
+        before = files(data)
+        add = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"content": "x", "project": "new"}},
+        }
+        accept = {"Accept": "application/json, text/event-stream"}
+        for url, auth in [
+            ("/mcp", None),
+            ("/mcp/a", "Bearer wrong"),
+            ("/mcp/new", f"Bearer {TOKEN}x"),
+            ("/mcp/new", TOKEN),
+        ]:
+            headers = dict(accept, **({"Authorization": auth} if auth else {}))
+            r = httpx2.post(base + url, json=add, headers=headers)
+            assert (r.status_code, r.json()) == (401, {"error": NEEDS_TOKEN})
+            assert r.headers["www-authenticate"] == 'Bearer realm="hybridsql"'
+        assert files(data) == before
+
+        async def without_token():
+            async with connect(base + "/mcp/a") as c:
+                return await c.call("recent_memories")
+
+        with pytest.raises(Exception) as refused:
+            run(without_token)
+        # The SDK client's word for a 401, inside anyio's exception groups.
+        assert [repr(e) for e in leaves(refused.value)] == [
+            "MCPError(-32603, 'Server returned an error response', None)"
+        ]
+        assert files(data) == before
+
+        async def read():
+            async with connect(base + "/mcp/a", TOKEN) as c:
+                return await c.call("recent_memories")
+
+        assert [e["memory"]["content"] for e in run(read)["entries"]] == ["The VPN uses WireGuard"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--http", "0.0.0.0:0", "--data-dir", "data"],
+            "0.0.0.0 is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token) so "
+            "that only clients that send it are served",
+        ),
+        (
+            ["--http", "127.0.0.1:0", "--data-dir", "data", "--db", "x.db"],
+            "give either --db FILE (one index) or --data-dir DIR (one per project)",
+        ),
+        (
+            ["--http", "127.0.0.1", "--data-dir", "data"],
+            "--http expects HOST:PORT, such as 127.0.0.1:8765, not '127.0.0.1'",
+        ),
+        (
+            ["--data-dir", "data"],
+            "--data-dir and --token serve over HTTP: add --http HOST:PORT",
+        ),
+        (
+            ["--http", "127.0.0.1:0", "--data-dir", "data", "--memory-dir", "."],
+            "--memory-dir needs --db: with --data-dir each project has an index",
+        ),
+        (
+            ["--http", "127.0.0.1:0", "--data-dir", "data", "--project", "a/b"],
+            "project names are 1 to 64 letters, digits, '.', '_' or '-', starting with a letter "
+            "or digit, without '..', not 'a/b'",
+        ),
+    ],
+    ids=["non-loopback", "both", "no-port", "no-http", "memory-dir", "bad-project"],
+)
+def test_the_server_refuses_to_start_with_one_line(tmp_path, args, message):
+    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSQL_TOKEN", "HYBRIDSQL_DB")}
+    done = subprocess.run(
+        [HYBRIDSQL, "mcp", "--embedder", "none", *args],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (1, f"hybridsql: {message}\n")
+    assert os.listdir(tmp_path) == []
+
+
+def test_bad_requests_get_clear_errors_and_the_server_stays_up(tmp_path):
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+        accept = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        }
+        r = httpx2.post(
+            base + "/mcp/a", content=b'{"jsonrpc": "2.0", "id": 1, "meth', headers=accept
+        )
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == -32700  # JSON-RPC's parse error
+        r = httpx2.post(base + "/mcp/a", content=b"x" * (5 * 1024 * 1024), headers=accept)
+        assert (r.status_code, r.text) == (413, "Request body too large")
+        for name, shown in [(".hidden", ".hidden"), ("a%2Fb", "a/b"), ("a..b", "a..b"), ("", "")]:
+            r = httpx2.post(base + "/mcp/" + name, json={}, headers=accept)
+            assert (r.status_code, r.json()) == (
+                400,
+                {
+                    "error": "project names are 1 to 64 letters, digits, '.', '_' or '-', "
+                    f"starting with a letter or digit, without '..', not {shown!r}"
+                },
+            )
+
+        junk = b"not a database " * 300
+        (data / "junk.db").write_bytes(junk)
+
+        async def steps():
+            async with connect(base + "/mcp/junk") as c:
+                damaged = await c.call("search_memory", query="x")
+            async with connect(base + "/mcp/a") as c:
+                unknown = await c.call("forget_everything", memory_id=1)
+                added = await c.call("add", content="Still answering after bad requests")
+                return damaged, unknown, added
+
+        damaged, unknown, added = run(steps)
+        assert damaged == {
+            "error": f"Error executing tool search_memory: {data / 'junk.db'} is not a SQLite "
+            "database (or its header is damaged); check the path, or restore the file from a backup"
+        }
+        assert unknown == {"error": "Unknown tool: forget_everything"}
+        assert added["content"] == "Still answering after bad requests"
+    assert sorted(os.listdir(data)) == ["a.db", "junk.db"]
+    assert (data / "junk.db").read_bytes() == junk
+
+
+def test_concurrent_clients_lose_no_write(tmp_path):
+    """8 clients add and search in parallel across two projects while another process (the
+    ``hybridsql memory add`` command) writes to one of the files; every add acknowledged must be
+    found afterwards, and no client may see an error ("database is locked" included)."""
+    seconds = float(os.environ.get("HYBRIDSQL_HTTP_SECONDS", "3"))
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+        acked, errors = [], []
+
+        async def worker(n, stop_at):
+            project = f"p{n % 2}"
+            async with connect(f"{base}/mcp/{project}") as c:
+                i = 0
+                while anyio.current_time() < stop_at:
+                    word = f"w{n}x{i}"
+                    added = await c.call("add", content=f"note {word} from client {n}")
+                    if "error" in added:
+                        errors.append(added)
+                    else:
+                        acked.append((project, added["id"], word))
+                    found = await c.call("search_memory", query=f"note w{n}", limit=5, documents=0)
+                    if "error" in found:
+                        errors.append(found)
+                    i += 1
+
+        async def other_process(stop_at):
+            n = 0
+            while anyio.current_time() < stop_at or n == 0:
+                word = f"cli{n}"
+                argv = [HYBRIDSQL, "memory", "add", f"note {word} from the command"]
+                argv += ["--project", "p0", "--db", str(data / "p0.db"), "--embedder", "none"]
+                done = await anyio.run_process(argv, cwd=tmp_path, check=False)
+                if done.returncode != 0:
+                    errors.append(done.stderr.decode())
+                else:
+                    acked.append(("p0", json.loads(done.stdout)["id"], word))
+                n += 1
+
+        async def steps():
+            stop_at = anyio.current_time() + seconds
+            async with anyio.create_task_group() as tasks:
+                for n in range(8):
+                    tasks.start_soon(worker, n, stop_at)
+                tasks.start_soon(other_process, stop_at)
+
+        run(steps)
+    assert errors == []
+    assert len(acked) >= 8
+    for project in ("p0", "p1"):
+        mine = {(i, word) for p, i, word in acked if p == project}
+        with HybridIndex(str(data / f"{project}.db"), embedder="none", readonly=True) as index:
+            store = MemoryStore(index)
+            lost = [
+                (i, word)
+                for i, word in mine
+                if i not in ids_of(store.search(word, mode="keyword", reinforce=False))
+            ]
+            assert lost == []
+            rows = index.conn.execute("select count(*) from memories").fetchone()[0]
+            assert rows == len(mine)
+
+
+def ids_of(found):
+    return [hit.memory.id for hit in found]
+
+
+def test_one_database_with_the_local_model(tmp_path, memory_dir):
+    db = str(tmp_path / "mem.db")
+    args = ["--db", db, "--memory-dir", str(memory_dir), "--project", "tide", "--embedder", "local"]
+    with server(tmp_path, *args) as base:
+
+        async def steps():
+            async with connect(base + "/mcp") as c:
+                added = await c.call("add", content="Maya indents Python with four spaces")
+                for _ in range(3000):  # until the background indexing is done
+                    found = await c.call("search_memory", query="indentation", reinforce=False)
+                    if not any(n.startswith("indexing: ") for n in found["notes"]):
+                        break
+                    await anyio.sleep(0.1)
+            async with connect(base + "/mcp/billing") as c:
+                billing = await c.call("recent_memories")
+            return added, found, billing
+
+        added, found, billing = run(steps)
+    assert added["project"] == "tide"
+    assert ids(found)[0] == added["id"]  # by meaning: no word in common
+    assert found["documents"]
+    assert billing == {"entries": []}
+    conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    assert conn.execute("select count(*) from sessions where ended_at is null").fetchone() == (0,)
+
+
+def test_the_cache_closes_the_least_recently_used_index_and_reopens_it(tmp_path):
+    """In process, without HTTP: 5 projects through a cache of 2 open indexes."""
+    from hybridsql.mcp_http import Projects
+
+    projects = Projects(None, str(tmp_path), "none", cache=2)
+    try:
+        for turn in range(2):
+            for n in range(5):
+                place = projects.where(f"p{n}", write=True)
+                place.call(MemoryStore.add, f"fact {turn} of project {n}", place.owner)
+                assert len(projects.open_indexes) <= 2
+        found = {}
+        for n in range(5):
+            place = projects.where(f"p{n}")
+            hits = place.call(MemoryStore.search, "fact", project=place.project, reinforce=False)
+            found[n] = sorted(hit.memory.content for hit in hits)
+            assert place.session() == 1  # the session this MCP session started in p{n}
+        projects.end_sessions(idle_for=3600)  # the server's sweep: none idle that long
+        assert len(projects.sessions) == 5
+        projects.end_sessions(idle_for=0)
+        assert projects.sessions == {}
+    finally:
+        projects.close()
+    assert found == {n: [f"fact 0 of project {n}", f"fact 1 of project {n}"] for n in range(5)}
+    assert sorted(os.listdir(tmp_path)) == [f"p{n}.db" for n in range(5)]
+    for n in range(5):
+        with HybridIndex(str(tmp_path / f"p{n}.db"), embedder="none", readonly=True) as index:
+            ended = index.conn.execute("select summary from sessions").fetchall()
+        assert ended == [("MCP session: no memories used",)]
+
+
+def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"^```json\n(.*?)^```$", f.read(), re.MULTILINE | re.DOTALL)
+    (configuration,) = [json.loads(b) for b in blocks if '"type": "http"' in b]
+    entry = configuration["servers"]["hybridsql"]
+    (token_input,) = configuration["inputs"]
+    url = urllib.parse.urlsplit(entry["url"])
+    prompt = "${input:" + token_input["id"] + "}"  # VS Code asks for the token there
+    headers = {k: v.replace(prompt, TOKEN) for k, v in entry["headers"].items()}
+    data = tmp_path / "data"
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none", env=env) as base:
+
+        async def steps():
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=120) as http,
+                streamable_http_client(base + url.path, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                added = await session.call_tool("add", {"content": "The README's client works"})
+                return json.loads(added.content[0].text)
+
+        added = run(steps)
+    assert (url.path, added["project"]) == ("/mcp/tide", "tide")
+    assert sorted(os.listdir(data)) == ["tide.db"]
