@@ -143,7 +143,7 @@ class Projects:
             if not key:
                 raise ToolError(
                     f"name a project: this server keeps one index per project; connect to "
-                    f"{PATH}/PROJECT (search_memory, add and recent_memories also take project)"
+                    f"{PATH}/PROJECT (or give each tool project)"
                 )
             try:
                 check_project(key)

@@ -168,10 +168,11 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
     got while it runs."""
     server = MCPServer("hybridsql", instructions=INSTRUCTIONS, version=__version__)
 
-    def by_id(memory_id: int) -> Place:
-        """The place of a tool that names a memory by id, in the project the connection names;
-        a project with no index yet holds no memory."""
-        place = where(None)
+    def by_id(memory_id: int, project: str | None) -> Place:
+        """The place of a tool that names a memory by id: the index of ``project`` (or the
+        connection's) where the server keeps one per project; a project with no index yet
+        holds no memory."""
+        place = where(project)
         if place is None:
             raise ToolError(f"no memory with id {memory_id}")
         return place
@@ -247,27 +248,37 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         return memory.as_dict()
 
     @server.tool()
-    def supersede(memory_id: int, content: str, salience: float | None = None) -> dict:
+    def supersede(
+        memory_id: int, content: str, salience: float | None = None, project: str | None = None
+    ) -> dict:
         """Replace a memory that is no longer true with a new one (same project, sector and
-        tier). The old one stays, marked superseded; search leaves it out unless asked."""
-        place = by_id(memory_id)
+        tier). The old one stays, marked superseded; search leaves it out unless asked.
+        project: with one index per project (an HTTP server's --data-dir), the memory's project
+        (default: the URL's); elsewhere ids are unique and it is not needed."""
+        place = by_id(memory_id, project)
         memory = place.call(
             MemoryStore.supersede, memory_id, content, session_id=place.session(), salience=salience
         )
         return memory.as_dict()
 
     @server.tool()
-    def reinforce(memory_id: int, amount: float = 0.1) -> dict:
-        """Raise a memory's salience by `amount` (capped at 1) because it proved useful."""
-        place = by_id(memory_id)
+    def reinforce(memory_id: int, amount: float = 0.1, project: str | None = None) -> dict:
+        """Raise a memory's salience by `amount` (capped at 1) because it proved useful.
+        project: with one index per project (an HTTP server's --data-dir), the memory's project
+        (default: the URL's); elsewhere ids are unique and it is not needed."""
+        place = by_id(memory_id, project)
         return place.call(MemoryStore.reinforce, memory_id, amount, place.session()).as_dict()
 
     @server.tool()
-    def timeline(memory_id: int, before: int = 5, after: int = 5) -> dict:
+    def timeline(
+        memory_id: int, before: int = 5, after: int = 5, project: str | None = None
+    ) -> dict:
         """The memories of this memory's project just before and after it in time, oldest first
         (offset 0 is this memory), each with the session that created it. Only reads: it
-        reinforces nothing."""
-        entries = by_id(memory_id).call(MemoryStore.timeline, memory_id, before, after)
+        reinforces nothing. project: with one index per project (an HTTP server's --data-dir),
+        the memory's project (default: the URL's); elsewhere ids are unique and it is not
+        needed."""
+        entries = by_id(memory_id, project).call(MemoryStore.timeline, memory_id, before, after)
         return {"entries": [e.as_dict() for e in entries]}
 
     @server.tool()
@@ -284,9 +295,11 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         return {"entries": [e.as_dict() for e in entries]}
 
     @server.tool()
-    def delete(memory_id: int) -> dict:
-        """Forget a memory: no search or timeline returns it again."""
-        by_id(memory_id).call(MemoryStore.delete, memory_id)
+    def delete(memory_id: int, project: str | None = None) -> dict:
+        """Forget a memory: no search or timeline returns it again. project: with one index per
+        project (an HTTP server's --data-dir), the memory's project (default: the URL's);
+        elsewhere ids are unique and it is not needed."""
+        by_id(memory_id, project).call(MemoryStore.delete, memory_id)
         return {"deleted": memory_id}
 
     return server

@@ -203,7 +203,8 @@ def verify(path: str, source: str) -> None:
         fts = conn.execute(
             "select name from sqlite_schema where sql like 'create virtual table%using fts5%'"
         ).fetchall()
-        for (table,) in fts:
+        for (name,) in fts:
+            table = '"' + name.replace('"', '""') + '"'  # a name from the restored file, quoted
             conn.execute(f"insert into {table}({table}) values ('integrity-check')")
     except DatabaseError as e:
         raise ReplicationError(f"{e}{refused}") from None

@@ -177,6 +177,11 @@ REVIEWED = {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",
     },
+    "mcp_http.py": {"text": "the refused --http value in an error message (HOST:PORT), not SQL"},
+    "replication.py": {
+        "table": "an FTS5 table's name read from the restored file's schema, quoted as an "
+        "identifier (its double quotes doubled)",
+    },
     "embed.py": {
         "spec": "the refused embedder name in an error message (openai:MODEL), not SQL",
     },

@@ -115,6 +115,11 @@ def test_projects_are_kept_apart_by_argument_and_by_url(tmp_path):
                 seen["recent_c"] = await c.call("recent_memories", project="c")
                 seen["none"] = await c.call("search_memory", query="deploys")
                 seen["by_id"] = await c.call("reinforce", memory_id=1)
+                seen["by_id_a"] = await c.call("reinforce", memory_id=seen["a"]["id"], project="a")
+                seen["timeline_b"] = await c.call(
+                    "timeline", memory_id=seen["b"]["id"], project="b"
+                )
+                seen["delete_c"] = await c.call("delete", memory_id=seen["a"]["id"], project="c")
                 seen["bad"] = await c.call("add", content="x", project="../etc")
             async with connect(base + "/mcp/b") as c:
                 seen["url_b"] = await c.call("search_memory", query="deploys")
@@ -144,11 +149,20 @@ def test_projects_are_kept_apart_by_argument_and_by_url(tmp_path):
     assert seen["recent_c"] == {"entries": []}
     message = (
         "name a project: this server keeps one index per project; connect to /mcp/PROJECT "
-        "(search_memory, add and recent_memories also take project)"
+        "(or give each tool project)"
     )
     # The SDK puts "Error executing tool NAME: " before every tool error.
     assert seen["none"] == {"error": f"Error executing tool search_memory: {message}"}
     assert seen["by_id"] == {"error": f"Error executing tool reinforce: {message}"}
+    # Named by argument, an id tool works in that project's index, and only there (0.5 when
+    # added, + 0.02 for the search that found it, + 0.1).
+    assert seen["by_id_a"]["salience"] == pytest.approx(0.62)
+    assert [e["memory"]["content"] for e in seen["timeline_b"]["entries"]] == [
+        "Deploys go out at noon"
+    ]
+    assert seen["delete_c"] == {
+        "error": f"Error executing tool delete: no memory with id {seen['a']['id']}"
+    }
     assert seen["bad"] == {
         "error": "Error executing tool add: project names are 1 to 64 letters, digits, '.', '_' "
         "or '-', starting with a letter or digit, without '..', not '../etc'"
