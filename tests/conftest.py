@@ -5,7 +5,9 @@ import base64
 import gzip
 import json
 import os
+import pty
 import shutil
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,6 +25,32 @@ SCIFACT = os.path.join(ROOT, "tests", "data", "scifact")
 # The installed command. Not `python -m hybridsql`: from the checkout, that would import the
 # source tree (uncompiled in a clean clone) instead of the installed package.
 HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
+
+
+def run_on_tty(argv, cwd=None, **env):
+    """``argv`` with stdout and stderr on a terminal (a pty), so that it prints for a person:
+    its exit code and what it showed (line ends as \\n). ``env`` is added to the environment."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the command has closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return process.wait(timeout=300), out.decode().replace("\r\n", "\n")
 
 
 def read_scifact(name, count):

@@ -19,7 +19,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import pty
 import re
 import shutil
 import signal
@@ -33,7 +32,7 @@ from datetime import datetime
 
 import apsw
 import pytest
-from conftest import EXAMPLES, HYBRIDSQL
+from conftest import EXAMPLES, HYBRIDSQL, run_on_tty
 
 from hybridsql.errors import QueryError
 from hybridsql.index import VANISHED
@@ -578,24 +577,6 @@ def matches(expected, line):
 # -- how rows run ---------------------------------------------------------------------------
 
 
-def run_tty(argv):
-    """The command with stdout and stderr on a terminal (a pty); its exit code and output."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the command has closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return process.wait(timeout=300), out.decode()
-
-
 def run_interrupted(argv, db):
     """Ctrl-C once the index holds a file: the embedding model is at work by then."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -766,7 +747,7 @@ def test_cli(row, world):
     line = fill(row.line, world)
     before = snapshot(world["world"])
     if row.how == "tty":
-        code, out = run_tty([HYBRIDSQL, *argv])
+        code, out = run_on_tty([HYBRIDSQL, *argv])
         assert code == row.code, out
         assert matches(line, out), out
         # No control character reaches the terminal but line ends, the bold marks and the

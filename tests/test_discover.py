@@ -2,13 +2,12 @@
 
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
 
 import pytest
-from conftest import HYBRIDSQL
+from conftest import HYBRIDSQL, run_on_tty
 
 from hybridsql.chunking import chunk_markdown
 from hybridsql.errors import IndexingError
@@ -199,36 +198,16 @@ def test_plain_text_is_chunked_by_paragraphs_without_headings(tmp_path):
         assert found.results and {r.heading for r in found} == {""}
 
 
-def run_tty(argv, cwd):
-    """The command with stdout on a terminal (a pty), so that it prints for a person."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        argv, cwd=cwd, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
-    )
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the command has closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return process.wait(timeout=300), out.decode().replace("\r\n", "\n")
-
-
 def test_the_cli_says_what_a_folder_of_text_files_holds(tmp_path):
     files = {f"t{i}.txt": f"note {i}\n" for i in range(14)}
     make(tmp_path / "d", files | {"s.pdf": b"%PDF", ".gitignore": "t0.txt\n"})
     argv = [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"]
-    code, out = run_tty(argv, tmp_path)
+    code, out = run_on_tty(argv, tmp_path)
     assert code == 0
     assert out.splitlines()[-1] == (
         "0 files matched *.md, *.markdown; 15 other files (.txt 14, .pdf 1): pass --glob '*.txt'"
     )
-    code, out = run_tty([*argv, "--glob", "*.txt"], tmp_path)
+    code, out = run_on_tty([*argv, "--glob", "*.txt"], tmp_path)
     assert code == 0
     assert out.splitlines()[-1] == (
         "left out: 1 file not matching --glob (.pdf 1), 1 file ignored by .gitignore"

@@ -3,38 +3,17 @@ query matches unless NO_COLOR, and the indexing bar; the same commands piped pri
 
 import json
 import os
-import pty
 import re
 import subprocess
 
-from conftest import EXAMPLES, HYBRIDSQL
+from conftest import EXAMPLES, HYBRIDSQL, run_on_tty
 
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d"
 
 
 def on_tty(tmp_path, *argv, **env):
-    """The installed command with stdout and stderr on a pty: (exit code, what it showed)."""
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [HYBRIDSQL, *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=slave,
-        stderr=slave,
-        cwd=tmp_path,
-        env={**os.environ, **env},
-    )
-    os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the command has closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return process.wait(timeout=300), out.decode().replace("\r\n", "\n")
+    """The installed command on a terminal, run in tmp_path: (exit code, what it showed)."""
+    return run_on_tty([HYBRIDSQL, *argv], cwd=tmp_path, **env)
 
 
 def piped(tmp_path, *argv):
