@@ -533,24 +533,24 @@ class MemoryStore:
         """
         o = MemorySearch(**options)
         o.check()
-        project, sector, tier, session_id = o.project, o.sector, o.tier, o.session_id
-        min_salience, include_superseded, recalled_in = (
-            o.min_salience,
-            o.include_superseded,
-            o.recalled_in,
-        )
-        for session in (session_id, recalled_in):
+        for session in (o.session_id, o.recalled_in):
             if session is not None:
                 self.get_session(session)
         profile = memory_profile(
-            self.ranking, project, sector, tier, min_salience, include_superseded, session_id
+            self.ranking,
+            o.project,
+            o.sector,
+            o.tier,
+            o.min_salience,
+            o.include_superseded,
+            o.session_id,
         )
         now = self.clock()
         opts = replace(self.options, mode=o.mode, max_results=o.limit, now=now)
         found = self.index.searcher.search(query, opts, profile)
         hits = [_hit(r) for r in found]
         if o.reinforce:
-            self._recall(hits, session_id if recalled_in is None else recalled_in, now)
+            self._recall(hits, o.session_id if o.recalled_in is None else o.recalled_in, now)
         found.results = hits
         return found
 

@@ -57,11 +57,9 @@ def click_options(cls, exclude=(), only=None):
             if kind is bool:
                 if f.default:
                     names[0] = f"{flag}/--no-{flag[2:]}"
-                    command = click.option(*names, default=True, help=meta["help"])(command)
-                else:
-                    command = click.option(*names, is_flag=True, default=False, help=meta["help"])(
-                        command
-                    )
+                command = click.option(*names, is_flag=True, default=f.default, help=meta["help"])(
+                    command
+                )
                 continue
             if meta["choices"]:
                 kind = click.Choice(meta["choices"])
