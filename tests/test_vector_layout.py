@@ -150,3 +150,15 @@ def test_format_1_file_reads_and_writes(tmp_path):
     conn.close()
     conn = hybridsql.connect(str(path), backend="extension")
     check(alive)
+
+
+def test_connect_makes_new_files_with_large_pages(tmp_path):
+    conn = hybridsql.connect(str(tmp_path / "new.db"), backend="extension")
+    conn.execute("create virtual table v using vector_index(e float[384])")
+    assert conn.execute("pragma page_size").fetchone() == (hybridsql.extension.PAGE_SIZE,)
+    assert info(conn)["page_size"] == 32768
+    old = made_at(tmp_path / "old.db", 4096, "e float[8]")
+    old.close()
+    assert hybridsql.connect(str(tmp_path / "old.db")).execute("pragma page_size").fetchone() == (
+        4096,
+    )
