@@ -162,3 +162,15 @@ def test_connect_makes_new_files_with_large_pages(tmp_path):
     assert hybridsql.connect(str(tmp_path / "old.db")).execute("pragma page_size").fetchone() == (
         4096,
     )
+
+
+def test_a_corrupt_layout_is_refused(tmp_path):
+    made_at(tmp_path / "c.db", 4096, "e float[8]").close()
+    plain = apsw.Connection(str(tmp_path / "c.db"))
+    plain.execute("update v_info set value = 300 where key = 'block_rows'")
+    plain.close()
+    conn = hybridsql.connect(str(tmp_path / "c.db"), backend="extension")
+    with pytest.raises(
+        apsw.CorruptError, match="vector_index: the layout of v in v_info is corrupt"
+    ):
+        conn.execute("select count(*) from v").fetchall()
