@@ -1516,6 +1516,8 @@ static double row_cost(int64_t p, int64_t u) {
 ** dimensions and nnum numeric metadata columns.  A group is at most two pages
 ** (or HS_GROUP_BYTES), so that rescoring one row reads a page or two; of
 ** layouts within 0.2% of each other, the one with larger blocks and groups.
+** A float[D] table keeps its layout in T_info; a float[] table computes it
+** here for each D from page_size, so this function is part of format 2.
 */
 static Layout layout_v2(int64_t page, int64_t d, int nnum) {
   Layout best = layout_v1(d);
