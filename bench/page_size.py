@@ -4,6 +4,7 @@ one-row and bulk inserts, and the bytes on disk.
 
     python bench/page_size.py                     # 100,000 x 384 at 4, 16, 32 and 64 KiB pages
     python bench/page_size.py 1000000 4096,32768  # another size, other page sizes
+    python bench/page_size.py --hybrid 100000     # hybridsql search (FTS5 too) at 4 and 32 KiB
 
 A cold query reads every block of int8 records through SQLite, one page at a time (a pread per
 page, or a page fault per 4 KiB with mmap), so larger pages mean fewer calls into the kernel.
@@ -21,6 +22,7 @@ import apsw
 import numpy as np
 
 import hybridsql
+from hybridsql.embed import LocalProvider
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -112,10 +114,53 @@ def measure(path, n, mmap):
     return [statistics.median(x) * 1e3 for x in (warm, first, process, after, insert)]
 
 
+def hybrid(n, pages):
+    """HybridIndex.search over n chunks of SciFact text (bench/run.py's hybrid files, one per page
+    size): warm hybrid and keyword-only medians over 50 claims, the files' searches interleaved,
+    and the first search of a fresh connection (median of 9)."""
+    import run  # noqa: PLC0415 (its imports, faiss and sqlite-vec, only for this part)
+
+    queries = run.scifact_queries()
+    qvecs = LocalProvider().embed(queries)
+    vectors = run.abstract_vectors(lambda line: print(line, flush=True))
+    paths = {page: run.build_hybrid_db(n, vectors, page) for page in pages}
+    now = "2026-11-21"
+    first = {page: [] for page in pages}
+    for i in range(9):
+        for page in pages:
+            idx = run.open_fixed(paths[page], queries, qvecs)
+            start = time.perf_counter()
+            idx.search(queries[i], now=now)
+            first[page].append(time.perf_counter() - start)
+            idx.close()
+    indexes = {page: run.open_fixed(paths[page], queries, qvecs) for page in pages}
+    modes = ("hybrid", "keyword")
+    warm = {(page, mode): [] for page in pages for mode in modes}
+    for q in queries[:3] + queries:
+        for page, idx in indexes.items():
+            for mode in modes:
+                start = time.perf_counter()
+                idx.search(q, now=now, mode=mode)
+                warm[page, mode].append(time.perf_counter() - start)
+    print(f"{n:,} chunks of SciFact text; median ms")
+    print("| page | file MB | hybrid, warm | keyword only, warm | first hybrid, fresh connection |")
+    print("| --- | --- | --- | --- | --- |")
+    for page in pages:
+        hybrid_ms, keyword_ms = (statistics.median(warm[page, m][3:]) * 1e3 for m in modes)
+        print(
+            f"| {page // 1024} KiB | {os.path.getsize(paths[page]) / 1e6:.0f} | {hybrid_ms:.1f}"
+            f" | {keyword_ms:.1f} | {statistics.median(first[page]) * 1e3:.1f} |"
+        )
+
+
 def main():
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    sizes = [int(x) for x in sys.argv[2].split(",")] if len(sys.argv) > 2 else None
+    args = [a for a in sys.argv[1:] if a != "--hybrid"]
+    n = int(args[0]) if args else 100_000
+    sizes = [int(x) for x in args[1].split(",")] if len(args) > 1 else None
     os.makedirs(RESULTS, exist_ok=True)
+    if "--hybrid" in sys.argv:
+        hybrid(n, sizes or (4096, 32768))
+        return
     print(f"{n:,} x {D}; ms (ratio to the warm query)")
     print(
         "| page | I/O | disk / raw float32 | bulk rows/s | warm | first, fresh connection"

@@ -80,13 +80,22 @@ def upgraded(path):
     return path
 
 
-def build_hybrid_db(n, doc_vectors):
-    """n chunks of SciFact text; each chunk's vector is its abstract's, with a little noise."""
-    path = os.path.join(RESULTS, f"hybrid_{n}.db")
+def build_hybrid_db(n, doc_vectors, page_size=None):
+    """n chunks of SciFact text; each chunk's vector is its abstract's, with a little noise.
+    ``page_size``: the file's, in a file of its own (else what hybridsql.connect makes)."""
+    name = f"hybrid_{n}.db" if page_size is None else f"hybrid_{n}_{page_size // 1024}k.db"
+    path = os.path.join(RESULTS, name)
     if os.path.exists(path):
         return upgraded(path)
     pieces = scifact_texts()
     rng = np.random.default_rng(3)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + ".part" + suffix):
+            os.remove(path + ".part" + suffix)
+    if page_size is not None:
+        first = apsw.Connection(path + ".part")  # fixed when the first page is written
+        first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
+        first.close()
     conn = connect(path + ".part", mmap=False)
     ensure_schema(conn)
     conn.execute(

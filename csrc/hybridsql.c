@@ -1421,22 +1421,27 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 ** vector_index (Requirement 10): a virtual table module that owns its
 ** vectors, stored in shadow tables of the same database:
 **
-**   T_info(key, value)                 the storage format's version
+**   T_info(key, value)                 the storage format's version, and
+**                                      from format 2 the layout: page_size,
+**                                      block_rows and group_rows (float[D])
 **   T_blocks(id, dims, capacity, count, nonce, p0, p1, ...)
 **                                      one row per block: which partition
 **                                      (p0...), how many rows, and a nonce
 **   T_codes(id, data)                  a block's records (rec_build), what
 **                                      the first pass reads
 **   T_vectors(id, data)                the float32 vectors, in groups of
-**                                      group_rows(dims) rows of a block, id
-**                                      block * 256 + group: what exact
+**                                      the layout's group rows of a block,
+**                                      id block * 256 + group: what exact
 **                                      rescoring reads
 **   T_rowids(rowid, block, slot, m0, m1, ...)
 **                                      where each row is, and its metadata
 **
-** Rows of one partition fill blocks of up to HS_BLOCK_ROWS rows; only the
-** last block of a partition has free slots, and it grows by doubling from
-** HS_BLOCK_MIN.  A delete moves the partition's last row into the hole, so
+** Rows of one partition fill blocks of the layout's rows (at most
+** HS_BLOCK_ROWS); only the last block of a partition has free slots, and it
+** grows by doubling from HS_BLOCK_MIN.  Format 1 has 256 rows a block and
+** groups of about 16 KiB; format 2 sizes both, when the table is made, to the
+** database's page size, so that the rows of T_codes and T_vectors fill their
+** pages (layout_v2).  A delete moves the partition's last row into the hole, so
 ** blocks stay dense and an emptied block is deleted: its pages go back to
 ** SQLite's free list at once, and VACUUM returns them to the file system.
 **
@@ -1455,19 +1460,9 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 #define HS_MAX_FILTERS 24        /* partition and metadata columns together */
 #define HS_CACHE_BYTES ((size_t)4 << 30) /* per table and connection */
 #define HS_SWEEP_EVERY 256       /* queries between sweeps of dropped blocks */
-#define HS_FORMAT 1
+#define HS_FORMAT 2
 #define HS_TAILS 64 /* partitions whose last block a table remembers */
-
-/* Rows in one T_vectors group for vectors of d dimensions: a power of two, about 16 KiB. */
-static int64_t group_rows(int64_t d) {
-  int64_t g = 1;
-  while (g < HS_BLOCK_ROWS && 2 * g * 4 * d <= HS_GROUP_BYTES) g *= 2;
-  return g;
-}
-
-static int64_t group_id(int64_t block, int64_t slot, int64_t d) {
-  return block * 256 + slot / group_rows(d);
-}
+#define HS_LAYOUTS 4 /* layouts (one per number of dimensions) a table remembers */
 
 /*
 ** A block's data (T_codes.data) for `cap` rows of d dimensions: the records,
@@ -1479,6 +1474,67 @@ static int64_t num_area(int64_t cap) { return cap * 8 + ((cap + 7) & ~(int64_t)7
 
 static int64_t num_offset(int64_t cap, int64_t d, int num) {
   return cap * rec_stride(d) + num * num_area(cap);
+}
+
+/*
+** The layout of a block: rows in a full block, and rows in one T_vectors group
+** (a block's groups are ceil(rows / group) rows each, the last one too).
+*/
+typedef struct Layout {
+  int64_t dims, rows, group;
+} Layout;
+
+/* Format 1: 256 rows a block, groups of a power of two rows, about 16 KiB. */
+static Layout layout_v1(int64_t d) {
+  Layout l = {d, HS_BLOCK_ROWS, 1};
+  while (l.group < HS_BLOCK_ROWS && 2 * l.group * 4 * d <= HS_GROUP_BYTES) l.group *= 2;
+  return l;
+}
+
+/*
+** The bytes of file that a table B-tree row of p bytes of payload takes, with
+** pages of u bytes, as SQLite's btree.c stores it: a cell keeps up to u - 35
+** bytes on its leaf page, or else min_local (m) plus what is left over once
+** overflow pages of u - 4 bytes are filled, and the cells of one size share
+** their leaves.  A cell's own bytes: a 2-byte pointer, varints (at most 12 here)
+** and the number of its first overflow page.
+*/
+static double row_cost(int64_t p, int64_t u) {
+  int64_t x = u - 35, m = (u - 12) * 32 / 255 - 23, local = p, over = 0;
+  if (p > x) {
+    local = m + (p - m) % (u - 4);
+    if (local > x) local = m;
+    over = (p - local + u - 5) / (u - 4);
+  }
+  int64_t per = (u - 8) / (local + 14 + (over ? 4 : 0));
+  return (double)over * (double)u + (double)u / (double)(per > 0 ? per : 1);
+}
+
+/*
+** Format 2: the layout that wastes the least of pages of `page` bytes (the
+** database's page size when the table was made, in T_info), for vectors of d
+** dimensions and nnum numeric metadata columns.  A group is at most two pages
+** (or HS_GROUP_BYTES), so that rescoring one row reads a page or two; of
+** layouts within 0.2% of each other, the one with larger blocks and groups.
+** A float[D] table keeps its layout in T_info; a float[] table computes it
+** here for each D from page_size, so this function is part of format 2.
+*/
+static Layout layout_v2(int64_t page, int64_t d, int nnum) {
+  Layout best = layout_v1(d);
+  double best_cost = 1e300;
+  int64_t most = 2 * page > HS_GROUP_BYTES ? 2 * page : HS_GROUP_BYTES;
+  for (int64_t r = HS_BLOCK_ROWS; r >= HS_BLOCK_MIN; r--) {
+    double codes = row_cost(num_offset(r, d, nnum), page);
+    for (int64_t g = r < most / (4 * d) ? r : most / (4 * d); g >= 1; g--) {
+      double cost = (codes + (double)((r + g - 1) / g) * row_cost(4 * d * g, page)) / (double)r;
+      if (cost < best_cost * 0.998) best_cost = cost, best.rows = r, best.group = g;
+    }
+  }
+  return best;
+}
+
+static int64_t group_id(const Layout *l, int64_t block, int64_t slot) {
+  return block * 256 + slot / l->group;
 }
 
 static sqlite3_int64 fresh_nonce(void) {
@@ -1624,6 +1680,9 @@ typedef struct VxTab {
   int64_t dims; /* D of float[D]; 0 for float[], one D per partition */
   int busy;     /* inside a method that reads or writes the shadow tables */
   int64_t rows; /* for xBestIndex's costs */
+  int64_t page; /* format 2: the page size its layout is made for; 0: format 1 */
+  Layout layouts[HS_LAYOUTS];
+  int nlayouts;
   int64_t tails[HS_TAILS]; /* by a hash of partition values: a block that was its last */
   Cache cache;
   sqlite3_stmt *st[VS_COUNT];
@@ -1635,6 +1694,16 @@ typedef struct VxTab {
 /* The bytes of a block's data for `cap` rows of d dimensions (num_offset). */
 static int64_t block_bytes(const VxTab *t, int64_t cap, int64_t d) {
   return num_offset(cap, d, t->nnum);
+}
+
+/* The layout of blocks of vectors of d dimensions. */
+static const Layout *vx_layout(VxTab *t, int64_t d) {
+  for (int i = 0; i < t->nlayouts; i++) {
+    if (t->layouts[i].dims == d) return &t->layouts[i];
+  }
+  int i = t->nlayouts < HS_LAYOUTS ? t->nlayouts++ : (int)(d % HS_LAYOUTS);
+  t->layouts[i] = t->page ? layout_v2(t->page, d, t->nnum) : layout_v1(d);
+  return &t->layouts[i];
 }
 
 /* ---- errors ---- */
@@ -2147,7 +2216,8 @@ static int vx_blob_read(VxTab *t, sqlite3_blob *h, void *out, int64_t bytes, int
 /* The float32 vector of (block, slot) into out (dims floats), through handle *h. */
 static int vx_read_vector(VxTab *t, sqlite3_blob **h, int64_t block, int64_t slot, int64_t dims,
                           float *out) {
-  int64_t gid = group_id(block, slot, dims), off = (slot % group_rows(dims)) * 4 * dims;
+  const Layout *l = vx_layout(t, dims);
+  int64_t gid = group_id(l, block, slot), off = (slot % l->group) * 4 * dims;
   int rc = vx_blob(t, h, "vectors", gid, 0);
   return rc ? rc : vx_blob_read(t, *h, out, 4 * dims, off, "vectors", gid);
 }
@@ -2341,24 +2411,28 @@ static int vx_put(VxTab *t, const BlockRow *b, int64_t slot, int64_t rowid, cons
   }
   vx_blob_close(&h);
   sqlite3_free(rec);
-  if (rc == SQLITE_OK && append && slot % group_rows(d) == 0) {
+  const Layout *l = vx_layout(t, d);
+  if (rc == SQLITE_OK && append && slot % l->group == 0) {
     sqlite3_stmt *st = vs(t, VS_NEW_GROUP, &rc);
     if (!st) return rc;
-    sqlite3_bind_int64(st, 1, group_id(b->id, slot, d));
-    sqlite3_bind_int64(st, 2, 4 * d * group_rows(d));
+    sqlite3_bind_int64(st, 1, group_id(l, b->id, slot));
+    sqlite3_bind_int64(st, 2, 4 * d * l->group);
     rc = vs_run(t, st);
   }
   if (rc == SQLITE_OK) {
-    rc = vx_write(t, "vectors", group_id(b->id, slot, d), v, 4 * d,
-                  (slot % group_rows(d)) * 4 * d);
+    rc = vx_write(t, "vectors", group_id(l, b->id, slot), v, 4 * d, (slot % l->group) * 4 * d);
   }
   return rc;
 }
 
-/* Doubles the capacity of block b, full, keeping its records and numeric metadata. */
+/*
+** Doubles the capacity of block b, full, up to a full block's rows, keeping its
+** records and numeric metadata.
+*/
 static int vx_grow(VxTab *t, BlockRow *b) {
   int64_t d = b->dims, cap = b->capacity, old_bytes = block_bytes(t, cap, d);
-  int64_t new_bytes = block_bytes(t, 2 * cap, d);
+  int64_t most = vx_layout(t, d)->rows, to = 2 * cap < most ? 2 * cap : most;
+  int64_t new_bytes = block_bytes(t, to, d);
   uint8_t *old = sqlite3_malloc64((sqlite3_uint64)(old_bytes + new_bytes));
   if (!old) return SQLITE_NOMEM;
   uint8_t *grown = old + old_bytes;
@@ -2369,13 +2443,13 @@ static int vx_grow(VxTab *t, BlockRow *b) {
   vx_blob_close(&h);
   memcpy(grown, old, (size_t)(b->count * rec_stride(d)));
   for (int j = 0; j < t->nnum; j++) {
-    memcpy(grown + num_offset(2 * cap, d, j), old + num_offset(cap, d, j), (size_t)(8 * b->count));
-    memcpy(grown + num_offset(2 * cap, d, j) + 16 * cap, old + num_offset(cap, d, j) + 8 * cap,
+    memcpy(grown + num_offset(to, d, j), old + num_offset(cap, d, j), (size_t)(8 * b->count));
+    memcpy(grown + num_offset(to, d, j) + 8 * to, old + num_offset(cap, d, j) + 8 * cap,
            (size_t)b->count);
   }
   if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, new_bytes);
   if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, grown, new_bytes, 0);
-  if (rc == SQLITE_OK) b->capacity *= 2;
+  if (rc == SQLITE_OK) b->capacity = to;
   sqlite3_free(old);
   return rc;
 }
@@ -2391,11 +2465,12 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
   BlockRow b;
   int found, rc = vx_tail(t, parts, &b, &found);
   if (rc) return rc;
-  if (!found || (b.count == b.capacity && b.capacity == HS_BLOCK_ROWS)) {
+  int64_t full = vx_layout(t, d)->rows;
+  if (!found || (b.count == b.capacity && b.capacity == full)) {
     sqlite3_stmt *st = vs(t, VS_NEW_BLOCK, &rc);
     if (!st) return rc;
     b.dims = d;
-    b.capacity = found ? HS_BLOCK_ROWS : HS_BLOCK_MIN; /* a partition that filled one block */
+    b.capacity = found ? full : HS_BLOCK_MIN; /* a partition that filled one block */
     b.count = 0;
     sqlite3_bind_int64(st, 1, b.dims);
     sqlite3_bind_int64(st, 2, b.capacity);
@@ -2447,8 +2522,9 @@ static int vx_move(VxTab *t, const BlockRow *b, int64_t slot, const BlockRow *to
   if (rc == SQLITE_OK) rc = put_nums(t, h, to, to_slot, vals, nulls);
   vx_blob_close(&h);
   if (rc == SQLITE_OK) {
-    rc = vx_write(t, "vectors", group_id(to->id, to_slot, d), buf + stride, 4 * d,
-                  (to_slot % group_rows(d)) * 4 * d);
+    const Layout *l = vx_layout(t, d);
+    rc = vx_write(t, "vectors", group_id(l, to->id, to_slot), buf + stride, 4 * d,
+                  (to_slot % l->group) * 4 * d);
   }
   if (rc == SQLITE_OK) {
     sqlite3_stmt *st = vs(t, VS_MOVE_ROW, &rc);
@@ -2525,8 +2601,9 @@ static int vx_remove(VxTab *t, int64_t rowid) {
     rc = vx_id_op(t, VS_DROP_GROUPS, last.id, 0);
   } else {
     rc = vx_set_count(t, &last);
-    if (rc == SQLITE_OK && end % group_rows(last.dims) == 0) { /* its last group is empty */
-      rc = vx_id_op(t, VS_DROP_GROUP, group_id(last.id, end, last.dims), 0);
+    const Layout *l = vx_layout(t, last.dims);
+    if (rc == SQLITE_OK && end % l->group == 0) { /* its last group is empty */
+      rc = vx_id_op(t, VS_DROP_GROUP, group_id(l, last.id, end), 0);
     }
   }
   if (rc == SQLITE_OK) t->rows--;
@@ -3335,7 +3412,7 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   int64_t bytes = read_bytes(t, r), seen;
   int keep = map_find(&c->seen, r->id, &seen) && seen == r->nonce;
   if (keep) {
-    *buf = pool_get(&c->pool, (size_t)bytes, r->count == HS_BLOCK_ROWS);
+    *buf = pool_get(&c->pool, (size_t)bytes, r->count == vx_layout(t, r->dims)->rows);
   } else {
     if ((size_t)bytes > c->scratch_cap) {
       free(c->scratch);
@@ -3779,6 +3856,14 @@ static int vx_indexes(VxTab *t, const char *name, char **err) {
   return rc;
 }
 
+/* One integer that a query gives, into *out. */
+static int vx_int(sqlite3 *db, const char *sql, int64_t *out) {
+  sqlite3_stmt *st = 0;
+  int rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, 0) : SQLITE_NOMEM;
+  if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+  return rc == SQLITE_OK ? sqlite3_finalize(st) : rc;
+}
+
 static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab **out, char **err,
                    int create) {
   VxTab *t = sqlite3_malloc(sizeof(VxTab));
@@ -3788,6 +3873,12 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
   t->schema = sqlite3_mprintf("%s", argv[1]);
   t->name = sqlite3_mprintf("%s", argv[2]);
   int rc = t->schema && t->name ? vx_parse(t, argc, argv, err) : SQLITE_NOMEM;
+  if (rc == SQLITE_OK && create) {
+    char *sql = sqlite3_mprintf("pragma \"%w\".page_size", t->schema);
+    rc = vx_int(db, sql, &t->page);
+    sqlite3_free(sql);
+    if (rc == SQLITE_OK && (t->page < 512 || t->page > 65536)) t->page = 4096;
+  }
   if (rc == SQLITE_OK && create) {
     sqlite3_str *blocks = sqlite3_str_new(0), *rows = sqlite3_str_new(0);
     for (int i = 0; i < t->ncol; i++) {
@@ -3801,14 +3892,19 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
     if (rc == SQLITE_OK) {
       rc = vx_exec(db, err,
                    "create table \"%w\".\"%w_info\"(key text primary key, value) without rowid;"
-                   "insert into \"%w\".\"%w_info\" values ('format', %d);"
+                   "insert into \"%w\".\"%w_info\" values ('format', %d), ('page_size', %lld);"
                    "create table \"%w\".\"%w_blocks\"(id integer primary key, dims integer not null,"
                    " capacity integer not null, count integer not null, nonce integer not null%s);"
                    "create table \"%w\".\"%w_codes\"(id integer primary key, data blob not null);"
                    "create table \"%w\".\"%w_vectors\"(id integer primary key, data blob not null);"
                    "create table \"%w\".\"%w_rowids\"(id integer primary key, block integer not"
                    " null, slot integer not null%s);",
-                   s, n, s, n, HS_FORMAT, s, n, bcols, s, n, s, n, s, n, rcols);
+                   s, n, s, n, HS_FORMAT, t->page, s, n, bcols, s, n, s, n, s, n, rcols);
+    }
+    if (rc == SQLITE_OK && t->dims) {
+      const Layout *l = vx_layout(t, t->dims);
+      rc = vx_exec(db, err, "insert into \"%w\".\"%w_info\" values ('block_rows', %lld),"
+                   " ('group_rows', %lld)", s, n, l->rows, l->group);
     }
     sqlite3_free(bcols);
     sqlite3_free(rcols);
@@ -3816,7 +3912,11 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
   }
   if (rc == SQLITE_OK) {
     char *sql = sqlite3_mprintf("select (select value from \"%w\".\"%w_info\" where key = 'format'),"
-                                " (select coalesce(sum(count), 0) from \"%w\".\"%w_blocks\")",
+                                " (select coalesce(sum(count), 0) from \"%w\".\"%w_blocks\"),"
+                                " (select value from \"%w\".\"%w_info\" where key = 'page_size'),"
+                                " (select value from \"%w\".\"%w_info\" where key = 'block_rows'),"
+                                " (select value from \"%w\".\"%w_info\" where key = 'group_rows')",
+                                t->schema, t->name, t->schema, t->name, t->schema, t->name,
                                 t->schema, t->name, t->schema, t->name);
     sqlite3_stmt *st = 0;
     rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, 0) : SQLITE_NOMEM;
@@ -3829,6 +3929,21 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
         rc = SQLITE_ERROR;
       }
       t->rows = sqlite3_column_int64(st, 1);
+      /* Format 1 (or no format): its fixed layout; format 2: the one its T_info gives. */
+      int64_t format = sqlite3_column_int64(st, 0), page = sqlite3_column_int64(st, 2);
+      int64_t rows = sqlite3_column_int64(st, 3), group = sqlite3_column_int64(st, 4);
+      t->page = format >= 2 ? page : 0;
+      t->nlayouts = 0;
+      if (rc == SQLITE_OK && format >= 2 &&
+          (page < 512 || page > 65536 || (t->dims && (rows < HS_BLOCK_MIN || rows > HS_BLOCK_ROWS ||
+                                                      group < 1 || group > rows)))) {
+        *err = sqlite3_mprintf("vector_index: the layout of %s in %s_info is corrupt", t->name,
+                               t->name);
+        rc = SQLITE_CORRUPT_VTAB;
+      } else if (format >= 2 && t->dims) {
+        t->layouts[0] = (Layout){t->dims, rows, group};
+        t->nlayouts = 1;
+      }
     } else if (rc == SQLITE_OK || rc == SQLITE_ERROR) {
       *err = sqlite3_mprintf("vector_index: the shadow tables of %s cannot be read: %s", t->name,
                              sqlite3_errmsg(db));

@@ -451,8 +451,11 @@ def run_cli(*args, input=None):
     )
 
 
-def zero_pages(path, pages, page_size=4096):
+def zero_pages(path, pages):
     with open(path, "r+b") as f:
+        f.seek(16)
+        page_size = int.from_bytes(f.read(2), "big")
+        page_size = 65536 if page_size == 1 else page_size
         for page in pages:
             f.seek((page - 1) * page_size)
             f.write(b"\0" * page_size)
