@@ -20,8 +20,10 @@ from hybridsql.discovery import (
     discover,
     glob_spec,
     is_markdown,
+    left_out_line,
     link_reason,
     open_inside,
+    plural,
 )
 from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
@@ -226,7 +228,7 @@ class HybridIndex:
         # become U+FFFD; files are still read by their real names.
         stored_root = clean_text(root)
         report = IndexReport() if report is None else report
-        choice = self._choice(stored_root, globs, gitignore)
+        choice, new_globs = self._choice(stored_root, globs, gitignore)
         report.globs, report.gitignore = choice["globs"], choice["gitignore"]
         vanished = []
         paths = discover(root, vanished, report.globs, report.gitignore, report)
@@ -238,6 +240,14 @@ class HybridIndex:
                 "select id, path, sha256 from files where root = ?", (stored_root,)
             )
         }
+        if not paths and known and new_globs:
+            # New patterns that match nothing would take every file of the folder out of the
+            # index: a mistyped pattern far more often than a wish.
+            raise IndexingError(
+                f"no file in {root} matches {', '.join(report.globs)}, which would take the"
+                f" {plural(len(known), 'file')} indexed from it out of the index; nothing was"
+                f" changed. {left_out_line(report) or ''}".rstrip()
+            )
         bar = progress or Progress()
         bar.start(len(paths))
         pending = []
@@ -293,9 +303,9 @@ class HybridIndex:
         report.seconds = round(time.monotonic() - started, 3)
         return report
 
-    def _choice(self, stored_root: str, globs, gitignore) -> dict:
+    def _choice(self, stored_root: str, globs, gitignore) -> tuple:
         """The patterns of a run: those given, else those of the folder's last run (in meta
-        under 'files ROOT'), else the defaults."""
+        under 'files ROOT'), else the defaults; and whether its globs differ from the last's."""
         row = self.conn.execute(
             "select value from meta where key = ?", (f"files {stored_root}",)
         ).fetchone()
@@ -303,10 +313,12 @@ class HybridIndex:
         if globs is not None:
             globs = [globs] if isinstance(globs, str) else list(globs)
             glob_spec(globs)  # a bad pattern is refused before anything is read
-        return {
-            "globs": globs if globs is not None else last.get("globs", list(DEFAULT_GLOBS)),
+        was = last.get("globs", list(DEFAULT_GLOBS))
+        choice = {
+            "globs": globs if globs is not None else was,
             "gitignore": gitignore if gitignore is not None else last.get("gitignore", True),
         }
+        return choice, choice["globs"] != was
 
     def _write_files(self, root, pending, report) -> None:
         """Embeds the chunks of several files at once, then writes each file in a transaction."""

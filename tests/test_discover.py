@@ -149,6 +149,26 @@ def test_a_pattern_that_chooses_nothing_is_refused_before_anything_changes(tmp_p
         assert indexed(idx) == ["a.md"]
 
 
+def test_new_patterns_that_match_nothing_leave_the_indexed_folder_alone(tmp_path):
+    root = make(tmp_path / "d", {"a.md": "# a\n\nalpha\n", "b.md": "# b\n", "c.txt": "c\n"})
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        idx.index_folder(str(root))
+        msg = (
+            f"no file in {root} matches *.mdx, which would take the 2 files indexed from it out"
+            " of the index; nothing was changed. 0 files matched *.mdx; 3 other files (.md 2,"
+            " .txt 1): pass --glob '*.md'"
+        )
+        with pytest.raises(IndexingError, match=re.escape(msg)):
+            idx.index_folder(str(root), globs=["*.mdx"])
+        assert indexed(idx) == ["a.md", "b.md"]
+        assert idx.search("alpha", mode="keyword").results[0].path == "a.md"
+        # The folder's own patterns matching nothing is the folder emptied: the index follows.
+        for name in ("a.md", "b.md"):
+            (root / name).unlink()
+        assert idx.index_folder(str(root)).files_deleted == 2
+        assert indexed(idx) == []
+
+
 def test_a_binary_file_a_pattern_takes_is_skipped(tmp_path):
     root = make(
         tmp_path / "d",
