@@ -1,6 +1,6 @@
 """What the database's page size does to vector_index: the first query of a fresh connection and
 of a new process against the warm query, the first query after another connection wrote a row,
-one-row and bulk inserts, and the bytes on disk.
+one-row and bulk inserts (against a plain table's), and the bytes on disk.
 
     python bench/page_size.py                     # 100,000 x 384 at 4, 16, 32 and 64 KiB pages
     python bench/page_size.py 1000000 4096,32768  # another size, other page sizes
@@ -39,37 +39,54 @@ print(time.perf_counter() - t)
 """
 
 
-def build(path, n, page_size):
-    """A file of n random rows made with this page size; the bulk insert rate, None if kept."""
-    if os.path.exists(path):
-        return None
-    part = path + ".part"
+def new_file(path, page_size):
+    """A connection to a new file with this page size (fixed when the first page is written)."""
     for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(part + suffix):
-            os.remove(part + suffix)
-    first = apsw.Connection(part)  # the page size is fixed when the first page is written
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    first = apsw.Connection(path)
     first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
     first.close()
-    conn = hybridsql.connect(part, backend="extension")
+    conn = hybridsql.connect(path, backend="extension")
     assert conn.execute("pragma page_size").fetchone()[0] == page_size
+    return conn
+
+
+def insert_rate(conn, sql, n):
+    """Rows a second of n random rows inserted in blocks of 50,000, a transaction each."""
+    rng = np.random.default_rng(2)
+    seconds = 0.0
+    for base in range(0, n, 50_000):
+        block = rng.standard_normal((min(50_000, n - base), D)).astype(np.float32)
+        rows = [(base + i + 1, (base + i) // 10 % 10, v.tobytes()) for i, v in enumerate(block)]
+        start = time.perf_counter()
+        with conn:
+            conn.executemany(sql, rows)
+        seconds += time.perf_counter() - start
+    return n / seconds
+
+
+def build(path, n, page_size):
+    """A file of n random rows made with this page size; the bulk insert rates of vector_index
+    and of a plain table (the same rows, in a file of their own), None if kept."""
+    if os.path.exists(path):
+        return None
+    conn = new_file(path + ".part", page_size)
     conn.execute(
         f"create virtual table v using vector_index(e float[{D}], project integer partition key,"
         " tag integer)"
     )
-    rng = np.random.default_rng(2)
-    start = time.perf_counter()
-    for base in range(0, n, 50_000):
-        block = rng.standard_normal((min(50_000, n - base), D)).astype(np.float32)
-        with conn:
-            conn.executemany(
-                "insert into v(rowid, project, tag, e) values (?, 0, ?, ?)",
-                [(base + i + 1, (base + i) // 10 % 10, v.tobytes()) for i, v in enumerate(block)],
-            )
-    rate = n / (time.perf_counter() - start)
+    rate = insert_rate(conn, "insert into v(rowid, project, tag, e) values (?, 0, ?, ?)", n)
     conn.execute("pragma wal_checkpoint(truncate)")
     conn.close()
-    os.rename(part, path)
-    return rate
+    os.rename(path + ".part", path)
+    plain = new_file(path + ".plain", page_size)
+    plain.execute("create table items(id integer primary key, tag integer, vector blob)")
+    plain_rate = insert_rate(plain, "insert into items values (?, ?, ?)", n)
+    plain.close()
+    for suffix in ("", "-wal", "-shm"):
+        os.remove(path + ".plain" + suffix)
+    return rate, plain_rate
 
 
 def measure(path, n, mmap):
@@ -169,12 +186,13 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for page in sizes or (4096, 16384, 32768, 65536):
         path = os.path.join(RESULTS, f"page_size_{n}_{page}.db")
-        rate = build(path, n, page)
+        rates = build(path, n, page)
+        bulk = f"{rates[0]:,.0f} ({rates[0] / rates[1]:.2f} x plain)" if rates else "kept"
         disk = os.path.getsize(path) / (n * D * 4)
         for mmap, io in ((0, "default"), (1 << 36, "mmap")):
             warm, first, process, after, insert = measure(path, n, mmap)
             print(
-                f"| {page // 1024} KiB | {io} | {disk:.3f} x | {f'{rate:,.0f}' if rate else 'kept'}"
+                f"| {page // 1024} KiB | {io} | {disk:.3f} x | {bulk}"
                 f" | {warm:.2f} | {first:.2f} ({first / warm:.2f} x) | {process:.2f}"
                 f" ({process / warm:.2f} x) | {after:.2f} ({after / warm:.2f} x) | {insert:.3f} |",
                 flush=True,
