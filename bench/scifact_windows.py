@@ -10,6 +10,8 @@ the search statement does: 0.7 x the cosine over the floor 0.25 + 0.3 x bm25 / t
 bm25 over the whole document (hybridsql's own keyword search, 100 candidates). A document whose
 windows' cosines are cos_1..cos_n (cos_1 the first window's, the `truncated` vector) is scored
 by its pooled vector (today), cos_1, max(cos_i), their mean, or (cos_1 + max cos_i) / 2.
+The last rows read shorter windows: 126 word pieces every 63 (the length MiniLM was trained on),
+embedded once and cached in bench/results/scifact-windows-126-63.npz (about 12 minutes).
 """
 
 import argparse
@@ -17,12 +19,30 @@ import os
 
 import numpy as np
 import scifact
+from tokenizers import Tokenizer
 
 from hybridsql.embed import _load_local, encode_windows
 
 CACHE = os.path.join(scifact.HERE, "results", "scifact-window-vectors.npz")
+SHORT, STRIDE = 126, 63  # the short windows' word pieces, and how far apart they start
 FLOORS = (0.2, 0.25, 0.3)
 KEYWORD_WEIGHTS = (0.25, 0.3, 0.35, 0.4)
+
+
+def embed_ids(session, seqs):
+    """The local model's unit vectors of word-piece sequences ([CLS] ... [SEP] each)."""
+    vecs = np.zeros((len(seqs), 384), dtype=np.float32)
+    order = sorted(range(len(seqs)), key=lambda j: len(seqs[j]))
+    for start in range(0, len(order), 32):
+        batch = order[start : start + 32]
+        ids = np.zeros((len(batch), max(len(seqs[j]) for j in batch)), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for r, j in enumerate(batch):
+            ids[r, : len(seqs[j])], mask[r, : len(seqs[j])] = seqs[j], 1
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        mean = (session.run(None, feeds)[0] * mask[:, :, None]).sum(1) / mask.sum(1)[:, None]
+        vecs[batch] = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+    return vecs
 
 
 def window_vectors(idx):
@@ -34,20 +54,33 @@ def window_vectors(idx):
     rows = idx.conn.execute("select path, text from chunks order by id").fetchall()
     windows = encode_windows(tokenizer, [text for _, text in rows], 8)
     flat = [(path, w) for (path, _), ws in zip(rows, windows, strict=True) for w in ws[1:]]
-    vecs = np.zeros((len(flat), 384), dtype=np.float32)
-    order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
-    for start in range(0, len(order), 32):
-        batch = order[start : start + 32]
-        ids = np.zeros((len(batch), max(len(flat[j][1].ids) for j in batch)), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for r, j in enumerate(batch):
-            ids[r, : len(flat[j][1].ids)], mask[r, : len(flat[j][1].ids)] = flat[j][1].ids, 1
-        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        mean = (session.run(None, feeds)[0] * mask[:, :, None]).sum(1) / mask.sum(1)[:, None]
-        vecs[batch] = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+    vecs = embed_ids(session, [w.ids for _, w in flat])
     paths = np.array([path for path, _ in flat])
     np.savez(CACHE, paths=paths, vecs=vecs)
     return paths, vecs
+
+
+def short_window_vectors(idx):
+    """(paths, vectors) of windows of SHORT word pieces starting every STRIDE, the last one
+    reaching the document's end."""
+    cache = os.path.join(scifact.HERE, "results", f"scifact-windows-{SHORT}-{STRIDE}.npz")
+    if os.path.exists(cache):
+        cached = np.load(cache)
+        return cached["paths"], cached["vecs"]
+    session, tokenizer = _load_local()
+    whole = Tokenizer.from_str(tokenizer.to_str())
+    whole.no_truncation()
+    cls, sep = whole.token_to_id("[CLS]"), whole.token_to_id("[SEP]")
+    rows = idx.conn.execute("select path, text from chunks order by id").fetchall()
+    paths, seqs = [], []
+    for (path, _), encoding in zip(rows, whole.encode_batch([t for _, t in rows]), strict=True):
+        pieces = encoding.ids[1:-1]
+        for start in range(0, max(1, len(pieces) - SHORT + STRIDE), STRIDE):
+            paths.append(path)
+            seqs.append([cls, *pieces[start : start + SHORT], sep])
+    vecs = embed_ids(session, seqs)
+    np.savez(cache, paths=np.array(paths), vecs=vecs)
+    return np.array(paths), vecs
 
 
 def cosines(idx, query_vectors, columns):
@@ -87,6 +120,7 @@ def main():
     tune = [q for q in scifact.load_jsonl("queries.jsonl") if q["_id"] in qrels["train"]]
     pooled, first, chunks = (scifact.open_index(e) for e in ("windows", "truncated", "chunks"))
     paths, later = window_vectors(pooled)
+    short_paths, short = short_window_vectors(pooled)
 
     def signals(qs):
         vectors = pooled.embedder.embed([q["text"] for q in qs])
@@ -97,6 +131,8 @@ def main():
                 row[columns[r.path]] = r.keyword_score
         cos_1 = cosines(first, vectors, columns)
         rest = vectors @ later.T
+        best_short = np.full_like(cos_1, -1.0)
+        np.maximum.at(best_short.T, [columns[p] for p in short_paths], (vectors @ short.T).T)
         biggest = cos_1.copy()
         total, count = cos_1.copy(), np.ones(len(columns), dtype=np.float32)
         for j, path in enumerate(paths):
@@ -112,6 +148,8 @@ def main():
             "(first + max) / 2": (cos_1 + biggest) / 2,
             "max over `chunks` (title and ~250-token parts)": cosines(chunks, vectors, columns),
             "(first + max over `chunks`) / 2": (cos_1 + cosines(chunks, vectors, columns)) / 2,
+            f"max over {SHORT}-piece windows": best_short,
+            f"(first + max over {SHORT}-piece windows) / 2": (cos_1 + best_short) / 2,
         }
 
     train_keyword, train_cos = signals(tune)
