@@ -23,17 +23,8 @@ import numpy as np
 from hybridsql.errors import QueryError
 
 BLOCK_GROUPS = 256  # T_vectors ids: block * 256 + group
-GROUP_BYTES = 16384
 REC_HEAD = 16
 SAFE_SQUARED_NORMS = (1e-20, 1e20)  # where the float32 bound holds: HS_SAFE_LO/HI in the C code
-
-
-def group_rows(dims: int) -> int:
-    """Rows of one T_vectors group: group_rows() in the C code."""
-    g = 1
-    while g < 256 and 2 * g * 4 * dims <= GROUP_BYTES:
-        g *= 2
-    return g
 
 
 def record_stride(dims: int) -> int:
@@ -99,14 +90,20 @@ class VectorReader:
     def vector_sql(self, rowid_sql: str, dims: int, where: dict) -> str:
         """SQL for the float32 vector of row ``rowid_sql`` (NULL unless in the partition
         ``where``), read from the shadow tables: for a connection without the extension."""
-        g = group_rows(dims)
         conds = "".join(
             f" and b.p{self.partitions.index(name)} = :{param}" for name, param in where.items()
         )
+        # A block's groups hold the same number of rows, which its layout chose (format 1 or 2,
+        # from the page size: see vector_index in the C code); its first group's length says it.
+        group = (
+            f"(select length(f.data) / {4 * dims} from {self._name('vectors')} f"
+            f" where f.id = r.block * {BLOCK_GROUPS})"
+        )
         return (
-            f"(select substr(g.data, (r.slot % {g}) * {4 * dims} + 1, {4 * dims})"
+            f"(select substr(g.data, (r.slot % {group}) * {4 * dims} + 1, {4 * dims})"
             f" from {self._name('rowids')} r join {self._name('blocks')} b on b.id = r.block"
-            f" join {self._name('vectors')} g on g.id = r.block * {BLOCK_GROUPS} + r.slot / {g}"
+            f" join {self._name('vectors')} g"
+            f" on g.id = r.block * {BLOCK_GROUPS} + r.slot / {group}"
             f" where r.id = {rowid_sql} and b.dims = {dims}{conds})"
         )
 

@@ -241,7 +241,7 @@ REVIEWED = {
         "self._name('blocks')": "quoted(): a quoted identifier",
         "self._name('vectors')": "quoted(): a quoted identifier",
         "self._name('codes')": "quoted(): a quoted identifier",
-        "g": "group_rows(dims), an int",
+        "group": "SQL built here from quoted names and ints",
         "4 * dims": "an int (dims is len() of the query)",
         "dims": "an int (len() of the query)",
         "rowid_sql": "the literal 'c.id' from Searcher._vector_of",

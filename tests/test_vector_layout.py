@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hybridsql
+from hybridsql.vectors import VectorReader
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SQL = "select rowid, score from v where e match ? and k = 10"
@@ -75,6 +76,7 @@ def test_page_sizes_give_the_same_answers(tmp_path, dims):
             assert part == brute(vecs_now, alive, q, where=lambda i: (i - 1) % 3 == 2)
             assert tag == brute(vecs_now, alive, q, where=lambda i: (i - 1) % 5 < 2)
         got.append(result)
+        check_python_reader(conn, vecs_now, alive, queries, d)
         layouts.append(
             conn.execute(
                 "select max(capacity), max(length(data)) from v_blocks, v_vectors"
@@ -85,6 +87,19 @@ def test_page_sizes_give_the_same_answers(tmp_path, dims):
         conn.close()
     assert got[0] == got[1]
     assert layouts[0] != layouts[1]  # the two pages sizes did lay the rows out differently
+
+
+def check_python_reader(conn, vecs, alive, queries, d):
+    """The numpy and pure-Python paths read the layout the table was made with: the stored
+    vector of a row, and the same top 10."""
+    for math_ in ("numpy", "python"):
+        reader = VectorReader(conn, "v", math_=math_)
+        for q in queries:
+            assert [r for r, _ in reader.topk(q.tobytes(), 10)] == brute(vecs, alive, q)
+    sql = "select " + VectorReader(conn, "v").vector_sql(":id", d, {})
+    for rowid in (1, 2, 10, 255, 256, 257, 1999):
+        (blob,) = conn.execute(sql, {"id": rowid}).fetchone()
+        assert blob == vecs[rowid - 1].tobytes()
 
 
 def test_info_records_the_layout(tmp_path):
