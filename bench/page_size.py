@@ -85,7 +85,8 @@ def build(path, n, page_size):
     plain_rate = insert_rate(plain, "insert into items values (?, ?, ?)", n)
     plain.close()
     for suffix in ("", "-wal", "-shm"):
-        os.remove(path + ".plain" + suffix)
+        if os.path.exists(path + ".plain" + suffix):
+            os.remove(path + ".plain" + suffix)
     return rate, plain_rate
 
 
