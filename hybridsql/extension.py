@@ -149,9 +149,6 @@ def _sqlite3_aggregate(functions: Functions):
     return Aggregate
 
 
-PAGE_SIZE = 32768  # of the files connect makes
-
-
 def connect(
     path: str,
     backend: str = "auto",
@@ -190,11 +187,6 @@ def connect(
             conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
         conn.set_busy_timeout(busy_timeout_ms)
         if not memory and not readonly:
-            if conn.execute("pragma page_count").fetchone()[0] == 0:
-                # A new file (its page size is fixed by the first write): vector_index's first
-                # query in a connection reads every block a page at a time, and 32 KiB pages
-                # halve it (docs/benchmarks.md, "page size").
-                conn.execute(f"pragma page_size = {PAGE_SIZE}")
             conn.execute("pragma journal_mode = wal")
         conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
     except apsw.Error as e:
