@@ -27,6 +27,21 @@ SCIFACT = os.path.join(ROOT, "tests", "data", "scifact")
 HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
 
 
+def run_hybridsql(*args, cwd=None, input=None, **env):
+    """The installed ``hybridsql`` command with ``args``, its output piped: the CompletedProcess
+    (text). ``input`` goes to its stdin; ``env`` is added to the environment."""
+    return subprocess.run(
+        [HYBRIDSQL, *args],
+        cwd=cwd,
+        input=input,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def run_on_tty(argv, cwd=None, **env):
     """``argv`` with stdout and stderr on a terminal (a pty), so that it prints for a person:
     its exit code and what it showed (line ends as \\n). ``env`` is added to the environment."""

@@ -32,7 +32,7 @@ from datetime import datetime
 
 import apsw
 import pytest
-from conftest import EXAMPLES, HYBRIDSQL, run_on_tty
+from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql, run_on_tty
 
 from hybridsql.errors import QueryError
 from hybridsql.index import VANISHED
@@ -445,12 +445,6 @@ ROWS = [
 # -- the world every row runs in ------------------------------------------------------------
 
 
-def run_cli(*args, input=None):
-    return subprocess.run(
-        [HYBRIDSQL, *args], capture_output=True, text=True, timeout=300, input=input, check=False
-    )
-
-
 def zero_pages(path, pages):
     with open(path, "r+b") as f:
         f.seek(16)
@@ -471,11 +465,11 @@ def world(tmp_path_factory):
         (root / name).mkdir()
         w[name] = str(root / name)
     w["index"] = index = str(root / "index.db")
-    assert run_cli("index", EXAMPLES, "--db", index, "--embedder", "none").returncode == 0
-    added = run_cli("memory", "add", "Deploys are frozen in December", "--db", index)
+    assert run_hybridsql("index", EXAMPLES, "--db", index, "--embedder", "none").returncode == 0
+    added = run_hybridsql("memory", "add", "Deploys are frozen in December", "--db", index)
     w["memory"] = str(json.loads(added.stdout)["id"])
     w["memories"] = str(root / "memories.db")
-    added = run_cli("memory", "add", "A memory", "--db", w["memories"], "--embedder", "local")
+    added = run_hybridsql("memory", "add", "A memory", "--db", w["memories"], "--embedder", "local")
     assert added.returncode == 0
     w["other"] = str(root / "other.db")
     with closing(sqlite3.connect(w["other"])) as other, other:
@@ -522,7 +516,7 @@ def world(tmp_path_factory):
     )
     (root / "escape-folder" / "name\x1b[31mred.md").write_text("# fine\n")
     w["escapes"] = str(root / "escapes.db")
-    indexed = run_cli("index", w["escape_folder"], "--db", w["escapes"], "--embedder", "none")
+    indexed = run_hybridsql("index", w["escape_folder"], "--db", w["escapes"], "--embedder", "none")
     assert indexed.returncode == 0
     w["many"] = str(root / "many")
     (root / "many").mkdir()
@@ -772,7 +766,7 @@ def test_cli(row, world):
         elif row.how in MOUNT:
             code, out, err = run_mounted(row.how, argv, world)
         else:
-            out = run_cli(*argv)
+            out = run_hybridsql(*argv)
             code, out, err = out.returncode, out.stdout, out.stderr
         assert code == row.code, (out, err)
         if row.code == 0:

@@ -4,12 +4,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import threading
 
 import apsw
 import pytest
-from conftest import HYBRIDSQL, check_fts
+from conftest import check_fts, run_hybridsql
 
 import hybridsql.index
 from hybridsql.embed import Embedder, LocalProvider
@@ -162,21 +161,9 @@ def test_keyword_only_without_a_provider(tmp_path, memory_dir):
         assert "memory/2026-08-19.md" in [r.path for r in found]
 
 
-def run_cli(*args, env_extra=None):
-    env = {**os.environ, **(env_extra or {})}
-    return subprocess.run(
-        [HYBRIDSQL, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-
-
 def test_cli_index_is_quiet_json_when_piped(tmp_path, memory_dir):
     db = str(tmp_path / "cli.db")
-    out = run_cli("index", str(memory_dir), "--db", db, "--embedder", "none")
+    out = run_hybridsql("index", str(memory_dir), "--db", db, "--embedder", "none")
     assert out.returncode == 0 and out.stderr == ""
     report = json.loads(out.stdout)
     assert report["files_indexed"] == report["files_seen"] > 20
@@ -192,10 +179,10 @@ def test_terminal_snippets_are_bold_and_cut_cleanly():
 
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path):
-    out = run_cli("index", str(tmp_path / "missing"), "--db", str(tmp_path / "x.db"))
+    out = run_hybridsql("index", str(tmp_path / "missing"), "--db", str(tmp_path / "x.db"))
     assert out.returncode == 1
     assert out.stderr == f"hybridsql: {tmp_path / 'missing'} is not a folder\n"
-    out = run_cli("search", "x", "--db", str(tmp_path / "x.db"), "--pool", "0")
+    out = run_hybridsql("search", "x", "--db", str(tmp_path / "x.db"), "--pool", "0")
     assert out.returncode == 1
     assert out.stderr == "hybridsql: candidate_pool must be an integer from 1 to 10000, not 0\n"
     assert not (tmp_path / "x.db").exists()

@@ -19,7 +19,7 @@ import time
 
 import apsw
 import pytest
-from conftest import HYBRIDSQL, check_fts
+from conftest import HYBRIDSQL, check_fts, run_hybridsql
 
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
@@ -100,17 +100,6 @@ def start_litestream(db, url, cwd):
     )
 
 
-def hybridsql(*args, cwd):
-    return subprocess.run(
-        [HYBRIDSQL, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ),
-    )
-
-
 def acknowledged(log):
     with open(log) as f:
         return [line.split()[:2] for line in f if line.endswith("\n")]
@@ -166,10 +155,10 @@ def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path):
     assert {kind for kind, _ in acks} == {"memory", "file"}
 
     # The last sync: every transaction committed by now, after Litestream's own kill -9.
-    sync = hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path)
+    sync = run_hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path)
     assert sync.returncode == 0, sync.stderr
     restored = str(tmp_path / "restored.db")
-    run = hybridsql("restore", "--from", url, "--db", restored, cwd=tmp_path)
+    run = run_hybridsql("restore", "--from", url, "--db", restored, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert (
         run.stdout
@@ -221,21 +210,25 @@ def test_point_in_time_restore(tmp_path):
     db, url = str(tmp_path / "mem.db"), "file://" + str(tmp_path / "replica")
     with HybridIndex(db, embedder=HashProvider()) as idx:
         MemoryStore(idx).add("before the moment")
-    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    assert (
+        run_hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    )
     time.sleep(1.1)  # Litestream keeps times to the second or finer; this one falls between
     moment = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     time.sleep(1.1)
     with HybridIndex(db, embedder=HashProvider()) as idx:
         MemoryStore(idx).add("after the moment")
-    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    assert (
+        run_hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    )
     then, now = str(tmp_path / "then.db"), str(tmp_path / "now.db")
     assert (
-        hybridsql(
+        run_hybridsql(
             "restore", "--from", url, "--db", then, "--timestamp", moment, cwd=tmp_path
         ).returncode
         == 0
     )
-    assert hybridsql("restore", "--from", url, "--db", now, cwd=tmp_path).returncode == 0
+    assert run_hybridsql("restore", "--from", url, "--db", now, cwd=tmp_path).returncode == 0
     contents = "select text from chunks where kind = 'memory' order by id"
     assert apsw.Connection(then).execute(contents).fetchall() == [("before the moment",)]
     assert apsw.Connection(now).execute(contents).fetchall() == [
@@ -248,7 +241,9 @@ def test_restore_refuses_and_leaves_nothing(tmp_path):
     db, url = str(tmp_path / "mem.db"), "file://" + str(tmp_path / "replica")
     with HybridIndex(db, embedder="none") as idx:
         MemoryStore(idx).add("kept")
-    assert hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    assert (
+        run_hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path).returncode == 0
+    )
     before = sorted(os.listdir(tmp_path))
     cases = [
         (
@@ -277,7 +272,7 @@ def test_restore_refuses_and_leaves_nothing(tmp_path):
         ),
     ]
     for args, message in cases:
-        run = hybridsql(*args, cwd=tmp_path)
+        run = run_hybridsql(*args, cwd=tmp_path)
         assert (run.returncode, run.stderr) == (1, message)
     assert sorted(os.listdir(tmp_path)) == before  # no new.db, no temporary folder
     assert apsw.Connection(db).execute("select text from chunks").fetchall() == [("kept",)]
@@ -293,7 +288,7 @@ def test_restore_refuses_a_replica_of_another_database(tmp_path):
         [litestream_path(), "replicate", "-once", other, url], capture_output=True, check=True
     )
     before = sorted(os.listdir(tmp_path))
-    run = hybridsql("restore", "--from", url, "--db", "new.db", cwd=tmp_path)
+    run = run_hybridsql("restore", "--from", url, "--db", "new.db", cwd=tmp_path)
     assert (run.returncode, run.stderr) == (
         1,
         f"hybridsql: {url} is not a replica of a hybridsql index; nothing was restored\n",
@@ -304,7 +299,7 @@ def test_restore_refuses_a_replica_of_another_database(tmp_path):
 def test_replicate_refuses_a_database_that_is_no_index(tmp_path):
     other = tmp_path / "other.db"
     apsw.Connection(str(other)).execute("create table t(x)")
-    run = hybridsql("replicate", "--db", str(other), "--to", str(tmp_path / "r"), cwd=tmp_path)
+    run = run_hybridsql("replicate", "--db", str(other), "--to", str(tmp_path / "r"), cwd=tmp_path)
     assert (run.returncode, run.stderr) == (
         1,
         f"hybridsql: {other} is not a hybridsql index; create one with `hybridsql index DIR --db {other}`\n",
@@ -379,10 +374,10 @@ def test_replicate_for_seconds_then_restore(tmp_path):
     db = str(tmp_path / "mem.db")
     with HybridIndex(db, embedder=HashProvider()) as idx:
         MemoryStore(idx).add("replicated while it ran")
-    run = hybridsql("replicate", "--db", db, "--to", "replica", "--seconds", "2", cwd=tmp_path)
+    run = run_hybridsql("replicate", "--db", db, "--to", "replica", "--seconds", "2", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert "replicating to" in run.stderr  # Litestream's log, passed on
-    run = hybridsql("restore", "--from", "replica", "--db", "back.db", cwd=tmp_path)
+    run = run_hybridsql("restore", "--from", "replica", "--db", "back.db", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     rows = apsw.Connection(str(tmp_path / "back.db")).execute("select text from chunks")
     assert rows.fetchall() == [("replicated while it ran",)]
