@@ -39,14 +39,26 @@ print(time.perf_counter() - t)
 """
 
 
-def new_file(path, page_size):
-    """A connection to a new file with this page size (fixed when the first page is written)."""
+def remove_db(path):
+    """Removes a database file and its -wal and -shm, those that exist."""
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
-    first = apsw.Connection(path)
-    first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
-    first.close()
+
+
+def fresh_file(path, page_size=None):
+    """Removes what a killed run left at ``path``; with ``page_size``, makes the file with that
+    page size (fixed when the first page is written)."""
+    remove_db(path)
+    if page_size is not None:
+        first = apsw.Connection(path)
+        first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
+        first.close()
+
+
+def new_file(path, page_size):
+    """A connection to a new file with this page size."""
+    fresh_file(path, page_size)
     conn = hybridsql.connect(path, backend="extension")
     assert conn.execute("pragma page_size").fetchone()[0] == page_size
     return conn
@@ -84,9 +96,7 @@ def build(path, n, page_size):
     plain.execute("create table items(id integer primary key, tag integer, vector blob)")
     plain_rate = insert_rate(plain, "insert into items values (?, ?, ?)", n)
     plain.close()
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + ".plain" + suffix):
-            os.remove(path + ".plain" + suffix)
+    remove_db(path + ".plain")
     return rate, plain_rate
 
 

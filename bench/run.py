@@ -28,6 +28,7 @@ import numpy as np
 import scifact
 import sqlite_vec
 import vectors
+from page_size import fresh_file
 
 import hybridsql
 from hybridsql.embed import Embedder, LocalProvider
@@ -89,13 +90,7 @@ def build_hybrid_db(n, doc_vectors, page_size=None):
         return upgraded(path)
     pieces = scifact_texts()
     rng = np.random.default_rng(3)
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + ".part" + suffix):
-            os.remove(path + ".part" + suffix)
-    if page_size is not None:
-        first = apsw.Connection(path + ".part")  # fixed when the first page is written
-        first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
-        first.close()
+    fresh_file(path + ".part", page_size)
     conn = connect(path + ".part", mmap=False)
     ensure_schema(conn)
     conn.execute(

@@ -20,6 +20,7 @@ import time
 import faiss
 import numpy as np
 import sqlite_vec
+from page_size import remove_db
 
 import hybridsql
 from hybridsql.vectors import VectorReader
@@ -55,9 +56,7 @@ def build(n, d, log):
         with open(meta) as f:
             return path, json.load(f)
     tmp = path + ".part"
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(tmp + suffix):
-            os.remove(tmp + suffix)
+    remove_db(tmp)
     conn = connect(tmp)
     conn.execute(
         "create table items(id integer primary key, project integer, tag integer, vector blob);"
@@ -218,9 +217,7 @@ def disk(path, n, d, log):
     """Bytes of the vector_index table (its shadow tables), and after deleting every other
     row and VACUUM, in a file of its own."""
     own = os.path.join(RESULTS, f"vectors_{n}_{d}_alone.db")
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(own + suffix):
-            os.remove(own + suffix)
+    remove_db(own)
     conn = connect(own)
     conn.execute(
         f"create virtual table v using vector_index(e float[{d}], project integer partition key,"
@@ -241,9 +238,7 @@ def disk(path, n, d, log):
     conn.execute("pragma wal_checkpoint(truncate)")
     after = os.path.getsize(own)
     conn.close()
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(own + suffix):
-            os.remove(own + suffix)
+    remove_db(own)
     raw = n * d * 4
     log(f"  disk: {before / raw:.3f} x the raw float32 bytes; half deleted: {after / before:.3f} x")
     return {"bytes / raw float32": before / raw, "after deleting half, / before": after / before}
