@@ -3307,7 +3307,7 @@ typedef struct KnnArgs {
   int64_t k, limit, offset;
   int64_t given_k; /* k = N's N, the k column's value; 0 without one */
   int all;         /* no k: every row the conditions select, best first */
-  int none;        /* conditions no row meets (k = 3 and k = 4, LIMIT 0) */
+  int none;        /* no row can pass: LIMIT 0, or k = 3 and k = 4 (as SQL has it) */
   int has_set;  /* rowid = or IN: only the rows in `set`, which every such condition lists */
   I64Map set;
   sqlite3_str *blocks, *rows; /* rows: NULL unless a condition SQL tests on T_rowids */
