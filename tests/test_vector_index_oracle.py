@@ -55,7 +55,7 @@ def make_rows(rng):
     and scaled copies (exact ties), and NULLs in every optional column."""
     ids = sorted(rng.sample(range(1, 400), 220))
     rows = []
-    for n, i in enumerate(ids):
+    for i in ids:
         roll = rng.random()
         if roll < 0.05:
             v = [0] * D
@@ -451,7 +451,8 @@ def same_rows(got, want, ordered):
     if not ordered:
         got, want = sorted(got, key=key), sorted(want, key=key)
     return all(
-        len(g) == len(w) and all(same_value(x, y) for x, y in zip(g, w)) for g, w in zip(got, want)
+        len(g) == len(w) and all(same_value(x, y) for x, y in zip(g, w, strict=True))
+        for g, w in zip(got, want, strict=True)
     )
 
 
@@ -478,7 +479,7 @@ def test_generated_statements_answer_as_the_oracle(generated, engine):
     got = run(path, [sql for sql, _, _ in cases])
     wrong = [
         f"{sql}\n  oracle: {expect}\n  want {want}\n  got  {answer}"
-        for (sql, expect, ordered), want, answer in zip(cases, wants, got)
+        for (sql, expect, ordered), want, answer in zip(cases, wants, got, strict=True)
         if not same_rows(answer, want, ordered)
     ]
     assert not wrong, f"{len(wrong)} of {len(cases)} statements differ on {engine}:\n" + "\n".join(
@@ -536,7 +537,7 @@ REPRODUCTIONS = [
     (f"{KNN} and k = 3 and k = 4", []),
     (f"{KNN} and k = 3 and k = (select 4)", []),
     (f"{KNN} and k = 3 and k = (select 3)", top(3)),
-    (f"select rowid, k from t where e match '[1,0]' limit 2", [[i, None] for i in top(2)]),
+    ("select rowid, k from t where e match '[1,0]' limit 2", [[i, None] for i in top(2)]),
     # item 8: a view holding a k-nearest query, under trusted_schema = 0
     ("pragma trusted_schema = 0", []),
     ("select rowid from near", top(3)),
@@ -563,9 +564,9 @@ def test_the_reproductions_of_issue_26(angles, engine):
     if run is None:
         pytest.skip(f"{engine} is not installed here: its SQLite is not compared")
     got = run(angles, [sql for sql, _ in REPRODUCTIONS])
-    for (sql, want), answer in zip(REPRODUCTIONS, got):
+    for (sql, want), answer in zip(REPRODUCTIONS, got, strict=True):
         if isinstance(want, str):
             assert answer == want, sql
         else:
-            want = [row if isinstance(row, list) else [row] for row in want]
-            assert [list(row) for row in answer] == want, sql
+            rows = [row if isinstance(row, list) else [row] for row in want]
+            assert [list(row) for row in answer] == rows, sql
