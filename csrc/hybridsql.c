@@ -81,14 +81,17 @@
 **    else a metadata column.  A row's vector is read as Requirement 1 and must
 **    not be NULL; a partition or metadata value is NULL or of its column's type
 **    (an integer is taken for a real).  score and k are hidden columns.  A query
-**    "VECTOR match Q and k = K" (or "... order by score desc limit K") gives
-**    the K rows most like Q among those its other conditions select, with
-**    score the cosine of Requirement 4: the same rows and scores as
-**    cosine_topk(Q, K, rowid, VECTOR) over those rows, best first, ties by
-**    rowid.  The conditions applied before the top k are comparisons (=, <,
-**    <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE, GLOB, IN) of the
-**    rowid, a partition column or a metadata column with a value; SQLite
-**    applies any other condition to the K rows.  A NULL Q gives no rows.  The
+**    "VECTOR match Q and k = K" gives the K rows most like Q among those its
+**    other conditions select, with score the cosine of Requirement 4: the
+**    same rows and scores as cosine_topk(Q, K, rowid, VECTOR) over those rows,
+**    best first, ties by rowid.  The conditions applied before the top k are
+**    comparisons (=, <, <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE,
+**    GLOB, IN) of the rowid, a partition column or a metadata column with a
+**    value, every one of them; SQLite applies any other condition to the K
+**    rows.  Without k, the query gives every row its conditions select, best
+**    first (k NULL), and SQLite applies the rest, the ORDER BY and the LIMIT:
+**    "order by score desc limit N" is the N best (scored alone where SQLite
+**    hands the LIMIT over, vx_best_index).  A NULL Q gives no rows.  The
 **    first pass bounds each row's cosine from its int8 record (rec_build) and
 **    the rows that could be in the top k are rescored exactly, so the answer
 **    is exact whatever the data.  Without MATCH, the table is an ordinary
@@ -2969,9 +2972,9 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
                          t->name, sqlite3_libversion());
         } else if (i >= VX_MAX_IN) {
           sqlite3_free(plan);
-          return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query takes = or IN conditions among its"
-                         " first %d conditions only (SQLite hands an IN list over whole only"
-                         " there); this one is number %d", t->name, VX_MAX_IN, i + 1);
+          return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query takes = and IN conditions among"
+                         " its first %d only (SQLite hands an IN list over whole only there),"
+                         " and condition %d is one: write them first", t->name, VX_MAX_IN, i + 1);
         }
       }
       if (role != 'M' && role != 'K') conds++;

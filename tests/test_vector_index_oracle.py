@@ -538,6 +538,24 @@ REPRODUCTIONS = [
     (f"{KNN} and k = 3 and k = (select 4)", []),
     (f"{KNN} and k = 3 and k = (select 3)", top(3)),
     ("select rowid, k from t where e match '[1,0]' limit 2", [[i, None] for i in top(2)]),
+    # MATCH where SQLite cannot hand it to the table: an error, never rows
+    (
+        "select rowid from t where not (e match '[1,0]')",
+        "error: match(): a vector_index table answers MATCH on its vector column only as a"
+        " condition of the WHERE clause joined by AND (not under OR or NOT)",
+    ),
+    (
+        f"{KNN} and e match '[0,1]' and k = 2",
+        "error: t: a query has one MATCH vector, this one has two",
+    ),
+    # an IN list past the 32nd condition would be handed over a value at a time
+    (
+        f"{KNN} and k = 3"
+        + "".join(f" and rowid > {-i}" for i in range(40))
+        + " and rowid in (1,2)",
+        "error: t: a MATCH query takes = and IN conditions among its first 32 only (SQLite hands"
+        " an IN list over whole only there), and condition 42 is one: write them first",
+    ),
     # item 8: a view holding a k-nearest query, under trusted_schema = 0
     ("pragma trusted_schema = 0", []),
     ("select rowid from near", top(3)),
