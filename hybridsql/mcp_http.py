@@ -104,13 +104,27 @@ class Open:
         self.path, self.embedder, self.memory_dir = path, embedder, memory_dir
         self.guard = Guard(path)
         self.store = None
+        self.identity = None  # (device, inode) of the file it opened
         self.closed = False
 
     def load(self) -> MemoryStore:
         if self.store is None:
             index = HybridIndex(self.path, embedder=self.embedder)
             self.store = MemoryStore(index, self.memory_dir)
+            st = os.stat(self.path)
+            self.identity = (st.st_dev, st.st_ino)
         return self.store
+
+    def moved(self) -> bool:
+        """Whether the file it opened was removed or replaced (a restore renames a new one in)
+        since: then its connection writes into a file nobody will read again."""
+        if self.identity is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity
 
     def run(self, fn, *args, **kwargs):
         return fn(self.load(), *args, **kwargs)
@@ -164,7 +178,7 @@ class Projects:
                 check_project(key)
             except ProjectError as e:
                 raise ToolError(str(e)) from e
-            if not write and key not in self.open_indexes and not os.path.exists(self.path(key)):
+            if not write and not self.exists(key):
                 return None
             project = default = key
         owner = default if project is None else project
@@ -179,10 +193,31 @@ class Projects:
     def path(self, key: str) -> str:
         return self.db if self.data_dir is None else os.path.join(self.data_dir, f"{key}.db")
 
+    def exists(self, key: str) -> bool:
+        entry = self.open_indexes.get(key)
+        if entry is not None and not entry.moved():
+            return True
+        return os.path.exists(self.path(key))
+
     def call(self, key: str, fn, *args, **kwargs):
-        """``fn(store, *args)`` on the index ``key``, under its guard."""
+        """``fn(store, *args)`` on the index ``key``, under its guard; an index whose file was
+        removed or replaced is closed and opened again (a new file, or the one put in its
+        place), so that no write goes into an unlinked file."""
         while True:
             entry = self.open(key)
+            if entry.moved():
+                with self.lock:
+                    if self.open_indexes.get(key) is entry:
+                        del self.open_indexes[key]
+                    for gone in [k for k in self.sessions if k[0] == key]:
+                        del self.sessions[gone]  # they lived in the old file
+                print(
+                    f"hybridsql mcp: {entry.path} was removed or replaced: opened again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                entry.close()
+                continue
             with entry.guard.lock:
                 if not entry.closed:  # else the cache closed it meanwhile: open it again
                     return entry.guard.call(entry.run, fn, *args, **kwargs)

@@ -672,3 +672,39 @@ def test_a_bad_key_file_stops_the_server_with_one_line(tmp_path, text, message):
     assert (done.returncode, done.stderr) == (1, f"hybridsql: {message.format(keys=keys)}\n")
     assert KEY_ALPHA not in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["keys"]
+
+
+def test_a_removed_project_file_is_noticed_and_no_write_goes_into_it(tmp_path):
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def first():
+            async with connect(base + "/mcp/p") as c:
+                return await c.call("add", content="Written before the file was removed")
+
+        assert run(first)["id"] == 1
+        for name in ("p.db", "p.db-wal", "p.db-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (data / name).unlink()
+
+        async def after():
+            seen = {}
+            async with connect(base + "/mcp/p") as c:
+                seen["recent"] = await c.call("recent_memories")  # reads make no file
+                seen["exists"] = (data / "p.db").exists()
+                seen["add"] = await c.call("add", content="Written after the file was removed")
+                seen["search"] = await c.call("search_memory", query="written")
+            return seen
+
+        seen = run(after)
+        assert seen["recent"] == {"entries": []} and not seen["exists"]
+        assert seen["add"]["id"] == 1  # a new index, in a new file
+        assert [h["memory"]["content"] for h in seen["search"]["memories"]] == [
+            "Written after the file was removed"
+        ]
+    # What the client was told is in the file on disk, read by another process.
+    conn = apsw.Connection(str(data / "p.db"))
+    assert conn.execute("select text from chunks join memories on chunk_id = id").fetchall() == [
+        ("Written after the file was removed",)
+    ]
+    assert "p.db was removed or replaced: opened again" in (tmp_path / "server.log").read_text()
