@@ -48,6 +48,7 @@ from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 
 from hybridsql.embed import resolve_provider
 from hybridsql.errors import HybridSQLError, IndexingError, ProjectError
+from hybridsql.http_limits import descriptor_limit, limited_protocol
 from hybridsql.index import HybridIndex
 from hybridsql.keys import EVERYTHING, Keys, digest
 from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_session
@@ -458,7 +459,11 @@ def serve_http(
 
 
 async def run(app: Gate, sock, projects: Projects) -> None:
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    # Half the descriptors for clients' connections (the index cache takes at most a third).
+    total = descriptor_limit() // 2
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=5, http=limited_protocol(total)
+    )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default
     # action would then kill the process before its sessions are ended and indexes closed.

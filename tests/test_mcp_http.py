@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -708,3 +709,54 @@ def test_a_removed_project_file_is_noticed_and_no_write_goes_into_it(tmp_path):
         ("Written after the file was removed",)
     ]
     assert "p.db was removed or replaced: opened again" in (tmp_path / "server.log").read_text()
+
+
+def test_slow_clients_cannot_hold_the_server(tmp_path):
+    """1,000 connections that send half a request and wait, from 21 addresses, while a client
+    with the token keeps its p95 under 1 s; the slow ones are closed within the deadline and
+    the log says so in a few lines, not one per connection."""
+    data = tmp_path / "data"
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none", env=env) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = []
+        try:
+            # 20 addresses under the per-client bound (40 each), one far over it (200)
+            plan = [f"127.0.0.{2 + i}" for i in range(20) for _ in range(40)]
+            plan += ["127.0.1.1"] * 200
+            for source in plan:
+                s = socket.socket()
+                s.bind((source, 0))
+                s.connect(("127.0.0.1", port))
+                s.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n")
+                slow.append(s)
+            started = time.monotonic()
+            times = []
+            headers = dict(ACCEPT, Authorization=f"Bearer {TOKEN}")
+            with httpx2.Client(timeout=30) as client:
+                for _ in range(40):
+                    t = time.monotonic()
+                    r = client.post(base + "/mcp/a", json=INITIALIZE, headers=headers)
+                    times.append(time.monotonic() - t)
+                    assert r.status_code == 200
+            times.sort()
+            assert times[int(len(times) * 0.95) - 1] < 1.0, times
+            # The server closes every slow connection by its deadline (10 s from connecting).
+            closed = 0
+            for s in slow:
+                s.settimeout(max(0.1, started + 20 - time.monotonic()))
+                with contextlib.suppress(ConnectionResetError):
+                    if s.recv(1) == b"":
+                        closed += 1
+                        continue
+                closed += 1  # reset: closed too
+            assert closed == len(slow)
+        finally:
+            for s in slow:
+                s.close()
+    log = (tmp_path / "server.log").read_text().splitlines()
+    refused = [line for line in log if "refused: 64 connections already open" in line]
+    assert refused == ["hybridsql mcp: 127.0.1.1: refused: 64 connections already open"]
+    slowed = [line for line in log if "no whole request within 10 s" in line]
+    ours = [line for line in log if line.startswith("hybridsql mcp: ")]
+    assert 1 <= len(slowed) <= 21 and len(ours) < 30
