@@ -64,7 +64,8 @@ def make_rows(rng):
         else:
             v = [rng.randint(-3, 3) for _ in range(D)]
         m = None if rng.random() < 0.15 else rng.randint(0, 9)
-        rows.append((i, v, rng.choice(PARTITIONS), m, rng.choice(REALS), rng.choice(STRINGS)))
+        g = rng.choice([0, 1, 2, 3, None])
+        rows.append((i, v, rng.choice(PARTITIONS), g, m, rng.choice(REALS), rng.choice(STRINGS)))
     return rows
 
 
@@ -78,23 +79,24 @@ def build(path, rng):
     with conn:
         conn.execute(
             "create virtual table t using vector_index(id integer primary key, e float[5],"
-            " p text partition key, m integer, w real, s text)"
+            " p text partition key, g integer partition key, m integer, w real, s text)"
         )
         conn.execute(
-            "create table o(qi integer, id integer, e blob, p text, m integer, w real, s text,"
-            " score real, primary key (qi, id))"
+            "create table o(qi integer, id integer, e blob, p text, g integer, m integer, w real,"
+            " s text, score real, primary key (qi, id))"
         )
         conn.execute("create table n(id integer primary key, title text, grp integer)")
-        for i, v, p, m, w, s in rows:
+        for i, v, p, g, m, w, s in rows:
             blob = np.asarray(v, np.float32).tobytes()
             conn.execute(
-                "insert into t(id, e, p, m, w, s) values (?, ?, ?, ?, ?, ?)", (i, blob, p, m, w, s)
+                "insert into t(id, e, p, g, m, w, s) values (?, ?, ?, ?, ?, ?, ?)",
+                (i, blob, p, g, m, w, s),
             )
             for qi, q in enumerate(queries):
                 score = cosine(np.asarray(q, np.float64), np.asarray(v, np.float64))
                 conn.execute(
-                    "insert into o values (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (qi, i, blob, p, m, w, s, score),
+                    "insert into o values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (qi, i, blob, p, g, m, w, s, score),
                 )
         for i in range(1, 400):
             if rng.random() < 0.6:
@@ -154,6 +156,12 @@ class Gen:
                 "{P}p glob '[ab]'",
                 f"{{P}}p != '{pv}'",
                 f"{{P}}p is not '{pv}'",
+                f"{{P}}g = {m % 4}",
+                f"{{P}}g = '{m % 4}'",
+                f"{{P}}g in ({m % 4}, '{m2 % 4}', 2.0)",
+                f"{{P}}g > {m % 4}.5",
+                "{P}g is null",
+                f"{{P}}g is not {m % 4}",
                 f"{{P}}m = {m}",
                 f"{{P}}m in ({m}, {m2}, null)",
                 f"{{P}}m < {m}",
@@ -174,6 +182,8 @@ class Gen:
                 f"{{P}}w = {int(w)}",
                 "{P}w is null",
                 "{P}w in (1, 2.5, -1.5)",
+                f"{{P}}w = '{w}'",
+                f"{{P}}w > '{w}'",
                 "{P}s = 'x'",
                 "{P}s like 'x%'",
                 "{P}s = 'X' collate nocase",
@@ -220,6 +230,7 @@ class Gen:
             [
                 ("{P}score", "score"),
                 ("{P}p", "p"),
+                ("{P}g", "g"),
                 ("{P}m", "m"),
                 ("{P}w", "w"),
                 ("{P}s", "s"),
