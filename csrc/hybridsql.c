@@ -3102,15 +3102,17 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
         continue;
       }
       if (match >= 0 && op == '=' && role != 'M') {
-        /* An IN list handed over one value at a time would split the k-nearest query. */
+        /* An IN list handed over one value at a time would split the k-nearest query.  Before
+        ** 3.38 no IN list can be told apart: k = N is taken (k in (...) is no filter anyone
+        ** needs), a filter is refused. */
         if (vtab_in_ok && sqlite3_vtab_in(info, i, 1)) {
           op = 'I';
-        } else if (!vtab_in_ok) {
+        } else if (!vtab_in_ok && role != 'K') {
           sqlite3_free(plan);
           return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query with = or IN conditions needs"
                          " SQLite 3.38 or later, which hands an IN list over whole; this is %s",
                          t->name, sqlite3_libversion());
-        } else if (i >= VX_MAX_IN) {
+        } else if (vtab_in_ok && i >= VX_MAX_IN) {
           sqlite3_free(plan);
           return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query takes = and IN conditions among"
                          " its first %d only (SQLite hands an IN list over whole only there),"
