@@ -851,6 +851,13 @@ static int cmp_cand(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
+/* Candidates in the order their vectors are stored: by block, then slot. */
+static int cmp_place(const void *a, const void *b) {
+  const Cand *x = a, *y = b;
+  if (x->block != y->block) return x->block < y->block ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
 /* Drops the candidates below the final bar and sorts the rest, best upper bound first. */
 static void knn_candidates(Knn *s) {
   double bar = heap_bar(s->lower, s->nlower, s->k);
@@ -3799,17 +3806,25 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
   vx_blob_close(&h);
-  /* Exact rescoring, best upper bound first, until none can reach the k-th best. */
+  /* Exact rescoring, best upper bound first, until none can reach the k-th best.  Without k
+  ** every row is rescored: in the order they are stored, each group's row opened once. */
   if (rc == SQLITE_OK) {
-    knn_candidates(&s);
+    if (a->all && s.ncand > 1) qsort(s.cand, (size_t)s.ncand, sizeof(Cand), cmp_place);
+    else if (!a->all) knn_candidates(&s);
     cur->hits = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)a->k);
     if (!cur->hits) rc = SQLITE_NOMEM;
   }
   Dot2Fn fn = dot2();
+  const Layout *l = vx_layout(t, d);
+  int64_t open = -1; /* the group h is open on */
   for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
-    if ((rc = vx_read_vector(t, &h, c->block, c->slot, d, v))) break;
+    int64_t gid = group_id(l, c->block, c->slot);
+    if (gid != open && (rc = vx_blob(t, &h, "vectors", gid, 0))) break;
+    open = gid;
+    rc = vx_blob_read(t, h, v, 4 * d, (c->slot % l->group) * 4 * d, "vectors", gid);
+    if (rc) break;
     double ab, bb;
     fn(q, v, d, &ab, &bb);
     if (!isfinite(bb)) {
