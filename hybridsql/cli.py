@@ -17,7 +17,7 @@ from dataclasses import asdict
 import apsw
 import click
 
-from hybridsql import __version__, terminal
+from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import file_error, loadable_path
@@ -114,7 +114,10 @@ def open_index(db: str, embedder, opening: str):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(
-    __version__, "--version", prog_name="hybridsql", message="%(prog)s %(version)s"
+    f"{__version__} (simd {_native.simd_path() if _native.AVAILABLE else 'none: not built'})",
+    "--version",
+    prog_name="hybridsql",
+    message="%(prog)s %(version)s",
 )
 def cli():
     """Hybrid keyword + vector search inside SQLite, for agent memory.
