@@ -176,13 +176,14 @@ def connect(
             # last close checkpoints the WAL), and a read then waits instead of failing 'locked'.
             conn.set_busy_timeout(busy_timeout_ms)
             conn.execute("select count(*) from sqlite_schema")  # fails now on a non-database
-        except apsw.CantOpenError:
+        except (apsw.CantOpenError, apsw.ReadOnlyError):
             if not (readonly and _immutable_ok(path)):
                 raise
             if conn is not None:
                 conn.close()
-            # A WAL database on a read-only file system: SQLite cannot make its -shm file, but
-            # nothing can change the file either, so it is read as immutable.
+            # A WAL database on a read-only file system, or in a folder this user cannot write:
+            # SQLite cannot make its -shm file there. With no -wal file to read, the database
+            # file is all there is, and it is read as immutable.
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
             conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
         conn.set_busy_timeout(busy_timeout_ms)
@@ -221,13 +222,21 @@ def _read_only_fs(path: str) -> bool:
         return False
 
 
+def writable(path: str) -> bool:
+    """Whether this user can write the database ``path`` and make its -wal and -shm files."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
 def _immutable_ok(path: str) -> bool:
-    """Whether ``path`` is a file on a read-only file system with no transactions left in a
-    -wal file (reading it as immutable would miss those)."""
+    """Whether ``path`` is a file in a folder where no -shm file can be made (a read-only file
+    system, or a folder this user cannot write) with no transactions left in a -wal file
+    (reading it as immutable would miss those)."""
     wal = path + "-wal"
+    folder = os.path.dirname(os.path.abspath(path))
     return (
         os.path.isfile(path)
-        and _read_only_fs(path)
+        and (_read_only_fs(path) or not os.access(folder, os.W_OK))
         and not (os.path.exists(wal) and os.path.getsize(wal) > 0)
     )
 

@@ -285,12 +285,10 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
 
     An index is known by ``meta.schema_version``. A newer one is refused. An older one is
     refused when ``readonly`` (only a writing open upgrades it, in ensure_schema). ``create``
-    accepts a file with no index yet (ensure_schema makes one).
+    accepts a new or empty file (ensure_schema makes the index), never one that holds another
+    application's tables: nothing is added to it.
     """
-    has_meta = conn.execute(
-        "select count(*) from sqlite_schema where type = 'table' and name = 'meta'"
-    ).fetchone()[0]
-    if not has_meta and create:
+    if create and not conn.execute("select count(*) from sqlite_schema").fetchone()[0]:
         return
     try:
         version = schema_version(conn)
