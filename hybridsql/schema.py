@@ -9,7 +9,8 @@ what any connection caches of it correct by itself.
 
 import apsw
 
-from hybridsql.errors import DatabaseError, IndexingError
+from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
+from hybridsql.extension import loadable_path
 
 SCHEMA_VERSION = 3
 
@@ -187,6 +188,12 @@ def ensure_schema(conn: apsw.Connection) -> bool:
             conn.execute(TABLES)
         except apsw.SQLError as e:
             if "vector_index" in str(e):
+                try:
+                    loadable_path()
+                except ExtensionError as missing:
+                    raise IndexingError(
+                        f"writing an index needs hybridsql's native library: {missing}"
+                    ) from e
                 raise IndexingError(
                     "writing an index needs hybridsql's native extension, which this connection"
                     f" has not loaded ({e})"
