@@ -51,17 +51,17 @@ def loadable_path() -> str:
 
 
 def library_missing(path: str) -> str:
-    """The one line that says the native library ``path`` is missing, why, and what to do. In a
+    """The one line that says the native extension ``path`` is missing, why, and what to do. In a
     checkout, Python run from its root imports the uncompiled source folder before the installed
     package."""
     package = os.path.dirname(path)
     if os.path.isfile(os.path.join(os.path.dirname(package), "csrc", "hybridsql.c")):
         return (
-            f"hybridsql was imported from its source folder {package}, where the native library"
+            f"hybridsql was imported from its source folder {package}, where the native extension"
             f" is not built ({os.path.basename(path)}): run Python from another folder to use the"
             " installed package, or build it in place with `pip install -e .`"
         )
-    return f"the native library is not built ({path} is missing); reinstall with `pip install .`"
+    return f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
 
 
 def load(conn, backend: str = "auto") -> str:

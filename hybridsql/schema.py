@@ -247,7 +247,7 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
                     loadable_path()
                 except ExtensionError as missing:
                     raise IndexingError(
-                        f"writing an index needs hybridsql's native library: {missing}"
+                        f"writing an index needs hybridsql's native extension: {missing}"
                     ) from e
                 raise IndexingError(
                     "writing an index needs hybridsql's native extension, which this connection"

@@ -83,8 +83,8 @@ def test_the_readme_python_block_in_the_checkout_says_why_it_cannot_write(tmp_pa
     package = tmp_path / "hybridsql"
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1] == (
-        "hybridsql.errors.IndexingError: writing an index needs hybridsql's native library:"
-        f" hybridsql was imported from its source folder {package}, where the native library"
+        "hybridsql.errors.IndexingError: writing an index needs hybridsql's native extension:"
+        f" hybridsql was imported from its source folder {package}, where the native extension"
         " is not built (hybridsql.so): run Python from another folder to use the installed"
         " package, or build it in place with `pip install -e .`"
     )
