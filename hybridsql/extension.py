@@ -284,6 +284,22 @@ def _file_problem(path: str, writing: bool, error: apsw.Error) -> str:
         return f"cannot write {path}: its file system is read-only; copy it somewhere writable"
     if not os.path.exists(path):
         return f"{path} does not exist; create an index with `hybridsql index DIR --db {path}`"
+    if not os.access(path, os.R_OK):
+        return f"cannot read {path}: this user may not read it; check permissions"
+    wal = path + "-wal"
+    shm = path + "-shm"
+    if (
+        not writing
+        and os.path.exists(wal)
+        and os.path.getsize(wal) > 0
+        and not os.path.exists(shm)
+        and not os.access(folder, os.W_OK)
+    ):
+        return (
+            f"cannot read {path}: its -wal file holds transactions, which SQLite reads through a"
+            f" -shm file that this user cannot make in {folder}; copy both files somewhere"
+            " writable, or open it once as a user who can write there"
+        )
     if writing and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
         return f"cannot write {path}: the file or its folder is read-only; check permissions"
     return f"cannot open {path}: {error}"

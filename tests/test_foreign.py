@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from contextlib import closing
 
+import apsw
 import pytest
 from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql
 
@@ -163,3 +164,41 @@ def test_an_index_this_user_cannot_write_is_searched(command, unwritable):
     else:
         assert READ_ONLY_NOTE not in found.get("notes", [])
     assert state(unwritable)[0] == before[0]  # a reader may leave its -shm beside the file
+
+
+def test_an_unwritable_index_with_transactions_left_in_its_wal_says_why_it_cannot_be_read(
+    source_index, tmp_path
+):
+    """Reading a -wal file needs a -shm file beside it, which this user cannot make: one line
+    says so, and nothing changes."""
+    written = str(tmp_path / "written.db")
+    shutil.copy(source_index, written)
+    folder = tempfile.mkdtemp(prefix="hybridsql-unwritable-")
+    path = os.path.join(folder, "index.db")
+    writer = apsw.Connection(written)
+    try:  # a copy taken while the writer is open: the -wal file still holds its transaction
+        writer.execute("pragma wal_autocheckpoint = 0")
+        writer.execute("insert into meta values ('left in the wal', 1)")
+        shutil.copy(written, path)
+        shutil.copy(written + "-wal", path + "-wal")
+    finally:
+        writer.close()
+    os.chmod(folder, 0o555)
+    try:
+        before = state(path)
+        assert before[1] == ["-wal"]
+        argv = [HYBRIDSQL, "search", "deploy", "--db", path, "--embedder", "none"]
+        out = subprocess.run(
+            as_reader(argv), capture_output=True, text=True, timeout=300, check=False
+        )
+        assert (out.returncode, out.stdout, out.stderr) == (
+            1,
+            "",
+            f"hybridsql: cannot read {path}: its -wal file holds transactions, which SQLite reads"
+            f" through a -shm file that this user cannot make in {folder}; copy both files"
+            " somewhere writable, or open it once as a user who can write there\n",
+        )
+        assert state(path) == before
+    finally:
+        os.chmod(folder, 0o755)
+        shutil.rmtree(folder)
