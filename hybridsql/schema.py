@@ -7,6 +7,7 @@ deletes (files to chunks to vectors). ``vectors`` is a ``vector_index`` table of
 what any connection caches of it correct by itself.
 """
 
+import json
 import re
 
 import apsw
@@ -274,11 +275,11 @@ def _present(conn: apsw.Connection) -> list:
 
 def missing_column(conn: apsw.Connection, path: str) -> None:
     """Raises DatabaseError, in one line, for a table of the index that lacks a column."""
-    tables = ", ".join(f"'{t}'" for t in COLUMNS)
     found: dict = {}
     for table, column in conn.execute(
         "select m.name, p.name from sqlite_schema m join pragma_table_info(m.name) p"
-        f" where m.type = 'table' and m.name in ({tables})"
+        " where m.type = 'table' and m.name in (select value from json_each(?))",
+        (json.dumps(list(COLUMNS)),),
     ):
         found.setdefault(table, []).append(column)
     for table, columns in found.items():
