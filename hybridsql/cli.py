@@ -20,7 +20,7 @@ import click
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.extension import file_error, loadable_path
+from hybridsql.extension import file_error, loadable_path, writable
 from hybridsql.index import IndexReport
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
@@ -254,8 +254,11 @@ def store_command(opening: str, lines):
         def command(db, embedder, as_json, memory_dir=None, **options):
             from hybridsql.memory import MemoryStore
 
-            # A search that does not reinforce writes nothing, so it opens the file read-only.
-            how = "read" if options.get("reinforce") is False else opening
+            # A search that does not reinforce writes nothing, so it opens the file read-only;
+            # so does one on a file this user cannot write (its notes say nothing was reinforced).
+            how = opening
+            if "reinforce" in options and not (options["reinforce"] and writable(db)):
+                how = "read"
             with open_index(db, embedder, how) as idx:
                 value = run(MemoryStore(idx, memory_dir), **options)
             show(value, as_json, lines)

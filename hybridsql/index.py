@@ -28,7 +28,7 @@ from hybridsql.discovery import (
 from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
-from hybridsql.schema import check_index, ensure_schema, has_fts
+from hybridsql.schema import check_index, ensure_schema, has_fts, whole
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -148,13 +148,14 @@ class HybridIndex:
         try:
             if readonly:
                 check_index(self.conn, db_path, readonly=True)
+                whole(self.conn, db_path)
                 self.fts = has_fts(self.conn)
             else:
                 # ensure_schema reads the schema, then writes: under the write lock, so that
                 # opening an index while others write waits on the busy timeout instead of
                 # failing 'locked'.
                 with transaction(self.conn):
-                    self.fts = ensure_schema(self.conn)
+                    self.fts = ensure_schema(self.conn, db_path)
         except BaseException as e:
             close(self.conn, damaged=isinstance(e, DAMAGED))
             problem = file_error(e, db_path, not readonly) if isinstance(e, apsw.Error) else None

@@ -482,6 +482,31 @@ def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
     assert sorted(os.listdir(data)) == ["tide.db"]
 
 
+def test_another_applications_file_in_the_data_folder_is_left_as_it_was(tmp_path):
+    """A project whose file is another application's database: every call that would open it
+    is refused in one line, and the file keeps its bytes and its journal mode (no -wal)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shop = data / "shop.db"
+    conn = apsw.Connection(str(shop))
+    conn.execute("create table users(id integer primary key, name text)")
+    conn.execute("insert into users values (1, 'Ada')")
+    conn.close()
+    before = files(data)
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def steps():
+            async with connect(base + "/mcp/shop") as c:
+                added = await c.call("add", content="a memory")
+                return added, await c.call("search_memory", query="x")
+
+        added, searched = run(steps)
+    refused = f"{shop} is not a hybridsql index; use another file"
+    assert added == {"error": f"Error executing tool add: {refused}"}
+    assert searched == {"error": f"Error executing tool search_memory: {refused}"}
+    assert files(data) == before
+
+
 # -- keys per project ------------------------------------------------------------------------
 
 KEY_ALPHA = "alpha-writer-0123456789"
