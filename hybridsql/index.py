@@ -17,11 +17,14 @@ import apsw
 from hybridsql.chunking import chunk_markdown
 from hybridsql.discovery import (
     DEFAULT_GLOBS,
+    FOLDER_NOT_READ,
+    UNREADABLE,
     discover,
     glob_spec,
     is_markdown,
     left_out_line,
     link_reason,
+    not_regular,
     open_inside,
     plural,
 )
@@ -88,11 +91,11 @@ def read_markdown(root: str, rel: str, max_bytes: int):
     except FileNotFoundError:
         return None, VANISHED
     except OSError as e:
-        return None, link_reason(root, e) or f"unreadable: {e.strerror}"
+        return None, link_reason(root, e) or UNREADABLE + e.strerror
     with open(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, "not a regular file"
+            return None, not_regular(info.st_mode)
         if info.st_size > max_bytes:
             return None, f"larger than {max_bytes} bytes ({info.st_size})"
         data = f.read(max_bytes + 1)
@@ -230,9 +233,16 @@ class HybridIndex:
         report = IndexReport() if report is None else report
         choice, new_globs = self._choice(stored_root, globs, gitignore)
         report.globs, report.gitignore = choice["globs"], choice["gitignore"]
-        vanished = []
-        paths = discover(root, vanished, report.globs, report.gitignore, report)
+        vanished, passed_over = [], []
+        paths = discover(root, vanished, report.globs, report.gitignore, report, passed_over)
+        report.skipped += [[clean_text(rel), clean_text(why)] for rel, why in passed_over]
         report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]
+        # What was indexed from a folder or a file that cannot be read now stays: it may still
+        # be there, unchanged (as a file that cannot be opened, below, does).
+        unread = {clean_text(rel) for rel, why in passed_over if why.startswith(UNREADABLE)}
+        unread_folders = tuple(
+            clean_text(rel) + "/" for rel, why in passed_over if why.startswith(FOLDER_NOT_READ)
+        )
         report.files_seen = len(paths)
         known = {
             path: (file_id, sha)
@@ -286,8 +296,9 @@ class HybridIndex:
                 pending = []
         self._write_files(stored_root, pending, report)
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
+        seen |= unread
         for path, (file_id, _) in known.items():
-            if path not in seen:
+            if path not in seen and not path.startswith(unread_folders):
                 with self.conn:
                     self.conn.execute("delete from files where id = ?", (file_id,))
                 report.files_deleted += 1
