@@ -80,6 +80,7 @@ def make_folder(root) -> dict:
             "png.md": "binary",
             "random.md": "binary",
             "utf16.md": "binary",
+            "memory/loop": "memory/loop is a symbolic link (links are not followed)",
         },
         "warnings": {"broken.md": "invalid UTF-8"},
         "indexed": SMALL + 6,  # near-limit, one-line, cjk-run, broken, late-nul, bottom
