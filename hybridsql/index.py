@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import apsw
 
@@ -67,15 +68,18 @@ class IndexReport:
 
 
 class Progress:
-    """What index_folder tells as it goes: the number of files (start), the file it is at
-    (update, before reading it) and the end (close). This one tells no one; the command line's
-    bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are others."""
+    """What index_folder tells as it goes: the number of files (start), each step of the work
+    (update: before a file is read, after one is written, after a batch of vectors) and the
+    end (close). Between updates no transaction is open. This one tells no one; the command
+    line's bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are
+    others."""
 
     def start(self, total: int) -> None:
         """``total`` files were found."""
 
     def update(self, done: int, label: str) -> None:
-        """File number ``done`` of them, ``label``, is next."""
+        """``done`` files are finished (written, unchanged or skipped); ``label`` is the file at
+        hand (may be empty). The run's report holds the other counts as they are now."""
 
     def close(self) -> None:
         """The run ended (or failed)."""
@@ -274,9 +278,15 @@ class HybridIndex:
                     f"chunks are now cut to {most} tokens, were {was}: every file is chunked again",
                 ]
             )
-        for n, rel in enumerate(paths, 1):
+        skipped_before = len(report.skipped)
+
+        def step(label: str) -> None:  # the files finished, counted from the report
+            finished = report.files_indexed + report.files_unchanged
+            bar.update(finished + len(report.skipped) - skipped_before, label)
+
+        for rel in paths:
             name = clean_text(rel)
-            bar.update(n, name)
+            step(name)
             got, reason = read_markdown(root, rel, max_file_bytes)
             if got is None:
                 report.skipped.append([name, clean_text(reason)])
@@ -292,9 +302,9 @@ class HybridIndex:
             chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
             pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
-                self._write_files(stored_root, pending, report)
+                self._write_files(stored_root, pending, report, step)
                 pending = []
-        self._write_files(stored_root, pending, report)
+        self._write_files(stored_root, pending, report, step)
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
         seen |= unread
         for path, (file_id, _) in known.items():
@@ -302,7 +312,12 @@ class HybridIndex:
                 with self.conn:
                     self.conn.execute("delete from files where id = ?", (file_id,))
                 report.files_deleted += 1
-        report.chunks_embedded += self.embed_missing()
+
+        def embedded(count: int) -> None:
+            report.chunks_embedded += count
+            step("")
+
+        self.embed_missing(progress=embedded)
         with self.conn:
             if resize:
                 self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
@@ -310,6 +325,7 @@ class HybridIndex:
                 "insert or replace into meta values (?, ?)",
                 (f"files {stored_root}", json.dumps(choice)),
             )
+        step("")  # the last frame: the run's own counts
         bar.close()
         report.seconds = round(time.monotonic() - started, 3)
         return report
@@ -331,19 +347,42 @@ class HybridIndex:
         }
         return choice, choice["globs"] != was
 
-    def _write_files(self, root, pending, report) -> None:
-        """Embeds the chunks of several files at once, then writes each file in a transaction."""
-        if not pending:
+    def _write_files(self, root, pending, report, step) -> None:
+        """Embeds the chunks of several files, a provider's batch at a time, and writes each
+        file in its own transaction as soon as all its chunks have vectors; ``step(name)`` after
+        each, so that the counts shown grow as the work is done. Chunks are embedded shortest
+        first, as a provider batches them (the least padding), so a file of short chunks is
+        written before one of long chunks that precedes it."""
+        texts = [c.text for p in pending for c in p[4]]
+        owner = [f for f, p in enumerate(pending) for _ in p[4]]
+        first = list(accumulate((len(p[4]) for p in pending), initial=0))
+        left = [len(p[4]) if self.embedder is not None else 0 for p in pending]
+        vectors = [None] * len(texts)
+        written = [False] * len(pending)
+
+        def write_ready():
+            for f, (rel, sha, size, mtime, chunks) in enumerate(pending):
+                if written[f] or left[f]:
+                    continue
+                ours = vectors[first[f] : first[f + 1]] if self.embedder is not None else []
+                self._write_file(root, rel, sha, size, mtime, chunks, ours)
+                written[f] = True
+                report.chunks_embedded += len(ours)
+                report.files_indexed += 1
+                report.chunks_written += len(chunks)
+                step(rel)
+
+        write_ready()  # files without chunks, and all of them without an embedder
+        if self.embedder is None:
             return
-        vectors = None
-        if self.embedder is not None:
-            vectors = iter(self.embedder.embed([c.text for p in pending for c in p[4]]))
-        for rel, sha, size, mtime, chunks in pending:
-            file_vectors = [next(vectors) for _ in chunks] if vectors is not None else []
-            self._write_file(root, rel, sha, size, mtime, chunks, file_vectors)
-            report.chunks_embedded += len(file_vectors)
-            report.files_indexed += 1
-            report.chunks_written += len(chunks)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batch = getattr(self.embedder.provider, "batch_size", None) or EMBED_BATCH
+        for start in range(0, len(order), batch):
+            part = order[start : start + batch]
+            for i, vector in zip(part, self.embedder.embed([texts[i] for i in part]), strict=True):
+                vectors[i] = vector
+                left[owner[i]] -= 1
+            write_ready()
 
     def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> None:
         conn = self.conn
@@ -379,8 +418,9 @@ class HybridIndex:
                         ),
                     )
 
-    def embed_missing(self, batch: int = EMBED_BATCH) -> int:
-        """Embeds every chunk that has no vector of the current model; returns how many."""
+    def embed_missing(self, batch: int = EMBED_BATCH, progress=None) -> int:
+        """Embeds every chunk that has no vector of the current model; returns how many.
+        ``progress(count)`` is told of each batch once it is written."""
         if self.embedder is None:
             return 0
         model = self.embedder.model_id
@@ -406,6 +446,8 @@ class HybridIndex:
                 )
             done += len(rows)
             after = rows[-1][0]
+            if progress is not None:
+                progress(len(rows))
 
 
 class transaction:

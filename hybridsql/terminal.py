@@ -162,8 +162,9 @@ def report_lines(report: dict, keyword_only: bool, left_out: str | None) -> list
 
 
 class Bar(Progress):
-    """An indexing run's progress on stderr when it is a terminal: files done of all, chunks
-    embedded so far (read from the run's report), time left, the file at hand."""
+    """An indexing run's progress on stderr when it is a terminal: files finished of all, chunks
+    embedded so far (read from the run's report), time left, the file at hand. Its last frame
+    has the counts of the run's summary."""
 
     def __init__(self, report):
         self.report = report
@@ -189,9 +190,15 @@ class Bar(Progress):
         bar = self.bar
         if bar is None:
             return
-        left = f", about {bar.format_eta()} left" if bar.pos and bar.eta_known else ""
-        label = f"{self.report.chunks_embedded} chunks embedded{left}  {visible(label[:40])}"
-        bar.update(done - bar.pos, label)
+        going = bar.pos and bar.eta_known and done < bar.length
+        left = f", about {bar.format_eta()} left" if going else ""
+        bar.current_item = (
+            f"{self.report.chunks_embedded} chunks embedded{left}  {visible(label[:40])}".rstrip()
+        )
+        if done > bar.pos:
+            bar.update(done - bar.pos)
+        else:  # the counts changed, not the files done: click's update would not draw
+            bar.render_progress()
 
     def close(self) -> None:
         self.stack.close()

@@ -4,7 +4,9 @@ query matches unless NO_COLOR, and the indexing bar; the same commands piped pri
 import json
 import os
 import re
+import shutil
 import subprocess
+from itertools import pairwise
 
 from conftest import EXAMPLES, HYBRIDSQL, run_on_tty
 
@@ -77,12 +79,44 @@ def test_matches_are_bold_unless_no_color(tmp_path):
     assert re.sub(r"\x1b\[[01]m", "", bold) == plain
 
 
+def frames(shown):
+    """(files done, files, chunks embedded) of each frame the indexing bar drew."""
+    found = re.findall(r"indexing  \[[#-]+\]  (\d+)/(\d+)  (\d+) chunks embedded", shown)
+    return [tuple(map(int, frame)) for frame in found]
+
+
 def test_index_shows_a_bar_of_files_and_chunks_on_a_terminal(tmp_path):
     code, shown = on_tty(tmp_path, "index", EXAMPLES, "--db", "m.db", "--embedder", "none")
     assert code == 0
     files = len([f for _, _, fs in os.walk(EXAMPLES) for f in fs if f.endswith(".md")])
-    assert re.search(rf"indexing  \[#+\]  {files}/{files}  0 chunks embedded", shown), shown
+    assert frames(shown)[-1] == (files, files, 0), shown
     assert re.search(rf"^{files} files: {files} indexed, ", shown, re.MULTILINE), shown
+
+
+def test_the_bar_counts_what_is_done_as_it_is_done_and_ends_on_the_summary(tmp_path):
+    """The bar's counts are the run's: files count once written (or found unchanged or
+    skipped), chunks once embedded, both growing through the run, a provider's batch at a
+    time, and its last frame says what the summary says. (Its chunks once lagged the summary,
+    913 for 976, and stood at 0 until the end on a small folder.)"""
+    notes = tmp_path / "notes"
+    shutil.copytree(os.path.join(EXAMPLES, "memory"), notes)
+    (notes / "broken.md").symlink_to(notes / "nowhere.md")
+    code, shown = on_tty(tmp_path, "index", "notes", "--db", "m.db", "--embedder", "local")
+    assert code == 0, shown
+    summary = re.search(
+        r"^(\d+) files: (\d+) indexed, 0 unchanged, 0 deleted; (\d+) chunks written, (\d+) "
+        r"embedded in [\d.]+s$",
+        shown,
+        re.MULTILINE,
+    )
+    assert summary, shown
+    seen, indexed, written, embedded = map(int, summary.groups())
+    assert seen == indexed and written == embedded > 16  # more than one batch of the model's
+    drawn = frames(shown)
+    assert drawn[-1] == (seen, seen, embedded), drawn
+    assert all(a[0] <= b[0] and a[2] <= b[2] for a, b in pairwise(drawn)), drawn
+    middle = {chunks for done, _, chunks in drawn if 0 < chunks < embedded and done < seen}
+    assert len(middle) >= 2, drawn  # chunks embedded before the last file was written
 
 
 # A file name that, printed raw, would end its result line and forge another one, then names
