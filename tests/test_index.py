@@ -192,14 +192,17 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
 
 
 class OnFile(Progress):
-    """A progress bar that does something to the folder just before file ``n`` is read."""
+    """A progress bar that does something to the folder just before file ``n`` is read: the
+    ``n``th file named (a file is named before it is read, and again once it is written)."""
 
     def __init__(self, n, action):
-        self.n, self.action = n, action
+        self.n, self.action, self.named = n, action, []
 
     def update(self, done, label):
-        if done == self.n:
-            self.action(label)
+        if label and label not in self.named:
+            self.named.append(label)
+            if len(self.named) == self.n:
+                self.action(label)
 
 
 def small_folder(root, count=6):
