@@ -349,27 +349,26 @@ class HybridIndex:
 
     def _write_files(self, root, pending, report, step) -> None:
         """Embeds the chunks of several files, a provider's batch at a time, and writes each
-        file in its own transaction as soon as all its chunks have vectors; ``step(name)`` after
-        each, so that the counts shown grow as the work is done. Chunks are embedded shortest
-        first, as a provider batches them (the least padding), so a file of short chunks is
-        written before one of long chunks that precedes it."""
+        file in its own transaction once its chunks and those of the files before it have
+        vectors (files are written in their order, so chunk ids follow it); ``step(name)``
+        after each batch and each file, so that the counts shown grow as the work is done.
+        Chunks are embedded shortest first, as a provider batches them (the least padding)."""
         texts = [c.text for p in pending for c in p[4]]
         owner = [f for f, p in enumerate(pending) for _ in p[4]]
         first = list(accumulate((len(p[4]) for p in pending), initial=0))
         left = [len(p[4]) if self.embedder is not None else 0 for p in pending]
         vectors = [None] * len(texts)
-        written = [False] * len(pending)
+        written = 0
 
         def write_ready():
-            for f, (rel, sha, size, mtime, chunks) in enumerate(pending):
-                if written[f] or left[f]:
-                    continue
-                ours = vectors[first[f] : first[f + 1]] if self.embedder is not None else []
+            nonlocal written
+            while written < len(pending) and not left[written]:
+                rel, sha, size, mtime, chunks = pending[written]
+                ours = vectors[first[written] : first[written + 1]] if self.embedder else []
                 self._write_file(root, rel, sha, size, mtime, chunks, ours)
-                written[f] = True
-                report.chunks_embedded += len(ours)
                 report.files_indexed += 1
                 report.chunks_written += len(chunks)
+                written += 1
                 step(rel)
 
         write_ready()  # files without chunks, and all of them without an embedder
@@ -382,6 +381,9 @@ class HybridIndex:
             for i, vector in zip(part, self.embedder.embed([texts[i] for i in part]), strict=True):
                 vectors[i] = vector
                 left[owner[i]] -= 1
+            report.chunks_embedded += len(part)
+            if written < len(pending):
+                step(pending[written][0])
             write_ready()
 
     def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> None:
