@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has 
 
 SEED = int(os.environ.get("HYBRIDSQL_REPLICATION_SEED", random.randrange(1 << 30)))
 KILLS = int(os.environ.get("HYBRIDSQL_REPLICATION_KILLS", "8"))
+DEADLINE = 120  # seconds: far more than any wait takes on a loaded machine, and never waited out
 
 PROVIDER = '''
 import hashlib
@@ -102,6 +103,16 @@ def start_litestream(db, url, cwd):
     )
 
 
+def wait_for_ack(log, prefix, writer):
+    """Until the log holds a write whose token starts with ``prefix``, or DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline and writer.poll() is None:
+        if os.path.exists(log) and any(token.startswith(prefix) for _, token in acknowledged(log)):
+            return
+        time.sleep(0.02)  # a poll interval
+    raise AssertionError(f"no write acknowledged by {prefix} in {DEADLINE} s")
+
+
 def acknowledged(log):
     with open(log) as f:
         return [line.split()[:2] for line in f if line.endswith("\n")]
@@ -144,6 +155,9 @@ def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path):
                 time.sleep(rng.uniform(0, 1.0))  # writes go on while it is down
                 litestream = start_litestream(db, url, tmp_path)
             else:
+                # Killed once its incarnation has acknowledged a write (Python and the package
+                # load slowly on a loaded machine: a writer killed before would write nothing).
+                wait_for_ack(log, f"tok{victim}i{incarnations[victim]}x", writers[victim])
                 writers[victim].send_signal(signal.SIGKILL)
                 writers[victim].wait()
                 writers[victim] = spawn(victim)
@@ -336,9 +350,6 @@ def test_a_killed_replicate_command_leaves_no_litestream(tmp_path):
     finally:
         os.close(exited)
     assert gone, f"litestream {child} outlived its parent by {DEADLINE} s"
-
-
-DEADLINE = 120  # seconds: far more than a stop takes on a loaded machine, and never waited out
 
 
 @pytest.fixture
