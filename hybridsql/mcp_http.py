@@ -214,7 +214,7 @@ class Projects:
                     for gone in [k for k in self.sessions if k[0] == key]:
                         del self.sessions[gone]  # they lived in the old file
                 print(
-                    f"hybridsql mcp: {entry.path} was removed or replaced: opened again",
+                    visible(f"hybridsql mcp: {entry.path} was removed or replaced: opened again"),
                     file=sys.stderr,
                     flush=True,
                 )
