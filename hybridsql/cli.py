@@ -24,7 +24,7 @@ from hybridsql.extension import file_error, loadable_path, writable
 from hybridsql.index import IndexReport
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
-from hybridsql.search import SearchOptions, explain_sql
+from hybridsql.search import SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
 
@@ -588,7 +588,7 @@ def restore(source, db, timestamp):
     from hybridsql.replication import restore as run
 
     size = run(source, db, timestamp=timestamp)
-    click.echo(f"restored {db} ({size} bytes) from {source}; integrity checks passed")
+    click.echo(visible(f"restored {db} ({size} bytes) from {source}; integrity checks passed"))
 
 
 # -- running a command ------------------------------------------------------------------------
@@ -608,7 +608,8 @@ def main(argv=None) -> int:
         return 2
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else "hybridsql"
-        click.echo(f"{where}: {e.format_message().rstrip('.')} (see {where} --help)", err=True)
+        message = visible(e.format_message().rstrip("."))
+        click.echo(f"{visible(where)}: {message} (see {visible(where)} --help)", err=True)
         return 2
     except HybridSQLError as e:
         return fail(e)
@@ -623,5 +624,5 @@ def main(argv=None) -> int:
 
 
 def fail(error: Exception) -> int:
-    print(f"hybridsql: {error}", file=sys.stderr)
+    print(f"hybridsql: {visible(str(error))}", file=sys.stderr)
     return 1
