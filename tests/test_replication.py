@@ -26,9 +26,10 @@ import apsw
 import pytest
 from conftest import HYBRIDSQL, check_fts, run_hybridsql
 
+from hybridsql.extension import close, connect
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
-from hybridsql.replication import litestream_path
+from hybridsql.replication import litestream_path, points
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has no Windows build")
 
@@ -251,6 +252,107 @@ def test_point_in_time_restore(tmp_path):
         ("before the moment",),
         ("after the moment",),
     ]
+
+
+def test_writers_leave_a_replicated_files_checkpoints_to_litestream(tmp_path):
+    """Past SQLite's 1000 pages a connection checkpoints a plain file, but not one replicated
+    (a .NAME-litestream folder beside it), nor at its last close: the -wal file Litestream
+    follows stays. A connection opened before replication began stops when it begins."""
+    sizes = {}
+    for replicated in (False, True):
+        db = tmp_path / f"{replicated}.db"
+        conn = connect(str(db))
+        conn.execute("create table pad(x)")
+        start = db.stat().st_size
+        if replicated:
+            (tmp_path / f".{db.name}-litestream").mkdir()
+        for _ in range(1500):  # one 4 KiB page and more a transaction
+            conn.execute("insert into pad values (zeroblob(4000))")
+        sizes[replicated] = (start, db.stat().st_size)
+        close(conn)
+        wal = tmp_path / f"{db.name}-wal"
+        assert wal.exists() == replicated
+        if replicated:
+            assert sizes[True][1] == sizes[True][0]  # nothing moved into the file
+            assert wal.stat().st_size > 1500 * 4096
+        else:
+            assert sizes[False][1] > 1000 * 4096
+        conn = apsw.Connection(str(db))
+        assert conn.execute("select count(*) from pad").fetchall() == [(1500,)]
+        conn.close()
+
+
+def test_a_damaged_newest_point_names_the_earlier_one_and_earlier_restores_it(tmp_path):
+    """The newest transaction replicated breaks two indexes (their root pages swapped, as a
+    torn snapshot mixes pages): the newest point restores damaged, the error names the
+    transaction before it, and --earlier restores that one, without the damaging change."""
+    db, url = str(tmp_path / "mem.db"), "file://" + str(tmp_path / "replica")
+
+    def sync():
+        run = run_hybridsql("replicate", "--db", db, "--to", url, "--once", cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+
+    for text in ("first", "second"):
+        with HybridIndex(db, embedder="none") as idx:
+            MemoryStore(idx).add(text)
+        sync()
+    intact = points(url)[-1]
+    conn = apsw.Connection(db)
+    conn.execute("create table junk(a, b); create index junk_a on junk(a)")
+    conn.execute("create index junk_b on junk(b)")
+    with conn:
+        for i in range(50):
+            conn.execute("insert into junk values (?, ?)", (i, -i))
+    roots = dict(conn.execute("select name, rootpage from sqlite_schema where name like 'junk_%'"))
+    with conn:
+        conn.execute("pragma writable_schema = 1")
+        for name, other in (("junk_a", "junk_b"), ("junk_b", "junk_a")):
+            conn.execute(
+                "update sqlite_schema set rootpage = ? where name = ?", (roots[other], name)
+            )
+    conn.close()
+    sync()
+    (newest,) = [p for p in points(url) if int(p.txid, 16) > int(intact.txid, 16)]
+
+    damaged = f"the copy restored from {url} is damaged: row 2 missing from index junk_b"
+    run = run_hybridsql("restore", "--from", url, "--db", "back.db", cwd=tmp_path)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        1,
+        "",
+        f"hybridsql: {damaged}; nothing was restored; the newest point that restores intact is"
+        f" transaction {intact.txid} of {intact.timestamp}: add --earlier to restore it\n",
+    )
+    assert not (tmp_path / "back.db").exists()
+    run = run_hybridsql("restore", "--from", url, "--db", "back.db", "--earlier", cwd=tmp_path)
+    size = (tmp_path / "back.db").stat().st_size
+    assert (run.returncode, run.stdout, run.stderr) == (
+        0,
+        f"restored back.db ({size} bytes) from {url} as of transaction {intact.txid} of"
+        f" {intact.timestamp}, the newest point that restores intact; integrity checks passed\n",
+        f"hybridsql: the newer point did not: {damaged}\n",
+    )
+    back = apsw.Connection(str(tmp_path / "back.db"))
+    assert back.execute("pragma integrity_check").fetchall() == [("ok",)]
+    assert back.execute("select text from chunks order by id").fetchall() == [
+        ("first",),
+        ("second",),
+    ]
+    assert back.execute("select name from sqlite_schema where name = 'junk'").fetchall() == []
+    back.close()
+    assert int(newest.txid, 16) > int(intact.txid, 16)
+
+    # The newest point's LTX file altered as well: Litestream itself refuses to restore it.
+    (ltx,) = (tmp_path / "replica").glob(f"ltx/0/*-{newest.txid}.ltx")
+    data = bytearray(ltx.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    ltx.write_bytes(bytes(data))
+    run = run_hybridsql("restore", "--from", url, "--db", "again.db", cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"hybridsql: litestream restore from {url} failed: ")
+    assert run.stderr.endswith(
+        f"; the newest point that restores intact is transaction {intact.txid} of"
+        f" {intact.timestamp}: add --earlier to restore it\n"
+    )
 
 
 def test_restore_refuses_and_leaves_nothing(tmp_path):
