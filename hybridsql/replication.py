@@ -67,6 +67,8 @@ def replicate(db: str, to: str, once: bool = False, seconds: float | None = None
     interrupted (Ctrl-C, SIGTERM), for ``seconds``, or, with ``once``, for one sync of every
     transaction committed so far. Litestream's log goes to stderr."""
     _check_source(db)
+    if wal_restarted_behind_litestream(db):
+        _make_litestream_snapshot(db)
     command = [litestream_path(), "replicate"]
     if once:
         command.append("-once")
@@ -106,6 +108,53 @@ def replicate(db: str, to: str, once: bool = False, seconds: float | None = None
             timer.cancel()
     if code != 0 and not stopped.is_set():
         raise ReplicationError(f"litestream replicate failed (exit status {code}): {last}")
+
+
+def wal_restarted_behind_litestream(db: str) -> bool:
+    """Whether ``db``'s -wal file was started over since Litestream last copied from it: the
+    salt in its header is not the one Litestream's newest LTX file (kept beside the database,
+    in ``.NAME-litestream/ltx/0``) records. Only another program's checkpoint, made while
+    Litestream was stopped, does that (Litestream, running, holds a read transaction that keeps
+    the -wal file from starting over under it, and records the new salt after its own)."""
+    folder, name = os.path.split(os.path.abspath(db))
+    level0 = os.path.join(folder, f".{name}-litestream", "ltx", "0")
+    try:
+        files = [f for f in os.listdir(level0) if f.endswith(".ltx")]
+        with open(db + "-wal", "rb") as wal:
+            header = wal.read(32)
+    except FileNotFoundError:  # never replicated, or no -wal file: nothing to skip
+        return False
+    if not files or len(header) < 32:
+        return False
+    newest = max(files, key=lambda f: int(f.split("-")[-1].removesuffix(".ltx"), 16))
+    with open(os.path.join(level0, newest), "rb") as f:
+        ltx = f.read(100)
+    if len(ltx) < 100 or ltx[:4] != b"LTX1":
+        return False  # not a format this check knows; Litestream judges for itself
+    return ltx[64:72] != header[16:24]  # the -wal file's salts, as Litestream recorded them
+
+
+def _make_litestream_snapshot(db: str) -> None:
+    """Litestream 0.5 would take ``db``'s -wal file, started over by another program's
+    checkpoint, for one started over after it had copied the old one to the end, carry on in
+    it and skip what the old one held past its last copy (docs/reliability.md, the upstream
+    report). Checkpointed and truncated here, the -wal file is shorter than the point Litestream
+    left, which it knows means a full snapshot of the file: the replica gets it all."""
+    sys.stderr.write(
+        f"hybridsql: {db}'s -wal file was started over while Litestream was stopped (another"
+        " program checkpointed it): checkpointed, so that Litestream takes a full snapshot\n"
+    )
+    conn = connect(db, create=False)
+    try:
+        conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
+    except apsw.BusyError:
+        raise ReplicationError(
+            f"{db}'s -wal file was started over while Litestream was stopped, and cannot be"
+            " checkpointed now (another connection is reading or writing it): Litestream would"
+            " skip changes; retry when it is idle"
+        ) from None
+    finally:
+        close(conn)
 
 
 def _die_with_parent():
