@@ -113,9 +113,10 @@ def replicate(db: str, to: str, once: bool = False, seconds: float | None = None
 def wal_restarted_behind_litestream(db: str) -> bool:
     """Whether ``db``'s -wal file was started over since Litestream last copied from it: the
     salt in its header is not the one Litestream's newest LTX file (kept beside the database,
-    in ``.NAME-litestream/ltx/0``) records. Only another program's checkpoint, made while
-    Litestream was stopped, does that (Litestream, running, holds a read transaction that keeps
-    the -wal file from starting over under it, and records the new salt after its own)."""
+    in ``.NAME-litestream/ltx/0``) records. A checkpoint made while Litestream was stopped does
+    that (Litestream, running, holds a read transaction that keeps the -wal file from starting
+    over under it; a Litestream killed just after its own checkpoint may leave it too, and a
+    full snapshot then costs an upload, nothing more)."""
     folder, name = os.path.split(os.path.abspath(db))
     level0 = os.path.join(folder, f".{name}-litestream", "ltx", "0")
     try:
@@ -141,8 +142,8 @@ def _make_litestream_snapshot(db: str) -> None:
     report). Checkpointed and truncated here, the -wal file is shorter than the point Litestream
     left, which it knows means a full snapshot of the file: the replica gets it all."""
     sys.stderr.write(
-        f"hybridsql: {db}'s -wal file was started over while Litestream was stopped (another"
-        " program checkpointed it): checkpointed, so that Litestream takes a full snapshot\n"
+        f"hybridsql: {db}'s -wal file was started over while Litestream was stopped (a"
+        " checkpoint by another program): checkpointed, so that Litestream takes a full snapshot\n"
     )
     conn = connect(db, create=False)
     try:

@@ -328,8 +328,9 @@ def test_what_is_written_while_litestream_is_stopped_reaches_the_replica(tmp_pat
         []
         if writer == "hybridsql"
         else [
-            f"hybridsql: {db}'s -wal file was started over while Litestream was stopped (another"
-            " program checkpointed it): checkpointed, so that Litestream takes a full snapshot"
+            f"hybridsql: {db}'s -wal file was started over while Litestream was stopped (a"
+            " checkpoint by another program): checkpointed, so that Litestream takes a full"
+            " snapshot"
         ]
     )
     assert run_hybridsql("restore", "--from", url, "--db", "back.db", cwd=tmp_path).returncode == 0
