@@ -243,8 +243,11 @@ def _checkpointer(path: str):
 
     def hook(conn: apsw.Connection, schema: str, pages: int) -> int:
         if pages >= CHECKPOINT_PAGES and not replicated(path):
-            # Busy, as SQLite's own: the next commit tries again.
-            with contextlib.suppress(apsw.BusyError):
+            # As SQLite's own hook, which ignores the checkpoint's result: the transaction is
+            # committed already, and an error here would make it look failed. Busy (another
+            # connection), locked (a statement of this one still reading): the next commit
+            # tries again.
+            with contextlib.suppress(apsw.Error):
                 conn.wal_checkpoint(schema)
         return apsw.SQLITE_OK
 

@@ -352,6 +352,26 @@ def test_what_is_written_while_litestream_is_stopped_reaches_the_replica(tmp_pat
     conn.close()
 
 
+def test_a_commit_past_1000_pages_while_a_statement_reads_is_not_an_error(tmp_path):
+    """The checkpoint that replaces SQLite's cannot run while a statement of the same
+    connection is still reading ('database table is locked'): it waits for a later commit, as
+    SQLite's own does, and the commit, already made, is not reported as failed."""
+    db = tmp_path / "x.db"
+    conn = connect(str(db))
+    conn.execute("create table pad(x)")
+    conn.execute("insert into pad values (1)")
+    reading = conn.execute("select x from pad")
+    next(reading)
+    for _ in range(1100):
+        conn.execute("insert into pad values (zeroblob(4000))")
+    assert db.stat().st_size < 100 * 4096  # no checkpoint could run
+    reading.close()
+    conn.execute("insert into pad values (1)")
+    assert db.stat().st_size > 1000 * 4096  # the next commit made it
+    assert conn.execute("select count(*) from pad").fetchall() == [(1102,)]
+    close(conn)
+
+
 def test_a_damaged_newest_point_names_the_earlier_one_and_earlier_restores_it(tmp_path):
     """The newest transaction replicated breaks two indexes (their root pages swapped, as a
     torn snapshot mixes pages): the newest point restores damaged, the error names the
