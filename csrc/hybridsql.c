@@ -1762,7 +1762,7 @@ static int vx_take(VxTab *t, char *msg) {
 ** never an allocation of a size read from the file (whose failure, "out of
 ** memory", would roll back the caller's transaction), never a wrong answer.
 ** block_problem() says what is wrong with a block row's dims, capacity and
-** count (capacity and count may be NULL: not checked): they must be integers,
+** count: they must be integers,
 ** 1 to HS_MAX_DIMS dimensions (the table's D for float[D]), room for 1 to a
 ** full block's rows, and min_count to capacity rows.  NULL when they are
 ** right, else a message from sqlite3_mprintf (or NOMEM).
@@ -1773,9 +1773,9 @@ static char *block_problem(VxTab *t, int64_t id, sqlite3_value *dims, sqlite3_va
   sqlite3_value *v[] = {dims, cap, count};
   char *msg = 0;
   for (int i = 0; i < 3; i++) {
-    if (v[i] && sqlite3_value_type(v[i]) != SQLITE_INTEGER) {
-      msg = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not integer", t->name,
-                            id, names[i], type_name(v[i]));
+    if (sqlite3_value_type(v[i]) != SQLITE_INTEGER) {
+      msg = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not integer",
+                            t->name, id, names[i], type_name(v[i]));
       return msg ? msg : NOMEM;
     }
   }
@@ -1786,7 +1786,7 @@ static char *block_problem(VxTab *t, int64_t id, sqlite3_value *dims, sqlite3_va
   } else if (t->dims && d != t->dims) {
     msg = sqlite3_mprintf("%s: block %lld is damaged: it has %lld dimensions, the table has %lld",
                           t->name, id, d, t->dims);
-  } else if (cap && count) {
+  } else {
     int64_t c = sqlite3_value_int64(cap), n = sqlite3_value_int64(count);
     int64_t full = vx_layout(t, d)->rows;
     if (c < 1 || c > full) {
@@ -1798,17 +1798,14 @@ static char *block_problem(VxTab *t, int64_t id, sqlite3_value *dims, sqlite3_va
     } else {
       return 0;
     }
-  } else {
-    return 0;
   }
   return msg ? msg : NOMEM;
 }
 
-/* block_problem() for columns dims, cap and count (cap < 0: not checked) of a statement's row. */
+/* block_problem() for columns dims, cap and count of a statement's row. */
 static int vx_check_block(VxTab *t, int64_t id, sqlite3_stmt *st, int dims, int cap, int count) {
-  char *msg = block_problem(t, id, sqlite3_column_value(st, dims),
-                            cap < 0 ? 0 : sqlite3_column_value(st, cap),
-                            cap < 0 ? 0 : sqlite3_column_value(st, count), 0);
+  char *msg = block_problem(t, id, sqlite3_column_value(st, dims), sqlite3_column_value(st, cap),
+                            sqlite3_column_value(st, count), 0);
   if (!msg) return SQLITE_OK;
   if (msg == NOMEM) return SQLITE_NOMEM;
   sqlite3_free(t->base.zErrMsg);
@@ -2673,7 +2670,7 @@ static int vx_block(VxTab *t, int64_t id, BlockRow *out, sqlite3_value **parts, 
 static int vx_check_slot(VxTab *t, const BlockRow *b, int64_t rowid, int64_t slot) {
   if (slot >= 0 && slot < b->count) return SQLITE_OK;
   return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
-                 " %lld, but it holds %lld rows", t->name, b->id, rowid, slot, b->count);
+                 " %lld, not 0 to %lld", t->name, b->id, rowid, slot, b->count - 1);
 }
 
 static void free_values(sqlite3_value **v, int n) {
@@ -3134,11 +3131,11 @@ static sqlite3_stmt *prepare_bound(VxTab *t, sqlite3_str *sql, Binds *b, int *rc
 }
 
 /* The columns of a row as the cursors read them: see row_sql. */
-enum { RC_ROWID, RC_BLOCK, RC_SLOT, RC_DIMS, RC_PARTS };
+enum { RC_ROWID, RC_BLOCK, RC_SLOT, RC_DIMS, RC_CAPACITY, RC_COUNT, RC_PARTS };
 
 static sqlite3_str *row_sql(VxTab *t) {
   sqlite3_str *s = sqlite3_str_new(0);
-  sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims");
+  sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims, b.capacity, b.count");
   append_cols(s, "b.", 'p', t->npart, 1);
   append_cols(s, "r.", 'm', t->nmeta, 1);
   sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r join \"%w\".\"%w_blocks\" b"
@@ -3628,7 +3625,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       for (; j < nslots && slots[j].block == r->id; j++) {
         if (slots[j].slot < 0 || slots[j].slot >= r->count) {
           rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: a row is in its slot"
-                       " %lld, but it holds %lld rows", t->name, r->id, slots[j].slot, r->count);
+                       " %lld, not 0 to %lld", t->name, r->id, slots[j].slot, r->count - 1);
           break;
         }
         list[nlist++] = slots[j].slot;
@@ -3847,12 +3844,9 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
       int64_t dims = sqlite3_column_int64(c->rows, RC_DIMS);
       int64_t block = sqlite3_column_int64(c->rows, RC_BLOCK);
       int64_t slot = sqlite3_column_int64(c->rows, RC_SLOT);
-      if ((rc = vx_check_block(t, block, c->rows, RC_DIMS, -1, -1))) return rc;
-      if (slot < 0 || slot >= vx_layout(t, dims)->rows) {
-        return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its"
-                       " slot %lld, past a block's %lld rows", t->name, block,
-                       sqlite3_column_int64(c->rows, RC_ROWID), slot, vx_layout(t, dims)->rows);
-      }
+      if ((rc = vx_check_block(t, block, c->rows, RC_DIMS, RC_CAPACITY, RC_COUNT))) return rc;
+      BlockRow b = {block, dims, 0, sqlite3_column_int64(c->rows, RC_COUNT)};
+      if ((rc = vx_check_slot(t, &b, sqlite3_column_int64(c->rows, RC_ROWID), slot))) return rc;
       float *v = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)dims);
       sqlite3_blob *h = 0;
       rc = v ? vx_read_vector(t, &h, block, slot, dims, v) : SQLITE_NOMEM;
@@ -4243,8 +4237,8 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     problem = block_problem(t, id, sqlite3_column_value(st, 1), sqlite3_column_value(st, 2),
                             sqlite3_column_value(st, 3), 1);
     if (!problem && same && (!prev_full || dims != prev_dims)) {
-      problem = sqlite3_mprintf("%s: block %lld follows a block of its partition that is not"
-                                " full or has other dimensions", name, id);
+      problem = sqlite3_mprintf("%s: block %lld is damaged: it follows a block of its partition"
+                                " that is not full or has other dimensions", name, id);
       if (!problem) problem = NOMEM;
     }
     total += count;
@@ -4276,13 +4270,18 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
       int found;
       if ((rc = vx_find(t, rowid, &b, &sl, &found))) break;
       if (!found || b != id || sl != s) {
-        problem = sqlite3_mprintf("%s: row %lld is in block %lld slot %lld, its location says"
-                                  " otherwise", name, rowid, id, s);
+        problem = sqlite3_mprintf("%s: block %lld is damaged: row %lld is in its slot %lld, its"
+                                  " location says otherwise", name, id, rowid, s);
       } else if ((rc = vx_read_vector(t, &hv, id, s, dims, v)) == SQLITE_OK) {
-        rec_build(rec, rowid, v, dims);
-        if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
-          problem = sqlite3_mprintf("%s: the record of row %lld does not match its vector", name,
-                                    rowid);
+        if (hs_first_nonfinite(v, dims) >= 0) {
+          problem = sqlite3_mprintf("%s: block %lld is damaged: the vector of row %lld is not"
+                                    " finite", name, id, rowid);
+        } else {
+          rec_build(rec, rowid, v, dims);
+          if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
+            problem = sqlite3_mprintf("%s: block %lld is damaged: the record of row %lld does not"
+                                      " match its vector", name, id, rowid);
+          }
         }
       }
       if (rc == SQLITE_OK && !problem && t->nnum) { /* the block's copy of its numbers */
@@ -4293,8 +4292,8 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
         for (int j = 0; j < t->nnum && rc == SQLITE_OK && !problem; j++) {
           const uint8_t *at = buf + num_offset(capacity, dims, j);
           if (memcmp(at + 8 * s, vals + 8 * j, 8) != 0 || at[8 * capacity + s] != nulls[j]) {
-            problem = sqlite3_mprintf("%s: the metadata of row %lld in its block differs from"
-                                      " its location's", name, rowid);
+            problem = sqlite3_mprintf("%s: block %lld is damaged: the metadata of row %lld"
+                                      " differs from its location's", name, id, rowid);
           }
         }
       }
