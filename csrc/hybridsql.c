@@ -2578,7 +2578,12 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
     if ((rc = vs_run(t, st))) return rc;
     b.id = sqlite3_last_insert_rowid(t->db);
     t->tails[hash_values(parts, t->npart) % HS_TAILS] = b.id;
-    if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, block_bytes(t, b.capacity, d)))) return rc;
+    rc = vx_id_op(t, VS_NEW_CODES, b.id, block_bytes(t, b.capacity, d));
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) { /* a row left behind by a block that is gone */
+      return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row was there"
+                     " before it", t->name, b.id);
+    }
+    if (rc) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
   }
@@ -2723,12 +2728,15 @@ static int vx_remove(VxTab *t, int64_t rowid) {
 }
 
 /* Requirement 1 for a value of a partition or metadata column: NULL or the declared type. */
-static int vx_check_value(VxTab *t, const VxCol *c, sqlite3_value *v) {
+static int fits(const VxCol *c, sqlite3_value *v) {
   int type = sqlite3_value_type(v);
-  int ok = type == SQLITE_NULL || (c->type == VX_TEXT && type == SQLITE_TEXT) ||
-           (c->type == VX_INTEGER && type == SQLITE_INTEGER) ||
-           (c->type == VX_REAL && (type == SQLITE_FLOAT || type == SQLITE_INTEGER));
-  if (!ok) {
+  return type == SQLITE_NULL || (c->type == VX_TEXT && type == SQLITE_TEXT) ||
+         (c->type == VX_INTEGER && type == SQLITE_INTEGER) ||
+         (c->type == VX_REAL && (type == SQLITE_FLOAT || type == SQLITE_INTEGER));
+}
+
+static int vx_check_value(VxTab *t, const VxCol *c, sqlite3_value *v) {
+  if (!fits(c, v)) {
     return vx_fail(t, SQLITE_MISMATCH, "%s: column %s is %s, got %s", t->name, c->name,
                    VX_TYPES[c->type], type_name(v));
   }
@@ -3835,11 +3843,18 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
   switch (k->role) {
     case VX_ALIAS: sqlite3_result_int64(ctx, sqlite3_column_int64(c->rows, RC_ROWID)); break;
     case VX_PARTITION:
-      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + k->shadow));
+    case VX_METADATA: {
+      int at = RC_PARTS + (k->role == VX_PARTITION ? 0 : t->npart) + k->shadow;
+      sqlite3_value *v = sqlite3_column_value(c->rows, at);
+      if (!fits(k, v)) { /* a shadow row changed behind the table's back */
+        return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: %s %lld is damaged: its %s is of type %s,"
+                       " not %s", t->name, k->role == VX_PARTITION ? "block" : "row",
+                       sqlite3_column_int64(c->rows, k->role == VX_PARTITION ? RC_BLOCK : RC_ROWID),
+                       k->name, type_name(v), VX_TYPES[k->type]);
+      }
+      sqlite3_result_value(ctx, v);
       break;
-    case VX_METADATA:
-      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + t->npart + k->shadow));
-      break;
+    }
     default: { /* the vector */
       int64_t dims = sqlite3_column_int64(c->rows, RC_DIMS);
       int64_t block = sqlite3_column_int64(c->rows, RC_BLOCK);
@@ -4044,21 +4059,25 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
     sqlite3_free(sql);
     int step = rc == SQLITE_OK ? sqlite3_step(st) : rc;
     if (step == SQLITE_ROW) {
-      if (sqlite3_column_int64(st, 0) > HS_FORMAT) {
-        *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
-                               " %lld; this one reads %d)", t->name, sqlite3_column_int64(st, 0),
-                               HS_FORMAT);
-        rc = SQLITE_ERROR;
-      }
-      t->rows = sqlite3_column_int64(st, 1);
       /* Format 1 (or no format): its fixed layout; format 2: the one its T_info gives. */
       int64_t format = sqlite3_column_int64(st, 0), page = sqlite3_column_int64(st, 2);
       int64_t rows = sqlite3_column_int64(st, 3), group = sqlite3_column_int64(st, 4);
+      int ftype = sqlite3_column_type(st, 0), ptype = sqlite3_column_type(st, 2);
+      int layout_ok = sqlite3_column_type(st, 3) == SQLITE_INTEGER &&
+                      sqlite3_column_type(st, 4) == SQLITE_INTEGER && rows >= HS_BLOCK_MIN &&
+                      rows <= HS_BLOCK_ROWS && group >= 1 && group <= rows;
+      int whole = ftype == SQLITE_NULL || (ftype == SQLITE_INTEGER && format == 1)
+                      ? ptype == SQLITE_NULL /* format 1 has no page size */
+                      : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
+                            page >= 512 && page <= 65536 && (!t->dims || layout_ok);
+      t->rows = sqlite3_column_int64(st, 1);
       t->page = format >= 2 ? page : 0;
       t->nlayouts = 0;
-      if (rc == SQLITE_OK && format >= 2 &&
-          (page < 512 || page > 65536 || (t->dims && (rows < HS_BLOCK_MIN || rows > HS_BLOCK_ROWS ||
-                                                      group < 1 || group > rows)))) {
+      if (ftype == SQLITE_INTEGER && format > HS_FORMAT) {
+        *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
+                               " %lld; this one reads %d)", t->name, format, HS_FORMAT);
+        rc = SQLITE_ERROR;
+      } else if (!whole) {
         *err = sqlite3_mprintf("vector_index: the layout of %s in %s_info is corrupt", t->name,
                                t->name);
         rc = SQLITE_CORRUPT_VTAB;
@@ -4236,6 +4255,15 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     for (int i = 0; i < t->npart && same; i++) same = same_value(prev[i], sqlite3_column_value(st, 4 + i));
     problem = block_problem(t, id, sqlite3_column_value(st, 1), sqlite3_column_value(st, 2),
                             sqlite3_column_value(st, 3), 1);
+    for (int i = 0; i < t->ncol && !problem; i++) {
+      const VxCol *c = &t->col[i];
+      sqlite3_value *pv = sqlite3_column_value(st, 4 + c->shadow);
+      if (c->role == VX_PARTITION && !fits(c, pv)) {
+        problem = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not %s", name,
+                                  id, c->name, type_name(pv), VX_TYPES[c->type]);
+        if (!problem) problem = NOMEM;
+      }
+    }
     if (!problem && same && (!prev_full || dims != prev_dims)) {
       problem = sqlite3_mprintf("%s: block %lld is damaged: it follows a block of its partition"
                                 " that is not full or has other dimensions", name, id);
@@ -4284,10 +4312,18 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
           }
         }
       }
-      if (rc == SQLITE_OK && !problem && t->nnum) { /* the block's copy of its numbers */
+      if (rc == SQLITE_OK && !problem && t->nmeta) { /* its metadata, and the block's copy */
         sqlite3_value *metas[HS_MAX_FILTERS] = {0};
         uint8_t *vals = rec + stride, *nulls = vals + 8 * HS_MAX_FILTERS;
         if ((rc = vx_metas(t, rowid, metas)) == SQLITE_OK) num_encode(t, metas, vals, nulls);
+        for (int i = 0; i < t->ncol && rc == SQLITE_OK && !problem; i++) {
+          const VxCol *c = &t->col[i];
+          if (c->role == VX_METADATA && metas[c->shadow] && !fits(c, metas[c->shadow])) {
+            problem = sqlite3_mprintf("%s: row %lld is damaged: its %s is of type %s, not %s",
+                                      name, rowid, c->name, type_name(metas[c->shadow]),
+                                      VX_TYPES[c->type]);
+          }
+        }
         free_values(metas, t->nmeta);
         for (int j = 0; j < t->nnum && rc == SQLITE_OK && !problem; j++) {
           const uint8_t *at = buf + num_offset(capacity, dims, j);
