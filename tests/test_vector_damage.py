@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 
 import apsw
 import numpy as np
@@ -389,6 +390,59 @@ def test_an_interrupted_query_is_an_interrupt_and_the_index_answers_after(big, h
         "vector_index: t: interrupted",
     )
     assert fresh.execute(QUERIES[0], (q,)).fetchall() == want[0]
+
+
+PYSQLITE3_INTERRUPT = r"""
+import sys
+import pysqlite3.dbapi2 as sqlite3
+from hybridsql import extension
+c = sqlite3.connect(sys.argv[1])
+assert extension.load(c) == "extension"
+q = bytes.fromhex(sys.argv[2])
+sql = "select rowid, score, e from t where e match ? and k = 10"
+want = c.execute(sql, (q,)).fetchall()
+calls = [0]
+def count():
+    calls[0] += 1
+    return 0
+c.set_progress_handler(count, 1)
+c.execute(sql, (q,)).fetchall()
+total, outcomes = calls[0], set()
+for n in sorted({1 + total * i // 60 for i in range(60)}):
+    calls[0] = 0
+    def stop():
+        calls[0] += 1
+        if calls[0] >= n:
+            c.interrupt()
+        return 0
+    c.set_progress_handler(stop, 1)
+    try:
+        assert c.execute(sql, (q,)).fetchall() == want
+        outcomes.add("rows")
+    except sqlite3.Error as e:
+        outcomes.add(f"{type(e).__name__} {e.sqlite_errorname}")
+    c.set_progress_handler(None, 1)
+assert c.execute(sql, (q,)).fetchall() == want
+print(sorted(outcomes))
+"""
+
+
+def test_an_interrupt_through_pysqlite3_is_an_interrupt(big):
+    """The same through pysqlite3 (what sqlite-utils and Datasette get where it is installed):
+    an OperationalError of SQLITE_INTERRUPT, not a DatabaseError of SQLITE_CORRUPT (in a
+    subprocess: one process, one SQLite library for the extension)."""
+    path, conn, q = big
+    conn.close()
+    proc = subprocess.run(
+        [sys.executable, "-c", PYSQLITE3_INTERRUPT, str(path), q.hex()],
+        cwd=path.parent,  # not the checkout, whose hybridsql/ is not built
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == "['OperationalError SQLITE_INTERRUPT', 'rows']\n"
 
 
 @pytest.mark.parametrize("check", ["integrity_check", "quick_check"])
