@@ -1762,10 +1762,10 @@ static int vx_take(VxTab *t, char *msg) {
 ** never an allocation of a size read from the file (whose failure, "out of
 ** memory", would roll back the caller's transaction), never a wrong answer.
 ** block_problem() says what is wrong with a block row's dims, capacity and
-** count: they must be integers,
-** 1 to HS_MAX_DIMS dimensions (the table's D for float[D]), room for 1 to a
-** full block's rows, and min_count to capacity rows.  NULL when they are
-** right, else a message from sqlite3_mprintf (or NOMEM).
+** count: they must be integers, 1 to HS_MAX_DIMS dimensions (the table's D
+** for float[D]), room for 1 to a full block's rows, and min_count to capacity
+** rows.  NULL when they are right, else a message from sqlite3_mprintf (or
+** NOMEM).
 */
 static char *block_problem(VxTab *t, int64_t id, sqlite3_value *dims, sqlite3_value *cap,
                            sqlite3_value *count, int64_t min_count) {
@@ -4135,12 +4135,12 @@ static int vx_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
 ** damage leaves it) a view; a name that is missing or another kind of object
 ** (an index or trigger of another table) is left alone.  So a table whose
 ** shadow tables were dropped, renamed or replaced can always be removed.
+** (SQLite shows only the code of an error here, not its text.)
 */
 static int vx_destroy(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   vx_finish(t);
   int rc = SQLITE_OK;
-  char *err = 0;
   for (size_t i = 0; i < sizeof(VX_SHADOWS) / sizeof(VX_SHADOWS[0]) && rc == SQLITE_OK; i++) {
     char *name = sqlite3_mprintf("%s_%s", t->name, VX_SHADOWS[i]);
     char *sql = sqlite3_mprintf("select type from \"%w\".sqlite_master where type in ('table',"
@@ -4156,19 +4156,13 @@ static int vx_destroy(sqlite3_vtab *vt) {
       rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
       sqlite3_finalize(st);
       if (rc == SQLITE_OK && found) {
-        rc = vx_exec(t->db, &err, "drop %s \"%w\".\"%w\"", view ? "view" : "table", t->schema,
+        rc = vx_exec(t->db, 0, "drop %s \"%w\".\"%w\"", view ? "view" : "table", t->schema,
                      name);
       }
     }
     sqlite3_free(name);
   }
-  if (rc == SQLITE_OK) {
-    sqlite3_free(err);
-    vx_free(t);
-  } else if (err) { /* SQLite does not show it, but a debugger or a log may */
-    sqlite3_free(t->base.zErrMsg);
-    t->base.zErrMsg = err;
-  }
+  if (rc == SQLITE_OK) vx_free(t);
   return rc;
 }
 
@@ -4257,8 +4251,8 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
                             sqlite3_column_value(st, 3), 1);
     for (int i = 0; i < t->ncol && !problem; i++) {
       const VxCol *c = &t->col[i];
-      sqlite3_value *pv = sqlite3_column_value(st, 4 + c->shadow);
-      if (c->role == VX_PARTITION && !fits(c, pv)) {
+      sqlite3_value *pv = c->role == VX_PARTITION ? sqlite3_column_value(st, 4 + c->shadow) : 0;
+      if (pv && !fits(c, pv)) {
         problem = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not %s", name,
                                   id, c->name, type_name(pv), VX_TYPES[c->type]);
         if (!problem) problem = NOMEM;
