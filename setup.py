@@ -1,40 +1,98 @@
-"""Builds the one C source twice: a plain SQLite extension and the cffi kernels module.
+"""Builds the one C source into a plain SQLite loadable library, ``hybridsql/hybridsql.so``
+(``.dylib`` on macOS, ``.dll`` on Windows), with the system C compiler.
 
-- ``hybridsql/hybridsql.so``: a plain shared library with no Python symbols, so the stock
-  ``sqlite3`` shell can ``.load`` it (SQLite derives the entry point ``sqlite3_hybridsql_init``
-  from the file name).
-- ``hybridsql._kernels``: a cffi API-mode module compiled from the same source without the SQL
-  layer (``HYBRIDSQL_KERNELS_ONLY``); cffi checks the header's declarations at compile time.
+The library has no Python in it: the stock ``sqlite3`` shell can ``.load`` it (SQLite derives
+the entry point ``sqlite3_hybridsql_init`` from the file name), and the Python layer opens the
+same file with cffi in ABI mode for its kernels. So a wheel serves every Python 3 of its
+platform and is tagged ``py3-none-<platform>``.
 
-Set ``HYBRIDSQL_SANITIZE=1`` to build both with AddressSanitizer and UndefinedBehaviorSanitizer.
+- ``HYBRIDSQL_LIBRARY=/path/to/hybridsql.so``: put that prebuilt library in the package instead
+  of compiling (``scripts/build-dist`` does, with libraries cross-compiled by zig).
+- ``HYBRIDSQL_SANITIZE=1``: build with AddressSanitizer and UndefinedBehaviorSanitizer.
 """
 
 import os
+import shlex
+import shutil
+import sys
+import sysconfig
 
-from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
+NO_COMPILER = """
+hybridsql: no C compiler was found ({compiler!r}), and there is no prebuilt wheel for this
+platform or pip did not choose one.
+
+Prebuilt wheels (no compiler needed, any CPython >= 3.10) exist for: Linux x86_64 and aarch64
+(glibc >= 2.17, and musl), macOS x86_64 (10.13+) and arm64 (11.0+), Windows x86_64. Upgrade pip
+(`python -m pip install -U pip`) so that it finds them, or install a C compiler and retry:
+  Debian/Ubuntu: apt-get install gcc      Alpine: apk add gcc musl-dev
+  Fedora/RHEL:   dnf install gcc          macOS:  xcode-select --install
+"""
+
+
+def missing_compiler():
+    """The C compiler a build would run, where it is not on PATH (unix only); else None."""
+    if sys.platform == "win32" or os.environ.get("HYBRIDSQL_LIBRARY"):
+        return None
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
+    return None if shutil.which(cc) else cc
+
+
+# Before setuptools prints anything, so that the message is the first thing a user reads.
+BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
+if BUILDS & set(sys.argv[1:]) and missing_compiler():
+    sys.exit(NO_COMPILER.format(compiler=missing_compiler()))
+
+from setuptools import Extension, setup  # noqa: E402 (after the check above)
+from setuptools.command.bdist_wheel import bdist_wheel  # noqa: E402
+from setuptools.command.build_ext import build_ext  # noqa: E402
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
-# Hidden visibility: the loadable library exports its entry point alone, not its hs_* kernels.
+# Hidden visibility: the library exports its entry point and the kernels of hybridsql.h alone.
 COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fvisibility=hidden"] + (
     SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
 )
-LINK_ARGS = SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
+# Stripped, as the release libraries are; a sanitized build keeps its symbols for the reports.
+LINK_ARGS = (
+    SANITIZE
+    if os.environ.get("HYBRIDSQL_SANITIZE")
+    else (["-s"] if sys.platform.startswith("linux") else [])
+)
+LIBRARY = {"win32": "hybridsql.dll", "darwin": "hybridsql.dylib"}.get(sys.platform, "hybridsql.so")
 
 
-class BuildExt(build_ext):
-    """Gives the loadable extension the plain name ``hybridsql.so``."""
+class BuildLibrary(build_ext):
+    """Builds (or copies) the loadable library under its platform's plain name."""
 
     def get_ext_filename(self, fullname):
         # distutils asks with the full name and with its last part alone; answer both.
         if fullname == "hybridsql.hybridsql":
-            return os.path.join("hybridsql", "hybridsql.so")
+            return os.path.join("hybridsql", LIBRARY)
         if fullname == "hybridsql":
-            return "hybridsql.so"
+            return LIBRARY
         return super().get_ext_filename(fullname)
 
+    def get_export_symbols(self, ext):
+        return []  # no PyInit_: the C source marks what it exports
 
-loadable = Extension(
+    def build_extension(self, ext):
+        out = self.get_ext_fullpath(ext.name)
+        prebuilt = os.environ.get("HYBRIDSQL_LIBRARY")
+        if prebuilt:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            shutil.copyfile(prebuilt, out)
+            return
+        super().build_extension(ext)
+
+
+class Wheel(bdist_wheel):
+    """Tags the wheel ``py3-none-<platform>``: the library does not depend on the Python."""
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        return "py3", "none", plat
+
+
+library = Extension(
     "hybridsql.hybridsql",
     sources=["csrc/hybridsql.c"],
     include_dirs=["csrc"],
@@ -43,8 +101,4 @@ loadable = Extension(
     libraries=["m"],
 )
 
-setup(
-    ext_modules=[loadable],
-    cffi_modules=["csrc/build_kernels.py:ffibuilder"],
-    cmdclass={"build_ext": BuildExt},
-)
+setup(ext_modules=[library], cmdclass={"build_ext": BuildLibrary, "bdist_wheel": Wheel})

@@ -26,6 +26,9 @@
 **       order by it with LIMIT n instead of by bm25(), for a fraction of the work.
 **   hybridsql_version()                      -> TEXT, e.g. 0.1.0
 **   hybridsql_debug()                        -> TEXT, version, SIMD path and SQLite versions
+**   hybridsql_simd()                         -> TEXT, the SIMD path the kernels run:
+**       avx2+fma or sse2 (x86_64, by cpuid), neon (aarch64) or generic.
+**       select hybridsql_simd() -> avx2+fma
 **
 ** Requirements (the code cites them by number):
 **
@@ -132,6 +135,13 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HS_X86 1
 #include <immintrin.h>
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define HS_NEON 1 /* NEON is part of every aarch64 CPU: no run-time check is needed */
+#include <arm_neon.h>
+#endif
+
+#if defined(_WIN32)
+#include <malloc.h> /* _aligned_malloc */
 #endif
 
 #define HS_VERSION "0.1.0"
@@ -147,11 +157,11 @@
 #define HS_HALF_LIFE 30.0
 #define HS_MAX_NUMBER 511
 
-const char *hs_version(void) { return HS_VERSION; }
-
 /* ------------------------------------------------------------------------
 ** Kernels: dot products in double precision, with the SIMD path chosen at
-** run time (HYBRIDSQL_SIMD=generic|sse2|avx2 forces one, for testing).
+** run time: on x86_64 AVX2+FMA when cpuid and xgetbv say the CPU and the OS
+** support it, else SSE2; NEON on aarch64; a generic loop elsewhere.
+** HYBRIDSQL_SIMD=generic|sse2 forces a lesser path, for testing.
 */
 typedef void (*Dot2Fn)(const float *a, const float *b, int64_t d, double *ab, double *bb);
 
@@ -370,6 +380,106 @@ static int32_t doti8_avx2(const int8_t *a, const int8_t *b, int64_t d) {
 }
 #endif
 
+#ifdef HS_NEON
+static void dot2_neon(const float *a, const float *b, int64_t d, double *ab, double *bb) {
+  float64x2_t s0 = vdupq_n_f64(0), s1 = vdupq_n_f64(0), n0 = vdupq_n_f64(0), n1 = vdupq_n_f64(0);
+  int64_t i = 0;
+  for (; i + 4 <= d; i += 4) {
+    float32x4_t va = vld1q_f32(a + i), vb = vld1q_f32(b + i);
+    float64x2_t alo = vcvt_f64_f32(vget_low_f32(va)), ahi = vcvt_high_f64_f32(va);
+    float64x2_t blo = vcvt_f64_f32(vget_low_f32(vb)), bhi = vcvt_high_f64_f32(vb);
+    s0 = vfmaq_f64(s0, alo, blo);
+    s1 = vfmaq_f64(s1, ahi, bhi);
+    n0 = vfmaq_f64(n0, blo, blo);
+    n1 = vfmaq_f64(n1, bhi, bhi);
+  }
+  double sa = vaddvq_f64(vaddq_f64(s0, s1)), na = vaddvq_f64(vaddq_f64(n0, n1));
+  for (; i < d; i++) {
+    double x = loadf(a + i), y = loadf(b + i);
+    sa += x * y;
+    na += y * y;
+  }
+  *ab = sa;
+  *bb = na;
+}
+
+static float dotf_neon(const float *a, const float *b, int64_t d) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0), s2 = vdupq_n_f32(0), s3 = vdupq_n_f32(0);
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+    s1 = vfmaq_f32(s1, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+    s2 = vfmaq_f32(s2, vld1q_f32(a + i + 8), vld1q_f32(b + i + 8));
+    s3 = vfmaq_f32(s3, vld1q_f32(a + i + 12), vld1q_f32(b + i + 12));
+  }
+  for (; i + 4 <= d; i += 4) s0 = vfmaq_f32(s0, vld1q_f32(a + i), vld1q_f32(b + i));
+  float sum = vaddvq_f32(vaddq_f32(vaddq_f32(s0, s1), vaddq_f32(s2, s3)));
+  for (; i < d; i++) sum += a[i] * b[i];
+  return sum;
+}
+
+static void dot2f_neon(const float *a, const float *b, int64_t d, float *ab, float *bb) {
+  float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0), n0 = vdupq_n_f32(0), n1 = vdupq_n_f32(0);
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    float32x4_t a0 = vld1q_f32(a + i), a1 = vld1q_f32(a + i + 4);
+    float32x4_t b0 = vld1q_f32(b + i), b1 = vld1q_f32(b + i + 4);
+    s0 = vfmaq_f32(s0, a0, b0);
+    s1 = vfmaq_f32(s1, a1, b1);
+    n0 = vfmaq_f32(n0, b0, b0);
+    n1 = vfmaq_f32(n1, b1, b1);
+  }
+  float sa = vaddvq_f32(vaddq_f32(s0, s1)), na = vaddvq_f32(vaddq_f32(n0, n1));
+  for (; i < d; i++) {
+    float x = (float)loadf(a + i), y = (float)loadf(b + i);
+    sa += x * y;
+    na += y * y;
+  }
+  *ab = sa;
+  *bb = na;
+}
+
+/* Exact: each product of two int8 fits int16 (vmull), and pairs are summed into int32. */
+static int32_t doti8_neon(const int8_t *a, const int8_t *b, int64_t d) {
+  int32x4_t acc = vdupq_n_s32(0);
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    int8x16_t va = vld1q_s8(a + i), vb = vld1q_s8(b + i);
+    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(va), vget_low_s8(vb)));
+    acc = vpadalq_s16(acc, vmull_high_s8(va, vb));
+  }
+  int32_t sum = vaddvq_s32(acc);
+  for (; i < d; i++) sum += (int32_t)a[i] * (int32_t)b[i];
+  return sum;
+}
+#endif
+
+#ifdef HS_X86
+/*
+** Whether the CPU has AVX2 and FMA and the OS saves the YMM registers, asked of
+** cpuid and xgetbv directly: __builtin_cpu_supports() needs a runtime that some
+** toolchains stub (zig cc's always answers 0).
+*/
+static void hs_cpuid(unsigned leaf, unsigned sub, unsigned r[4]) {
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+
+static int hs_has_avx2_fma(void) {
+  unsigned r[4];
+  hs_cpuid(0, 0, r);
+  if (r[0] < 7) return 0;
+  hs_cpuid(1, 0, r);
+  int fma = (r[2] >> 12) & 1, osxsave = (r[2] >> 27) & 1, avx = (r[2] >> 28) & 1;
+  if (!fma || !osxsave || !avx) return 0;
+  unsigned lo, hi;
+  __asm__ __volatile__(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0)); /* xgetbv */
+  (void)hi;
+  if ((lo & 6) != 6) return 0; /* the OS saves XMM and YMM state */
+  hs_cpuid(7, 0, r);
+  return (r[1] >> 5) & 1;
+}
+#endif
+
 static Dot2Fn dot2_fn;
 static Dot2FFn dot2f_fn = dot2f_generic;
 static DotFFn dotf_fn = dotf_generic;
@@ -378,13 +488,13 @@ static const char *simd_name = "unchosen";
 
 static void choose_simd(void) {
   const char *force = getenv("HYBRIDSQL_SIMD");
+  int generic = force && strcmp(force, "generic") == 0;
   Dot2Fn fn = dot2_generic;
   const char *name = "generic";
 #ifdef HS_X86
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (force && strcmp(force, "generic") == 0) {
+  if (generic) {
     /* keep the generic path */
-  } else if ((force && strcmp(force, "sse2") == 0) || !avx2) {
+  } else if ((force && strcmp(force, "sse2") == 0) || !hs_has_avx2_fma()) {
     fn = dot2_sse2;
     name = "sse2";
   } else {
@@ -394,8 +504,16 @@ static void choose_simd(void) {
     dotf_fn = dotf_avx2;
     doti8_fn = doti8_avx2;
   }
+#elif defined(HS_NEON)
+  if (!generic) {
+    fn = dot2_neon;
+    name = "neon";
+    dot2f_fn = dot2f_neon;
+    dotf_fn = dotf_neon;
+    doti8_fn = doti8_neon;
+  }
 #else
-  (void)force;
+  (void)generic;
 #endif
   simd_name = name;
   dot2_fn = fn; /* a benign race: every thread stores the same values */
@@ -406,7 +524,7 @@ static Dot2Fn dot2(void) {
   return dot2_fn;
 }
 
-const char *hs_simd_path(void) {
+HS_EXPORT const char *hs_simd_path(void) {
   dot2();
   return simd_name;
 }
@@ -431,19 +549,18 @@ static double squared_norm(const float *v, int64_t d, Dot2Fn fn) {
   return bb;
 }
 
-double hs_cosine(const float *a, const float *b, int64_t d) {
+HS_EXPORT double hs_cosine(const float *a, const float *b, int64_t d) {
   Dot2Fn fn = dot2();
   return cosine_with(squared_norm(a, d, fn), a, b, d, fn);
 }
 
-int64_t hs_first_nonfinite(const float *v, int64_t d) {
+HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d) {
   for (int64_t i = 0; i < d; i++) {
     if (!isfinite(loadf(v + i))) return i;
   }
   return -1;
 }
 
-#ifndef HYBRIDSQL_KERNELS_ONLY /* the top-k heap and packed scan serve the SQL layer */
 /* ------------------------------------------------------------------------
 ** A bounded min-heap of (score, id): the root is the worst kept row.
 ** "Better" is a higher score, then a lower id (Requirement 5).
@@ -747,7 +864,6 @@ static void knn_candidates(Knn *s) {
   s->ncand = m;
   if (m > 1) qsort(s->cand, (size_t)m, sizeof(Cand), cmp_cand);
 }
-#endif
 
 /* ------------------------------------------------------------------------
 ** Scores (Requirements 6 and 8).
@@ -973,7 +1089,6 @@ int hs_format_float(float x, char *buf, int64_t cap) {
   return len;
 }
 
-#ifndef HYBRIDSQL_KERNELS_ONLY
 /* ========================================================================
 ** The SQL layer: thin wrappers that check arguments and call the kernels.
 */
@@ -1436,6 +1551,13 @@ static void debug_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   sqlite3_result_text(ctx, s, -1, sqlite3_free);
 }
 
+/* The SIMD path the kernels run: avx2+fma, sse2, neon or generic. */
+static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  (void)argv;
+  sqlite3_result_text(ctx, hs_simd_path(), -1, SQLITE_STATIC);
+}
+
 /* ========================================================================
 ** vector_index (Requirement 10): a virtual table module that owns its
 ** vectors, stored in shadow tables of the same database:
@@ -1601,6 +1723,24 @@ typedef struct Pool {
 
 #define HS_REGION ((size_t)2 << 20)
 
+/* Memory aligned to align (a power of two), freed by region_free() alone. */
+static void *region_alloc(size_t align, size_t size) {
+#if defined(_WIN32)
+  return _aligned_malloc(size, align);
+#else
+  void *p = 0;
+  return posix_memalign(&p, align, size) == 0 ? p : 0;
+#endif
+}
+
+static void region_free(void *p) {
+#if defined(_WIN32)
+  _aligned_free(p);
+#else
+  free(p);
+#endif
+}
+
 static uint8_t *pool_get(Pool *p, size_t bytes, int full) {
   if (!full || (p->slot && bytes != p->slot)) return malloc(bytes);
   p->slot = bytes;
@@ -1617,7 +1757,7 @@ static uint8_t *pool_get(Pool *p, size_t bytes, int full) {
       if (!grown) return 0;
       p->free = grown, p->capfree = (int64_t)per;
     }
-    if (posix_memalign(&region, HS_REGION, size) != 0) return 0;
+    if (!(region = region_alloc(HS_REGION, size))) return 0;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     madvise(region, size, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
 #endif
@@ -1650,7 +1790,7 @@ static void pool_put(Pool *p, uint8_t *buf) {
 }
 
 static void pool_clear(Pool *p) {
-  for (int64_t i = 0; i < p->nregions; i++) free(p->regions[i]);
+  for (int64_t i = 0; i < p->nregions; i++) region_free(p->regions[i]);
   free(p->regions);
   free(p->free);
   memset(p, 0, sizeof(*p));
@@ -4570,6 +4710,7 @@ static const struct {
     {"vector_json", 1, HS_PURE, vector_json_func, 0, 0},
     {"hybridsql_version", 0, HS_PURE, version_func, 0, 0},
     {"hybridsql_debug", 0, SQLITE_UTF8 | SQLITE_INNOCUOUS, debug_func, 0, 0},
+    {"hybridsql_simd", 0, HS_PURE, simd_func, 0, 0}, /* chosen once per process */
 };
 
 /* Sets *pzErrMsg to "hybridsql: cannot register NAME: why" and returns rc. */
@@ -4581,13 +4722,11 @@ static int init_error(sqlite3 *db, char **pzErrMsg, const char *name, int rc) {
   return rc;
 }
 
-/* The one symbol the library exports: setup.py builds with -fvisibility=hidden. */
-#if defined(_WIN32)
-__declspec(dllexport)
-#elif defined(__GNUC__) || defined(__clang__)
-__attribute__((visibility("default")))
-#endif
-int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+/*
+** The library exports this entry point and the kernels of hybridsql.h (HS_EXPORT), nothing else:
+** every build uses -fvisibility=hidden.
+*/
+HS_EXPORT int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
   /* sqlite3_api is one pointer for the whole process. A second SQLite library in it (apsw and
   ** Python's sqlite3 each may bring their own) would send the first one's calls into its own
   ** code, with its own mutexes and structures: the heap was corrupted under Datasette. */
@@ -4618,4 +4757,3 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
   rc = register_fts5(db);
   return rc == SQLITE_OK ? rc : init_error(db, pzErrMsg, "bm25_candidate", rc);
 }
-#endif /* HYBRIDSQL_KERNELS_ONLY */

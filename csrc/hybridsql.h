@@ -1,13 +1,24 @@
 /*
-** The kernels of hybridsql.c that Python calls through cffi (hybridsql/_native.py). They know
-** nothing of SQLite. Only declarations reach the cffi cdef; lines starting with '#' do not.
+** The kernels of hybridsql.c that Python calls through cffi in ABI mode (hybridsql/_native.py
+** opens the loadable library itself). They know nothing of SQLite. The library exports these
+** and sqlite3_hybridsql_init, nothing else. _native.py's cdef repeats these declarations;
+** tests/test_extension.py checks that the two agree.
 */
 #ifndef HYBRIDSQL_H
 #define HYBRIDSQL_H
 #include <stdint.h>
 
-const char *hs_simd_path(void);
-int64_t hs_first_nonfinite(const float *v, int64_t d);
-double hs_cosine(const float *a, const float *b, int64_t d);
+/* What the library exports; every build hides the rest (-fvisibility=hidden). */
+#if defined(_WIN32)
+#define HS_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define HS_EXPORT __attribute__((visibility("default")))
+#else
+#define HS_EXPORT
+#endif
+
+HS_EXPORT const char *hs_simd_path(void);
+HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d);
+HS_EXPORT double hs_cosine(const float *a, const float *b, int64_t d);
 
 #endif

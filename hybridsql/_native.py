@@ -1,18 +1,41 @@
 """The one module that touches cffi: the C kernels of csrc/hybridsql.c, wrapped for Python.
 
-Callers pass and get plain Python objects; ``ffi`` and ``lib`` never leave this module.
+The kernels live in the loadable library itself (``hybridsql.so``, ``.dylib`` or ``.dll``), which
+exports them beside SQLite's entry point; cffi opens it in ABI mode, so one binary per platform
+serves every Python version. Callers pass and get plain Python objects; ``ffi`` and ``lib`` never
+leave this module.
 """
 
+import os
+import sys
+
+from cffi import FFI
+
+# The declarations of csrc/hybridsql.h (tests/test_extension.py checks that they agree).
+CDEF = """
+const char *hs_simd_path(void);
+int64_t hs_first_nonfinite(const float *v, int64_t d);
+double hs_cosine(const float *a, const float *b, int64_t d);
+"""
+
+# The library's file name on each platform: SQLite derives the entry point
+# sqlite3_hybridsql_init from it, and the sqlite3 shell's `.load hybridsql` adds the suffix.
+LIBRARY = {"win32": "hybridsql.dll", "darwin": "hybridsql.dylib"}.get(sys.platform, "hybridsql.so")
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
+
+ffi = FFI()
+ffi.cdef(CDEF)
 try:
-    from hybridsql._kernels import ffi, lib
-except ImportError:  # not built: the callers fall back to numpy or pure Python
-    ffi = lib = None
+    lib = ffi.dlopen(PATH)
+except OSError:  # not built (a source checkout): the callers fall back to numpy or pure Python
+    lib = None
 
 AVAILABLE = lib is not None
 
 
 def simd_path() -> str:
-    """The SIMD path the kernels chose on this CPU, e.g. ``avx2+fma``."""
+    """The SIMD path the kernels chose on this CPU: ``avx2+fma``, ``sse2``, ``neon`` or
+    ``generic``."""
     return ffi.string(lib.hs_simd_path()).decode()
 
 

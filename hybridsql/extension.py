@@ -10,6 +10,7 @@ import urllib.parse
 
 import apsw
 
+from hybridsql import _native
 from hybridsql.errors import DatabaseError, ExtensionError
 from hybridsql.functions import Functions, make_math
 
@@ -30,6 +31,7 @@ SCALARS = (
     ("vector_blob", 1),
     ("vector_json", 1),
     ("hybridsql_version", 0),
+    ("hybridsql_simd", 0),
 )
 
 
@@ -44,7 +46,7 @@ PYTHON_ONLY = (
 
 def loadable_path() -> str:
     """Path of the SQLite loadable extension (``.load`` it in any SQLite client)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hybridsql.so")
+    path = _native.PATH
     if not os.path.exists(path):
         raise ExtensionError(
             f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
@@ -93,7 +95,7 @@ def _binary_for(conn) -> str:
             if _COPIES:
                 folder = tempfile.mkdtemp(prefix="hybridsql-")
                 atexit.register(shutil.rmtree, folder, True)
-                path = shutil.copy(path, os.path.join(folder, "hybridsql.so"))
+                path = shutil.copy(path, os.path.join(folder, _native.LIBRARY))
             _COPIES[library] = path
         return _COPIES[library]
 

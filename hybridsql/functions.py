@@ -382,6 +382,10 @@ class Functions:
     def hybridsql_version(self):
         return VERSION
 
+    def hybridsql_simd(self):
+        """The SIMD path of the C kernels where they answer, else the math's name."""
+        return _native.simd_path() if self.math.kernels == "cffi" else self.math.kernels
+
     def hybridsql_debug(self, sqlite_version: str = "") -> str:
         kernels = f"; kernels {self.math.kernels}"
         if self.math.kernels == "cffi":

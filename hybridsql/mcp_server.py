@@ -128,17 +128,38 @@ class Indexing(Progress):
         return f"indexing: {so_far}; documents found are those indexed so far"
 
 
+# What a read-only place may run (an HTTP server's read key): nothing that writes.
+READS = frozenset(
+    {MemoryStore.search, MemoryStore.search_documents, MemoryStore.timeline, MemoryStore.recent}
+)
+
+
 class Place:
     """Where one tool call works: ``call(MemoryStore.method, *args)`` runs the method on its
     store under its guard; ``session()`` is the session it links to (started on first use);
     ``project`` is the project it names (None: all of them, for searches), ``default`` the
-    project of new memories when it names none."""
+    project of new memories when it names none. A ``read_only`` place (a key that may only
+    read) runs READS alone and has no session."""
 
-    def __init__(self, call, session, project: str | None, default: str):
-        self.call = call
-        self.session = session
+    def __init__(self, call, session, project: str | None, default: str, read_only=False):
+        self._call = call
+        self._session = session
         self.project = project
         self.default = default
+        self.read_only = read_only
+
+    def refuse(self):
+        return ToolError(f"this key can only read project {self.owner!r}: it cannot change it")
+
+    def call(self, fn, *args, **kwargs):
+        if self.read_only and fn not in READS:
+            raise self.refuse()
+        return self._call(fn, *args, **kwargs)
+
+    def session(self):
+        if self.read_only:
+            raise self.refuse()
+        return self._session()
 
     @property
     def owner(self) -> str:
@@ -196,6 +217,8 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         place = where(options.pop("project", None))
         if place is None:
             return {"memories": [], "documents": [], "notes": [NOTHING_YET]}
+        if place.read_only:  # a read key only looks
+            options["reinforce"] = False
         reinforce = options.get("reinforce", True)
         found = place.call(
             MemoryStore.search,

@@ -34,10 +34,14 @@ import apsw
 import pytest
 from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql, run_on_tty
 
+import hybridsql
 from hybridsql.errors import QueryError
 from hybridsql.index import VANISHED
 from hybridsql.schema import SCHEMA_VERSION
 from hybridsql.search import SearchOptions
+
+# The SIMD path that SQL reports; --version says the same.
+SIMD = hybridsql.connect(":memory:").execute("select hybridsql_simd()").fetchone()[0]
 
 TODAY = datetime.now().strftime("%Y-%m-%d")
 BIG = 2**63  # one past SQLite's largest integer
@@ -396,7 +400,12 @@ ROWS = [
         mcp=("index", "search_memory", {"query": "x" * 1_000_001}),
     ),
     # -- --version ------------------------------------------------------------------------------
-    Row("--version", ["--version"], f"hybridsql {importlib.metadata.version('hybridsql')}", 0),
+    Row(
+        "--version",
+        ["--version"],
+        f"hybridsql {importlib.metadata.version('hybridsql')} (simd {SIMD})",
+        0,
+    ),
     # -- writes stay inside the memory folder ---------------------------------------------------
     Row(
         "memory/ is a link to another folder",

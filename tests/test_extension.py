@@ -256,6 +256,7 @@ FUNCTIONS = {
     ("vector_json", 1),
     ("hybridsql_version", 0),
     ("hybridsql_debug", 0),
+    ("hybridsql_simd", 0),
 }
 
 
@@ -474,7 +475,7 @@ def test_load_rejects_unknown_backend():
 
 
 def test_extension_backend_is_strict(monkeypatch, tmp_path):
-    monkeypatch.setattr(hybridsql.extension, "__file__", str(tmp_path / "extension.py"))
+    monkeypatch.setattr(hybridsql._native, "PATH", str(tmp_path / "hybridsql.so"))
     monkeypatch.setattr(hybridsql.extension, "_COPIES", {})  # no binary found yet
     with pytest.raises(ExtensionError, match="the native extension is not built"):
         hybridsql.load(apsw.Connection(":memory:"), "extension")
@@ -582,14 +583,18 @@ def test_every_simd_path_gives_the_same_scores(simd):
     want = brute_force(rows.astype(np.float32), q.astype(np.float32), 20, lambda i: True)
     assert [i for i, _ in got] == [i for i, _ in want]
     assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-12)
-    debug, _ = run_shell("select hybridsql_debug()", env={**os.environ, "HYBRIDSQL_SIMD": simd})
-    assert f"simd {'avx2+fma' if simd == 'avx2' else simd}" in next(iter(debug[0].values()))
+    path = "avx2+fma" if simd == "avx2" else simd
+    debug, _ = run_shell(
+        "select hybridsql_debug() as d, hybridsql_simd() as s",
+        env={**os.environ, "HYBRIDSQL_SIMD": simd},
+    )
+    assert f"simd {path}" in debug[0]["d"] and debug[0]["s"] == path
 
 
 # -- the build and the C library's environment ----------------------------------------------
 
 
-def test_the_library_exports_its_entry_point_alone():
+def test_the_library_exports_its_entry_point_and_the_kernels_alone():
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm (binutils) is not installed: the exported symbols cannot be listed")
@@ -599,7 +604,8 @@ def test_the_library_exports_its_entry_point_alone():
         text=True,
         check=True,
     ).stdout
-    assert [line.split()[-1] for line in out.splitlines()] == ["sqlite3_hybridsql_init"]
+    exported = sorted(line.split()[-1] for line in out.splitlines())
+    assert exported == ["hs_cosine", "hs_first_nonfinite", "hs_simd_path", "sqlite3_hybridsql_init"]
 
 
 def test_loading_twice_keeps_working_and_failures_are_named():
@@ -621,7 +627,8 @@ def test_loading_twice_keeps_working_and_failures_are_named():
         " unable to delete/modify user-function due to active statements"
     )
     with pytest.raises(apsw.ExtensionLoadingError, match=re.escape(message)):
-        conn.load_extension(path)
+        # the binary apsw's SQLite was given (pysqlite3's may hold the package's own)
+        conn.load_extension(hybridsql.extension._binary_for(conn))
 
 
 COMMA_LOCALE = "de_DE.UTF-8"
@@ -785,3 +792,18 @@ def test_opening_waits_for_a_connection_that_holds_the_file(tmp_path, readonly):
     conn = hybridsql.connect(path, readonly=readonly)
     thread.join()
     assert conn.execute("select count(*) from t").fetchone() == (1,)
+
+
+def test_the_kernels_cdef_is_the_headers():
+    """_native.py's cffi declarations (ABI mode: nothing checks them at build time) are those of
+    csrc/hybridsql.h, which the C compiles against."""
+    from hybridsql import _native
+
+    header = os.path.join(os.path.dirname(__file__), "..", "csrc", "hybridsql.h")
+    with open(header) as f:
+        declared = [
+            line.removeprefix("HS_EXPORT ").strip()
+            for line in f
+            if line.startswith("HS_EXPORT ") and "(" in line
+        ]
+    assert declared and declared == _native.CDEF.strip().splitlines()
