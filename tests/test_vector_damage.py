@@ -255,10 +255,12 @@ def test_a_table_whose_shadow_tables_cannot_be_read_says_which(tmp_path, shadow)
     conn.close()
     conn = connect(tmp_path / "v.db")
     message = f"vector_index: the shadow tables of t cannot be read: no such table: main.t_{shadow}"
-    for sql in STATEMENTS:
+    for sql in (*STATEMENTS, "alter table t rename to u"):
         with pytest.raises(apsw.CorruptError, match="^" + re.escape(message) + "$"):
             conn.execute(sql).fetchall()
     assert checks(conn) == ([(message,)], [(message,)])
+    conn.execute("drop table t")
+    assert conn.execute("select distinct tbl_name from sqlite_schema").fetchall() == [("other",)]
 
 
 def shell(path, *commands):
