@@ -6,7 +6,6 @@ import asyncio
 import functools
 import importlib.resources
 import time
-import warnings
 
 import apsw
 from datasette import hookimpl
@@ -15,7 +14,7 @@ from markupsafe import Markup, escape
 
 from hybridsql.embed import default_embedder, register_embed, resolve_provider
 from hybridsql.errors import HybridSQLError
-from hybridsql.extension import PYTHON_ONLY, load
+from hybridsql.extension import load
 from hybridsql.index import HybridIndex
 from hybridsql.memory import SECTORS, MemoryStore
 from hybridsql.search import MODES, SearchOptions, explain_sql
@@ -25,8 +24,7 @@ KINDS = ("documents", "memories")
 
 @hookimpl
 def prepare_connection(conn):
-    if load(conn) != "extension":
-        warnings.warn(PYTHON_ONLY, stacklevel=2)
+    load(conn)  # where it falls back to Python, it says so once
     register_embed(conn, default_embedder)  # the model loads on the first embed() call
 
 
