@@ -3,6 +3,7 @@
 Used by scripts/build-dist (the release) and by the platform checks (tests and .ci/run).
 """
 
+import contextlib
 import glob
 import os
 import shutil
@@ -191,7 +192,6 @@ def emulated_shells(cache: str = EMULATION) -> dict:
     musl-linked shells (the aarch64 one under qemu-user) and a Windows sqlite3.exe under wine."""
     root = arm64_root(cache)
     qemu = ("qemu-aarch64", "-L", root)
-    wine_env = (("WINEPREFIX", os.path.join(cache, "wine")), ("WINEDEBUG", "-all"))
     return {
         "linux-aarch64": Shell(
             "linux-aarch64", (*qemu, os.path.join(root, "usr", "bin", "sqlite3"))
@@ -201,6 +201,27 @@ def emulated_shells(cache: str = EMULATION) -> dict:
             "musllinux-aarch64", (*qemu, build_shell("musllinux-aarch64", cache))
         ),
         "windows-x86_64": Shell(
-            "windows-x86_64", ("wine", build_shell("windows-x86_64", cache)), wine_env
+            "windows-x86_64", ("wine", build_shell("windows-x86_64", cache)), wine_env(cache)
         ),
     }
+
+
+def wine_env(cache: str = EMULATION) -> tuple:
+    """wine's environment: its own prefix under cache, and no debug messages."""
+    return (("WINEPREFIX", os.path.join(cache, "wine")), ("WINEDEBUG", "-all"))
+
+
+@contextlib.contextmanager
+def wine_server(cache: str = EMULATION):
+    """Runs a wine server for the prefix under cache while the block runs, with the prefix made
+    (once, 15 to 30 seconds) and its services started here. Without it each wine command starts
+    them itself, and they keep its output pipes open until the server stops, seconds later."""
+    env = {**os.environ, **dict(wine_env(cache))}
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "env": env}
+    os.makedirs(env["WINEPREFIX"], exist_ok=True)
+    subprocess.run(["wineserver", "--persistent"], check=True, **quiet)
+    try:
+        subprocess.run(["wineboot", "--init"], check=True, stderr=subprocess.DEVNULL, **quiet)
+        yield
+    finally:
+        subprocess.run(["wineserver", "--kill"], check=True, **quiet)
