@@ -5,6 +5,7 @@ Used by scripts/build-dist (the release) and by the platform checks (tests and .
 
 import contextlib
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -93,6 +94,8 @@ def emulators_missing() -> list:
         )
         if not shutil.which(command)
     ]
+    if importlib.util.find_spec("ziglang") is None:
+        missing.append("ziglang (pip)")
     if shutil.which("dpkg"):
         foreign = subprocess.run(
             ["dpkg", "--print-foreign-architectures"], capture_output=True, text=True, check=False
