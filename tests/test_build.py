@@ -114,7 +114,7 @@ def test_the_exports_are_those_of_the_header():
 
 
 def test_the_sdist_builds_and_installs_from_source(tmp_path):
-    """The sdist carries what a build from source needs (the C file and its header): pip
+    """The sdist carries what a build from source needs (csrc/ with SQLite's headers): pip
     compiles it with the system compiler, and the library it makes loads in the sqlite3 shell."""
     subprocess.run(
         [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "sdist"), ROOT],
@@ -133,9 +133,7 @@ def test_the_sdist_builds_and_installs_from_source(tmp_path):
         timeout=600,
     )
     library = site / "hybridsql" / "hybridsql.so"
-    assert platforms.check_library(platforms.target("linux-x86_64"), str(library)).exports == (
-        EXPORTS
-    )
+    assert platforms.inspect_library(str(library)).exports == EXPORTS
     shell = subprocess.run(
         ["sqlite3", ":memory:", f".load {library}", "select hybridsql_version()"],
         check=True,
