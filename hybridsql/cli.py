@@ -460,6 +460,7 @@ def context(store, memory_id):
     epilog=example(
         "hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
         "HYBRIDSQL_TOKEN=... hybridsql mcp --http 0.0.0.0:8765 --data-dir ~/agent-memory/db",
+        "hybridsql mcp --http 0.0.0.0:8765 --data-dir ~/agent-memory/db --keys ~/.hybridsql-keys",
     )
 )
 @db_options(required=False)
@@ -487,9 +488,17 @@ def context(store, memory_id):
     "--token",
     default=None,
     help="with --http: the bearer token every request must carry (default: $HYBRIDSQL_TOKEN, "
-    "which ps does not show); needed on a non-loopback address",
+    "which ps does not show); needed on a non-loopback address, unless --keys",
 )
-def mcp(db, embedder, memory_dir, project, http, data_dir, token):
+@click.option(
+    "--keys",
+    "keys_file",
+    metavar="FILE",
+    default=None,
+    help="with --http, instead of --token: a file of keys, one a line: KEY read|write PROJECT... "
+    "('*': every project); read again when it changes (docs/security.md)",
+)
+def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
     """Serve the memory store over MCP (stdio, or HTTP with --http).
 
     Tools: search_memory, extract_memory, add, supersede, reinforce, timeline, recent_memories
@@ -510,9 +519,9 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token):
         if data_dir and source is click.core.ParameterSource.ENVIRONMENT:
             db = None  # $HYBRIDSQL_DB gives way to --data-dir
         token = token or os.environ.get("HYBRIDSQL_TOKEN") or None
-        serve_http(http, db, data_dir, memory_dir, project, embedder, token)
-    elif data_dir is not None or token is not None:
-        raise HybridSQLError("--data-dir and --token serve over HTTP: add --http HOST:PORT")
+        serve_http(http, db, data_dir, memory_dir, project, embedder, token, keys_file)
+    elif data_dir is not None or token is not None or keys_file is not None:
+        raise HybridSQLError("--data-dir, --token and --keys serve over HTTP: add --http HOST:PORT")
     elif db is None:
         raise HybridSQLError("the MCP server over stdio needs --db FILE (or $HYBRIDSQL_DB)")
     else:

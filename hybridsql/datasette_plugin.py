@@ -6,15 +6,15 @@ import asyncio
 import functools
 import importlib.resources
 import time
-import warnings
 
+import apsw
 from datasette import hookimpl
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
 from hybridsql.embed import default_embedder, register_embed, resolve_provider
 from hybridsql.errors import HybridSQLError
-from hybridsql.extension import PYTHON_ONLY, load
+from hybridsql.extension import load
 from hybridsql.index import HybridIndex
 from hybridsql.memory import SECTORS, MemoryStore
 from hybridsql.search import MODES, SearchOptions, explain_sql
@@ -24,8 +24,7 @@ KINDS = ("documents", "memories")
 
 @hookimpl
 def prepare_connection(conn):
-    if load(conn) != "extension":
-        warnings.warn(PYTHON_ONLY, stacklevel=2)
+    load(conn)  # where it falls back to Python, it says so once
     register_embed(conn, default_embedder)  # the model loads on the first embed() call
 
 
@@ -67,11 +66,19 @@ def _form(args) -> dict:
     return form
 
 
-def _search(path: str, form: dict):
+def _search(path: str, form: dict, tables: set):
     """The results of the form's search, on a read-only index: nothing is written, not even
-    the reinforcement a memory search gives by default."""
+    the reinforcement a memory search gives by default. Adds to ``tables`` every table of the
+    file that the search read (SQLite's authorizer sees each), for the page to check."""
+
+    def reading(op, table, _column, database, _trigger):
+        if op == apsw.SQLITE_READ and database == "main":
+            tables.add(table)
+        return apsw.SQLITE_OK
+
     options = SearchOptions(mode=form["mode"], now=form["now"] or None)
     with HybridIndex(path, embedder=_provider(), readonly=True) as idx:
+        idx.conn.authorizer = reading
         if form["kind"] == "documents":
             return idx.searcher.search(form["q"], options)
         store = MemoryStore(idx, clock=(lambda: options.now) if options.now else time.time)
@@ -92,18 +99,29 @@ def _marked(snippet: str) -> Markup:
 
 
 async def search_page(datasette, request):
+    """The search page. Datasette's permissions hold as on its own pages: the database's
+    (``view-database``, then ``view-instance``) before anything is read, and every table the
+    search read (``view-table`` first) before anything is shown; else 403."""
     database = request.url_vars["database"]
     try:
         db = datasette.get_database(database)
     except KeyError:
         return Response.html(f"no database called {escape(database)}", status=404)
+    await datasette.ensure_permissions(
+        request.actor, [("view-database", database), "view-instance"]
+    )
     form = _form(request.args)
-    found, error = None, None
+    found, error, tables = None, None, set()
     if form["q"] and db.path:
         try:
-            found = await asyncio.to_thread(_search, db.path, form)
+            found = await asyncio.to_thread(_search, db.path, form, tables)
         except (HybridSQLError, ValueError) as e:
             error = str(e)
+        for table in sorted(tables):
+            await datasette.ensure_permissions(
+                request.actor,
+                [("view-table", (database, table)), ("view-database", database), "view-instance"],
+            )
     elif form["q"]:
         error = f"{database} is not a file: a hybridsql index is"
     context = {

@@ -86,34 +86,45 @@ def _load_local():
         return _local_model
 
 
-# A long text is tokenized up to a place past _PREFIX_CHARS a window where it can be cut: before
-# an ASCII space, tab or line break, or a CJK ideograph (which BERT's normalizer surrounds with
-# spaces). The tokens before such a place do not depend on what follows it, so when that prefix
-# alone fills every window, its windows are the whole text's: a megabyte query is not tokenized
-# whole only for all but its first windows to be dropped.
+# A long text is tokenized a growing prefix at a time, each cut at a place where it can be cut:
+# before an ASCII space, tab or line break, or a CJK ideograph (which BERT's normalizer surrounds
+# with spaces), else where the bound falls. The tokens before such a place do not depend on what
+# follows it, so once a prefix fills more windows than are kept, its windows are the whole
+# text's: a megabyte query is not tokenized whole only for all but its first windows to be
+# dropped. A text is read to _PREFIX_CHARS characters a window at most: one whose words are so
+# long (over 100 letters: one [UNK] each) that this fills no more windows is read that far alone,
+# so no text costs more than that to embed, whatever its length.
 _PREFIX_CHARS = 4096
+_FIRST_CHARS = 512  # a window's first prefix: two characters a token
 _CUT = re.compile("[ \t\n\r\u4e00-\u9fff]")
+
+
+def _cut(text: str, at: int) -> str:
+    """``text`` up to its first break at or just after ``at`` (else at ``at``), or all of it."""
+    if len(text) <= at:
+        return text
+    found = _CUT.search(text, at, at + 256)
+    return text[: found.start() if found else at]
 
 
 def encode_windows(tokenizer, texts: list, most: int) -> list:
     """Each text's windows: the tokenizer's encoding and its overflowing windows (truncation on),
-    at most ``most`` of them, without tokenizing what would be dropped."""
-    prefixes = []
-    for text in texts:
-        limit = _PREFIX_CHARS * most
-        cut = _CUT.search(text, limit) if len(text) > limit else None
-        prefixes.append(text[: cut.start()] if cut else text)
-    encodings = tokenizer.encode_batch(prefixes)
-    windows = [[e, *e.overflowing] for e in encodings]
-    # A prefix's windows are the text's only when one more follows them: its last may be short.
-    again = [
-        i
-        for i, (text, prefix) in enumerate(zip(texts, prefixes, strict=True))
-        if prefix is not text and len(windows[i]) <= most
-    ]
-    windows = [ws[:most] for ws in windows]
-    for i, e in zip(again, tokenizer.encode_batch([texts[i] for i in again]), strict=True):
-        windows[i] = [e, *e.overflowing][:most]
+    at most ``most`` of them, tokenizing no more of the text than they need, and never more than
+    _PREFIX_CHARS characters a window."""
+    bound = _PREFIX_CHARS * most
+    size = min(bound, _FIRST_CHARS * most)
+    windows: list = [None] * len(texts)
+    pending = list(range(len(texts)))
+    while pending:
+        prefixes = [_cut(texts[i], size) for i in pending]
+        still = []
+        for i, prefix, e in zip(pending, prefixes, tokenizer.encode_batch(prefixes), strict=True):
+            found = [e, *e.overflowing]
+            if len(found) > most or prefix is texts[i] or size >= bound:
+                windows[i] = found[:most]
+            else:
+                still.append(i)
+        pending, size = still, min(bound, 2 * size)
     return windows
 
 

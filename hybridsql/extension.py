@@ -1,9 +1,12 @@
 """Loading the SQL functions into a connection: the native extension, or Python in its place."""
 
 import atexit
+import logging
 import os
+import platform
 import shutil
 import sqlite3
+import sys
 import tempfile
 import threading
 import urllib.parse
@@ -35,13 +38,49 @@ SCALARS = (
 )
 
 
-# What a sqlite3 connection that cannot load the extension lacks, and where to get it: said once
-# by the sqlite-utils and Datasette plugins, since SQLite's own error ("no such module") cannot.
-PYTHON_ONLY = (
-    "hybridsql: this Python's sqlite3 cannot load extensions, so the vector_index tables (an"
-    " index's vectors) and bm25_candidate() are missing; `pip install pysqlite3-binary` gives"
-    " sqlite-utils and Datasette a sqlite3 that can, or use the sqlite3 shell with .load"
-)
+# pysqlite3, which sqlite-utils and Datasette import in place of Python's sqlite3 when it is
+# installed, has wheels that load extensions (0.6.1) for these (sys.platform, machine) pairs.
+PYSQLITE3_WHEELS = {("linux", "x86_64"), ("darwin", "arm64"), ("win32", "amd64"), ("win32", "x86")}
+
+_log = logging.getLogger("hybridsql")
+_SAID: set = set()
+_SAID_LOCK = threading.Lock()
+
+
+def say_once(message: str) -> None:
+    """Logs ``message`` as a warning of the ``hybridsql`` logger the first time in this process,
+    never again. Where logging is not set up, Python prints it alone on stderr."""
+    with _SAID_LOCK:
+        if message in _SAID:
+            return
+        _SAID.add(message)
+    _log.warning(message)
+
+
+def python_only(conn, error: Exception) -> str:
+    """One line: why ``conn`` got the Python functions in place of the extension, what it lacks,
+    and what to do. SQLite's own error ("no such module: vector_index") cannot say it."""
+    module = "apsw" if isinstance(conn, apsw.Connection) else type(conn).__module__.split(".")[0]
+    lacks = (
+        "so its connections have hybridsql's SQL functions in Python but no vector_index tables"
+        " (a query of an index's vectors fails, and Datasette cannot open an index) and no"
+        " bm25_candidate()"
+    )
+    if not isinstance(error, AttributeError):  # the module has enable_load_extension
+        return f"hybridsql: the native extension did not load into {module} ({error}), {lacks}"
+    if (sys.platform, platform.machine().lower()) in PYSQLITE3_WHEELS:
+        fix = "`pip install pysqlite3` gives sqlite-utils and Datasette a sqlite3 that can"
+    else:
+        fix = (
+            f"pysqlite3, which sqlite-utils and Datasette would use instead, has no wheel for"
+            f" {platform.system()} {platform.machine()}: `pip install pysqlite3` compiles it (with"
+            " a C compiler and SQLite's headers), or use a Python whose sqlite3 loads extensions"
+        )
+    name = "Python's sqlite3" if module == "sqlite3" else module
+    return (
+        f"hybridsql: {name} cannot load extensions (this Python was built without them), {lacks};"
+        f" {fix}. The hybridsql command and apsw have everything."
+    )
 
 
 def loadable_path() -> str:
@@ -72,6 +111,7 @@ def load(conn, backend: str = "auto") -> str:
         except (ExtensionError, AttributeError, apsw.Error, sqlite3.Error) as e:
             if backend == "extension":
                 raise ExtensionError(f"cannot load the native extension: {e}") from e
+            say_once(python_only(conn, e))
     vmath = make_math("numpy" if backend in ("auto", "extension") else backend)
     register_python(conn, Functions(vmath))
     return vmath.name

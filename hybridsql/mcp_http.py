@@ -10,8 +10,11 @@ gets an MCP session id), served by uvicorn to many clients at once.
   ``/mcp``, the tools' ``project`` argument (else ``--project``). A tool argument that names
   another project than the URL is refused, never read.
 - Access: with a token (``HYBRIDSQL_TOKEN`` or ``--token``) every request must carry
-  ``Authorization: Bearer TOKEN`` or is answered 401 before anything is read. A non-loopback
-  address needs a token.
+  ``Authorization: Bearer TOKEN`` or is answered 401 before anything is read. With ``--keys
+  FILE`` (hybridsql/keys.py) each key reaches the projects its line names, to read or to write;
+  a project it does not cover is answered 403 (tool calls: an error), whether or not it exists.
+  An MCP session is bound to the project and key that opened it. A non-loopback address needs a
+  token or keys.
 - A hybridsql session is one MCP session's work in one index: started by its first call that
   links memories (add, supersede, reinforce, a search that reinforces), ended with a count of
   what it used when the client ends the MCP session (DELETE), after the SDK's idle timeout, or
@@ -45,7 +48,9 @@ from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 
 from hybridsql.embed import resolve_provider
 from hybridsql.errors import HybridSQLError, IndexingError, ProjectError
+from hybridsql.http_limits import descriptor_limit, limited_protocol
 from hybridsql.index import HybridIndex
+from hybridsql.keys import EVERYTHING, Keys, digest
 from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_session
 from hybridsql.memory import MemoryStore
 
@@ -57,10 +62,10 @@ CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
 MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
-# The project named by the request's URL (None at /mcp) and its MCP session id. The SDK runs
-# each message's handler in the context of the HTTP request that carried it, and sync tools in
-# worker threads that copy it, so a tool sees its own request's values.
-CONNECTION: ContextVar[tuple] = ContextVar("hybridsql_connection", default=(None, None))
+# The project named by the request's URL (None at /mcp), its MCP session id and the grant of
+# its key. The SDK runs each message's handler in the context of the HTTP request that carried
+# it, and sync tools in worker threads that copy it, so a tool sees its own request's values.
+CONNECTION: ContextVar[tuple] = ContextVar("hybridsql_connection", default=(None, None, EVERYTHING))
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -100,13 +105,27 @@ class Open:
         self.path, self.embedder, self.memory_dir = path, embedder, memory_dir
         self.guard = Guard(path)
         self.store = None
+        self.identity = None  # (device, inode) of the file it opened
         self.closed = False
 
     def load(self) -> MemoryStore:
         if self.store is None:
             index = HybridIndex(self.path, embedder=self.embedder)
             self.store = MemoryStore(index, self.memory_dir)
+            st = os.stat(self.path)
+            self.identity = (st.st_dev, st.st_ino)
         return self.store
+
+    def moved(self) -> bool:
+        """Whether the file it opened was removed or replaced (a restore renames a new one in)
+        since: then its connection writes into a file nobody will read again."""
+        if self.identity is None:
+            return False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity
 
     def run(self, fn, *args, **kwargs):
         return fn(self.load(), *args, **kwargs)
@@ -130,12 +149,23 @@ class Projects:
         self.sessions: dict[tuple, list] = {}  # (index key, MCP session id) -> [id, last use]
 
     def where(self, named: str | None, write: bool = False) -> Place | None:
-        url, mcp_session = CONNECTION.get()
+        url, mcp_session, grant = CONNECTION.get()
         if url is not None and named is not None and named != url:
             raise ToolError(
                 f"this connection's URL is for project {url!r}; it cannot use project {named!r}"
             )
         named = url if url is not None else named
+        if not grant.covers(named):
+            # Before anything is read: the answer is the same whether the project exists.
+            if named is not None or not (self.default and grant.covers(self.default)):
+                raise ToolError(
+                    f"this key does not cover project {named!r}"
+                    if named is not None
+                    else f"name a project: this key covers {grant.describe()}"
+                )
+            named = self.default
+        if write and not grant.write:
+            raise ToolError(f"this key can only read: it cannot change project {named!r}")
         if self.data_dir is None:
             key, project, default = "", named, self.default
         else:
@@ -149,7 +179,7 @@ class Projects:
                 check_project(key)
             except ProjectError as e:
                 raise ToolError(str(e)) from e
-            if not write and key not in self.open_indexes and not os.path.exists(self.path(key)):
+            if not write and not self.exists(key):
                 return None
             project = default = key
         owner = default if project is None else project
@@ -158,15 +188,37 @@ class Projects:
             partial(self.session, key, mcp_session, owner),
             project,
             default,
+            read_only=not grant.write,
         )
 
     def path(self, key: str) -> str:
         return self.db if self.data_dir is None else os.path.join(self.data_dir, f"{key}.db")
 
+    def exists(self, key: str) -> bool:
+        entry = self.open_indexes.get(key)
+        if entry is not None and not entry.moved():
+            return True
+        return os.path.exists(self.path(key))
+
     def call(self, key: str, fn, *args, **kwargs):
-        """``fn(store, *args)`` on the index ``key``, under its guard."""
+        """``fn(store, *args)`` on the index ``key``, under its guard; an index whose file was
+        removed or replaced is closed and opened again (a new file, or the one put in its
+        place), so that no write goes into an unlinked file."""
         while True:
             entry = self.open(key)
+            if entry.moved():
+                with self.lock:
+                    if self.open_indexes.get(key) is entry:
+                        del self.open_indexes[key]
+                    for gone in [k for k in self.sessions if k[0] == key]:
+                        del self.sessions[gone]  # they lived in the old file
+                print(
+                    f"hybridsql mcp: {entry.path} was removed or replaced: opened again",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                entry.close()
+                continue
             with entry.guard.lock:
                 if not entry.closed:  # else the cache closed it meanwhile: open it again
                     return entry.guard.call(entry.run, fn, *args, **kwargs)
@@ -239,21 +291,31 @@ async def reply(send, status: int, message: str, headers=()) -> None:
 
 
 class Gate:
-    """ASGI middleware before the SDK's app: refuses requests without the bearer token (401,
-    nothing read), takes the project from ``/mcp/PROJECT`` and ends an MCP session's hybridsql
-    sessions when the client ends it (DELETE)."""
+    """ASGI middleware before the SDK's app: refuses requests without a valid bearer token or
+    key (401, nothing read), takes the project from ``/mcp/PROJECT`` and refuses one the key
+    does not cover (403), binds each MCP session to the project and key that opened it, and
+    ends an MCP session's hybridsql sessions when the client ends it (DELETE)."""
 
-    def __init__(self, app, token: str | None, projects: Projects):
-        self.app, self.projects = app, projects
+    def __init__(self, app, token: str | None, projects: Projects, keys: Keys | None = None):
+        self.app, self.projects, self.keys = app, projects, keys
         self.expected = None if token is None else f"Bearer {token}".encode()
+        # MCP session id -> (the URL's project, the digest of the key, last use)
+        self.bound: dict[str, list] = {}
+
+    def grant(self, authorization: bytes):
+        if self.keys is not None:
+            return self.keys.grant(authorization)
+        if self.expected is None or secrets.compare_digest(authorization, self.expected):
+            return EVERYTHING
+        return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        if self.expected is not None and not secrets.compare_digest(
-            headers.get(b"authorization", b""), self.expected
-        ):
+        authorization = headers.get(b"authorization", b"")
+        grant = self.grant(authorization)
+        if grant is None:
             return await reply(
                 send,
                 401,
@@ -267,18 +329,56 @@ class Gate:
             except ProjectError as e:
                 return await reply(send, 400, str(e))
             scope = dict(scope, path=PATH, raw_path=PATH.encode())
+            if not grant.covers(project):
+                return await reply(send, 403, f"this key does not cover project {project!r}")
         mcp_session = headers.get(b"mcp-session-id", b"").decode("latin-1") or None
-        CONNECTION.set((project, mcp_session))
-        if scope["method"] != "DELETE" or mcp_session is None:
+        holder = digest(authorization)
+        if mcp_session is not None:
+            bound = self.bound.get(mcp_session)
+            if bound is not None:
+                if bound[:2] != [project, holder]:
+                    return await reply(
+                        send,
+                        403,
+                        "this MCP session was opened for another project or key: open a new one",
+                    )
+                bound[2] = time.monotonic()
+        CONNECTION.set((project, mcp_session, grant))
+        if mcp_session is None:
+
+            async def opening(message):
+                # The response that gives a new MCP session its id: bind it to this request's
+                # project and key.
+                if message["type"] == "http.response.start":
+                    for name, value in message.get("headers", ()):
+                        if name.lower() == b"mcp-session-id":
+                            self.bound[value.decode("latin-1")] = [
+                                project,
+                                holder,
+                                time.monotonic(),
+                            ]
+                await send(message)
+
+            return await self.app(scope, receive, opening)
+        if scope["method"] != "DELETE":
             return await self.app(scope, receive, send)
 
         async def sending(message):
             # Before the client hears that its session is over: then its sessions are ended.
             if message["type"] == "http.response.start" and message["status"] < 300:
                 await anyio.to_thread.run_sync(self.projects.end_sessions, mcp_session)
+                self.bound.pop(mcp_session, None)
             await send(message)
 
         await self.app(scope, receive, sending)
+
+    def forget_idle(self, idle_for: float) -> None:
+        """Lets go of the bindings of sessions unused for ``idle_for`` seconds (the SDK has
+        ended them by then)."""
+        now = time.monotonic()
+        for mcp_session, (_, _, used) in list(self.bound.items()):
+            if now - used > idle_for:
+                self.bound.pop(mcp_session, None)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -301,6 +401,7 @@ def serve_http(
     project: str = "",
     embedder=None,
     token: str | None = None,
+    keys_file: str | None = None,
 ) -> None:
     """Serves MCP over streamable HTTP at ``address`` until SIGINT or SIGTERM."""
     host, port = parse_address(address)
@@ -308,11 +409,16 @@ def serve_http(
         raise HybridSQLError(
             "give either --db FILE (one index) or --data-dir DIR (one per project)"
         )
-    if token is None and not is_loopback(host):
+    if token is not None and keys_file is not None:
         raise HybridSQLError(
-            f"{host} is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token) so "
-            "that only clients that send it are served"
+            "give either --keys FILE (keys per project) or a token (one key for everything)"
         )
+    if token is None and keys_file is None and not is_loopback(host):
+        raise HybridSQLError(
+            f"{host} is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token), or "
+            "keys with --keys FILE, so that only clients that send one are served"
+        )
+    keys = None if keys_file is None else Keys(keys_file, check_project)
     if memory_dir is not None and data_dir is not None:
         raise HybridSQLError("--memory-dir needs --db: with --data-dir each project has an index")
     if memory_dir is not None and not os.path.isdir(memory_dir):
@@ -344,7 +450,7 @@ def serve_http(
             file=sys.stderr,
             flush=True,
         )
-        anyio.run(run, Gate(app, token, projects), sock, projects)
+        anyio.run(run, Gate(app, token, projects, keys), sock, projects)
     finally:
         if indexing is not None:
             indexing.stop.set()
@@ -352,8 +458,12 @@ def serve_http(
         projects.close()
 
 
-async def run(app, sock, projects: Projects) -> None:
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+async def run(app: Gate, sock, projects: Projects) -> None:
+    # Half the descriptors for clients' connections (the index cache takes at most a third).
+    total = descriptor_limit() // 2
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=5, http=limited_protocol(total)
+    )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default
     # action would then kill the process before its sessions are ended and indexes closed.
@@ -366,6 +476,7 @@ async def run(app, sock, projects: Projects) -> None:
                 await anyio.to_thread.run_sync(
                     partial(projects.end_sessions, idle_for=DEFAULT_SESSION_IDLE_TIMEOUT)
                 )
+                app.forget_idle(DEFAULT_SESSION_IDLE_TIMEOUT)
 
         tasks.start_soon(sweep)
         await server.serve(sockets=[sock])

@@ -10,6 +10,7 @@ with JSON; a failure the store foresees (unknown id, bad sector) comes back as a
 with the store's message.
 """
 
+import json
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ from hybridsql.extension import DAMAGED, file_error
 from hybridsql.index import HybridIndex, IndexReport, Progress
 from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
 from hybridsql.options import tool_signature
-from hybridsql.search import MAX_RESULTS
+from hybridsql.search import MAX_RESULTS, whole
 
 Sector = Literal[SECTORS]
 
@@ -128,17 +129,38 @@ class Indexing(Progress):
         return f"indexing: {so_far}; documents found are those indexed so far"
 
 
+# What a read-only place may run (an HTTP server's read key): nothing that writes.
+READS = frozenset(
+    {MemoryStore.search, MemoryStore.search_documents, MemoryStore.timeline, MemoryStore.recent}
+)
+
+
 class Place:
     """Where one tool call works: ``call(MemoryStore.method, *args)`` runs the method on its
     store under its guard; ``session()`` is the session it links to (started on first use);
     ``project`` is the project it names (None: all of them, for searches), ``default`` the
-    project of new memories when it names none."""
+    project of new memories when it names none. A ``read_only`` place (a key that may only
+    read) runs READS alone and has no session."""
 
-    def __init__(self, call, session, project: str | None, default: str):
-        self.call = call
-        self.session = session
+    def __init__(self, call, session, project: str | None, default: str, read_only=False):
+        self._call = call
+        self._session = session
         self.project = project
         self.default = default
+        self.read_only = read_only
+
+    def refuse(self):
+        return ToolError(f"this key can only read project {self.owner!r}: it cannot change it")
+
+    def call(self, fn, *args, **kwargs):
+        if self.read_only and fn not in READS:
+            raise self.refuse()
+        return self._call(fn, *args, **kwargs)
+
+    def session(self):
+        if self.read_only:
+            raise self.refuse()
+        return self._session()
 
     @property
     def owner(self) -> str:
@@ -161,6 +183,54 @@ def one_store(store: MemoryStore, session_id: int, project: str = "", guard: Gua
 
 NOTHING_YET = "no memory has been written to this project yet"
 
+# The default budget of one tool's answer, in characters of JSON: what an agent can afford to
+# read in one call. A caller may ask for more, up to MAX_CHARS_LIMIT.
+MAX_CHARS, MIN_CHARS, MAX_CHARS_LIMIT = 20_000, 1_000, 1_000_000
+TEXTS = ("content", "snippet")  # the fields that hold a memory's or a passage's text
+SHORTEST = 200  # no text is shortened below this many characters before items are left out
+
+
+def _size(answer: dict) -> int:
+    return len(json.dumps(answer))
+
+
+def _shorten(item, share: int) -> int:
+    """Shortens the TEXTS fields of ``item`` (nested dicts too) to ``share`` characters and an
+    ellipsis; the number shortened."""
+    done = 0
+    for key, value in item.items():
+        if isinstance(value, dict):
+            done += _shorten(value, share)
+        elif key in TEXTS and isinstance(value, str) and len(value) > share:
+            item[key] = value[:share] + "…"
+            done += 1
+    return done
+
+
+def bounded(answer: dict, lists: tuple, max_chars: int) -> dict:
+    """``answer`` cut to at most ``max_chars`` characters of JSON: first each text of the items
+    of its ``lists`` to a fair share of the budget, then the last (lowest ranked) items left out;
+    ``cut`` then says what was cut, so the caller knows."""
+    if not whole(max_chars) or not MIN_CHARS <= max_chars <= MAX_CHARS_LIMIT:
+        raise ToolError(
+            f"max_chars must be an integer from {MIN_CHARS} to {MAX_CHARS_LIMIT}, not {max_chars!r}"
+        )
+    if _size(answer) <= max_chars:
+        return answer
+    items = [item for name in lists for item in answer[name]]
+    share = max(SHORTEST, (max_chars - 400) // (2 * max(1, len(items))))
+    shortened = sum(_shorten(item, share) for item in items)
+    left_out = 0
+    for name in reversed(lists):
+        while answer[name] and _size(answer) > max_chars - 200:
+            answer[name].pop()
+            left_out += 1
+    answer["cut"] = (
+        f"cut to max_chars={max_chars}: {shortened} texts shortened, {left_out} results left out;"
+        " ask with a larger max_chars or a narrower query for more"
+    )
+    return answer
+
 
 def build_server(where, indexing: Indexing | None = None) -> MCPServer:
     """An MCPServer whose tools work where ``where(project, write)`` says (a Place, or None
@@ -178,7 +248,12 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         return place
 
     def search_memory(
-        query: str, documents: int = 5, decay: bool = True, group_by_file: bool = False, **options
+        query: str,
+        documents: int = 5,
+        decay: bool = True,
+        group_by_file: bool = False,
+        max_chars: int = MAX_CHARS,
+        **options,
     ) -> dict:
         """Search memories by meaning and by keyword (word prefixes match: "auth" finds
         "authentication"). Returns ranked memories, each with its score, a snippet with the
@@ -190,12 +265,15 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         so what searches found before ranks higher later; reinforce=false only looks. Dated
         notes (memory/YYYY-MM-DD.md) lose half their score every 30 days; decay=false ranks
         them by relevance alone. group_by_file: one passage per file, with the lines of its
-        other matches."""
+        other matches. max_chars bounds the answer (texts shortened, then the lowest ranked
+        results left out; `cut` then says so)."""
         if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
             raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")
         place = where(options.pop("project", None))
         if place is None:
             return {"memories": [], "documents": [], "notes": [NOTHING_YET]}
+        if place.read_only:  # a read key only looks
+            options["reinforce"] = False
         reinforce = options.get("reinforce", True)
         found = place.call(
             MemoryStore.search,
@@ -211,11 +289,12 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
             )
         keys = ("path", "start_line", "end_line", "other_ranges", "snippet", "score")
         note = indexing.note() if indexing is not None else None
-        return {
+        answer = {
             "memories": [hit.as_dict() for hit in found],
             "documents": [{k: r.as_dict()[k] for k in keys} for r in docs],
             "notes": found.notes + ([note] if note else []),
         }
+        return bounded(answer, ("memories", "documents"), max_chars)
 
     # The memory filters are MemorySearch's fields; this session is where recalls are linked.
     search_memory.__signature__ = tool_signature(search_memory, MemorySearch, ("recalled_in",))
@@ -271,28 +350,36 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
 
     @server.tool()
     def timeline(
-        memory_id: int, before: int = 5, after: int = 5, project: str | None = None
+        memory_id: int,
+        before: int = 5,
+        after: int = 5,
+        project: str | None = None,
+        max_chars: int = MAX_CHARS,
     ) -> dict:
         """The memories of this memory's project just before and after it in time, oldest first
         (offset 0 is this memory), each with the session that created it. Only reads: it
         reinforces nothing. project: with one index per project (an HTTP server's --data-dir),
         the memory's project (default: the URL's); elsewhere ids are unique and it is not
-        needed."""
+        needed. max_chars bounds the answer, as search_memory's."""
         entries = by_id(memory_id, project).call(MemoryStore.timeline, memory_id, before, after)
-        return {"entries": [e.as_dict() for e in entries]}
+        return bounded({"entries": [e.as_dict() for e in entries]}, ("entries",), max_chars)
 
     @server.tool()
     def recent_memories(
-        project: str | None = None, limit: int = 10, include_superseded: bool = False
+        project: str | None = None,
+        limit: int = 10,
+        include_superseded: bool = False,
+        max_chars: int = MAX_CHARS,
     ) -> dict:
         """The latest memories of a project (default: the server's), newest first (offset 0,
         then -1, -2...), each with the session that created it. Only reads: unlike
-        search_memory, it reinforces nothing and links nothing to this session."""
+        search_memory, it reinforces nothing and links nothing to this session. max_chars
+        bounds the answer, as search_memory's."""
         place = where(project)
         if place is None:
             return {"entries": []}
         entries = place.call(MemoryStore.recent, place.owner, limit, include_superseded)
-        return {"entries": [e.as_dict() for e in entries]}
+        return bounded({"entries": [e.as_dict() for e in entries]}, ("entries",), max_chars)
 
     @server.tool()
     def delete(memory_id: int, project: str | None = None) -> dict:

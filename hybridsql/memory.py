@@ -45,6 +45,9 @@ RELATED_TO = "RELATED_TO"
 SUPERSEDES = "SUPERSEDES"
 DAY = 86400.0
 PREVIEW_CHARS = 200  # of a superseding memory's content, in superseded_by
+# What one memory may hold, in characters: far more than a fact or an event needs (a long text
+# belongs in a file of the memory folder), small enough that a search answer stays small.
+MAX_MEMORY_CHARS = 100_000
 
 _MEMORY_SQL = (
     "select m.chunk_id, m.project, c.text, m.sector, m.tier, m.salience, m.created_at,"
@@ -328,12 +331,25 @@ def memory_profile(
     )
 
 
+def _max_memory_chars() -> int:
+    """$HYBRIDSQL_MAX_MEMORY_CHARS, else MAX_MEMORY_CHARS."""
+    text = os.environ.get("HYBRIDSQL_MAX_MEMORY_CHARS", "")
+    if not text:
+        return MAX_MEMORY_CHARS
+    if not text.isdigit() or int(text) < 1:
+        raise IndexingError(
+            f"HYBRIDSQL_MAX_MEMORY_CHARS must be a whole number of characters, not {text!r}"
+        )
+    return int(text)
+
+
 class MemoryStore:
     """An agent's memories and sessions in a HybridIndex, and the memory folder it writes to.
 
     ``options`` are the SearchOptions memory searches start from (backend, candidate pool,
     vector floor...); ``document_options`` those of document searches. ``clock`` gives the time
-    in unix seconds.
+    in unix seconds. ``max_chars`` bounds what one memory (or one note extract_memory writes)
+    may hold: default $HYBRIDSQL_MAX_MEMORY_CHARS, else MAX_MEMORY_CHARS.
     """
 
     def __init__(
@@ -344,7 +360,9 @@ class MemoryStore:
         options: SearchOptions | None = None,
         document_options: SearchOptions | None = None,
         clock=time.time,
+        max_chars: int | None = None,
     ):
+        self.max_chars = _max_memory_chars() if max_chars is None else max_chars
         self.index = index
         self.conn = index.conn
         self.memory_dir = memory_dir
@@ -355,6 +373,14 @@ class MemoryStore:
         self.clock = clock
 
     # -- sessions -------------------------------------------------------------------------------
+
+    def _check_size(self, content: str) -> None:
+        if len(content) > self.max_chars:
+            raise IndexingError(
+                f"a memory holds at most {self.max_chars:,} characters, this one has "
+                f"{len(content):,}: store a summary, or write the text to a file in the memory "
+                "folder (HYBRIDSQL_MAX_MEMORY_CHARS raises the bound)"
+            )
 
     def start_session(self, project: str = "") -> Session:
         """Opens a session; memories it creates or uses are linked to it."""
@@ -398,6 +424,7 @@ class MemoryStore:
     ) -> Memory:
         """Stores a memory with its vector; links it to ``session_id`` as created."""
         _check_memory(content, project, sector, tier, salience)
+        self._check_size(content)
         content, project, tier = clean_text(content), clean_text(project), clean_text(tier)
         if session_id is not None:
             self.get_session(session_id)
@@ -436,6 +463,7 @@ class MemoryStore:
         content = clean_text(content) if isinstance(content, str) else content
         salience = old.salience if salience is None else salience
         _check_memory(content, old.project, sector, tier, salience)
+        self._check_size(content)
         _check_text("created_by", created_by, empty=True)
         if session_id is not None:
             self.get_session(session_id)
@@ -645,6 +673,7 @@ class MemoryStore:
             raise IndexingError("no memory folder is configured (memory_dir)")
         title, topic = _one_line("title", title), _one_line("topic", topic)
         _check_text("content", content)
+        self._check_size(content)
         content = clean_text(content)
         tags = [_one_line("tag", t) for t in tags or []]
         if any("," in t for t in tags):

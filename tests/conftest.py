@@ -5,8 +5,10 @@ import base64
 import gzip
 import json
 import os
+import platform
 import pty
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -25,6 +27,34 @@ SCIFACT = os.path.join(ROOT, "tests", "data", "scifact")
 # The installed command. Not `python -m hybridsql`: from the checkout, that would import the
 # source tree (uncompiled in a clean clone) instead of the installed package.
 HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
+
+# Environment in which sqlite-utils and Datasette run on Python's own sqlite3, as where pysqlite3
+# is not installed: a sitecustomize.py on PYTHONPATH makes `import pysqlite3` fail. On a Python
+# built without enable_load_extension (pyenv's default, this project's CI) that sqlite3 cannot load
+# the extension, and hybridsql says once why, in this line.
+WITHOUT_PYSQLITE3 = {
+    "PYTHONPATH": os.pathsep.join(
+        p
+        for p in (os.path.join(ROOT, "tests", "without_pysqlite3"), os.environ.get("PYTHONPATH"))
+        if p
+    )
+}
+STDLIB_LOADS_EXTENSIONS = hasattr(sqlite3.Connection, "enable_load_extension")
+# The platforms with a pysqlite3 wheel (0.6.1), where `pip install pysqlite3` needs no compiler.
+PYSQLITE3_FIX = "`pip install pysqlite3` gives sqlite-utils and Datasette a sqlite3 that can"
+WHEELS = {("linux", "x86_64"), ("darwin", "arm64"), ("win32", "amd64"), ("win32", "x86")}
+if (sys.platform, platform.machine().lower()) not in WHEELS:
+    PYSQLITE3_FIX = (
+        "pysqlite3, which sqlite-utils and Datasette would use instead, has no wheel for"
+        f" {platform.system()} {platform.machine()}: `pip install pysqlite3` compiles it (with a C"
+        " compiler and SQLite's headers), or use a Python whose sqlite3 loads extensions"
+    )
+PYTHON_ONLY_LINE = (
+    "hybridsql: Python's sqlite3 cannot load extensions (this Python was built without them), so"
+    " its connections have hybridsql's SQL functions in Python but no vector_index tables (a query"
+    " of an index's vectors fails, and Datasette cannot open an index) and no bm25_candidate();"
+    f" {PYSQLITE3_FIX}. The hybridsql command and apsw have everything."
+)
 
 
 def run_hybridsql(*args, cwd=None, input=None, **env):

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,7 +15,9 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from conftest import PYTHON_ONLY_LINE, STDLIB_LOADS_EXTENSIONS, WITHOUT_PYSQLITE3
 
+import hybridsql
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
 
@@ -168,3 +171,59 @@ def test_datasettes_own_pages_search_facets_and_sql_work_on_the_index(served):
     assert "backend extension" in got["d"]
     vectors = json.loads(get(f"{base}/mem/vectors.json?_size=1&_shape=array"))
     assert vectors[0]["model_id"] == "all-MiniLM-L6-v2-int8"
+
+
+# -- Pythons that cannot load extensions --------------------------------------------------------
+
+NEAREST = (
+    "select chunk_id, round(score, 6) as score from vectors"
+    " where vector match (select vector from vectors where chunk_id = 5) and k = 3"
+)
+
+
+def test_datasette_runs_on_pysqlite3_whose_vector_index_answers_and_says_nothing(served):
+    """What `pip install "hybridsql[datasette]"` gives where pysqlite3 has a wheel: Datasette
+    runs on it (its /-/versions says so), the vector_index table answers as through apsw, and
+    hybridsql has nothing to say in the server's output."""
+    pytest.importorskip("pysqlite3", reason="pysqlite3 has no wheel for this platform")
+    base, path = served
+    assert "pysqlite3" in json.loads(get(f"{base}/-/versions.json"))
+    got = json.loads(get(f"{base}/mem.json?sql={urllib.parse.quote(NEAREST)}&_shape=array"))
+    want = [{"chunk_id": i, "score": s} for i, s in hybridsql.connect(path).execute(NEAREST)]
+    assert got == want and len(want) == 3
+    with open(path + ".log") as f:
+        assert not [line for line in f if line.startswith("hybridsql")]
+
+
+def datasette_get(database: str, url: str) -> subprocess.CompletedProcess:
+    """`datasette serve DATABASE --get URL` on Python's own sqlite3 (pysqlite3 hidden)."""
+    return subprocess.run(
+        [DATASETTE, "serve", database, "--get", url],
+        env={**os.environ, **WITHOUT_PYSQLITE3},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_on_a_sqlite3_that_cannot_load_extensions_datasette_hears_why_once(example_db, tmp_path):
+    """Where Python's sqlite3 cannot load extensions and pysqlite3 is not installed: Datasette
+    refuses an index (its check of every table meets vector_index), after hybridsql's one line
+    that says why and what to install; a database without vector_index tables is served with the
+    SQL functions in Python, the line said once for all of Datasette's connections."""
+    if STDLIB_LOADS_EXTENSIONS:
+        pytest.skip("this Python's own sqlite3 loads extensions: nothing falls back")
+    out = datasette_get(example_db, "/-/versions.json")
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and lines[0] == PYTHON_ONLY_LINE
+    assert lines.count(PYTHON_ONLY_LINE) == 1
+    assert (
+        lines[-1] == f"Error: Connection to {example_db} failed check: no such module: vector_index"
+    )
+    plain = str(tmp_path / "plain.db")
+    sqlite3.connect(plain).execute("create table notes(text)").connection.close()
+    sql = "select round(hybrid_score(0.8, -4.2), 6) as s, hybridsql_debug() like '%backend numpy%' as p"
+    out = datasette_get(plain, f"/plain.json?sql={urllib.parse.quote(sql)}&_shape=array")
+    assert (out.returncode, out.stderr) == (0, PYTHON_ONLY_LINE + "\n")
+    assert json.loads(out.stdout) == [{"s": 0.648732, "p": 1}]

@@ -199,29 +199,35 @@ class Recording:
 
 
 def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
-    """A megabyte query was tokenized whole for truncation to keep its first windows. A prefix
-    cut where the tokens before it cannot depend on what follows (a space, a CJK ideograph)
-    gives the same windows once it fills them, and is all that is read; texts whose prefix does
-    not fill them are tokenized whole, as before."""
+    """A megabyte query was tokenized whole for truncation to keep its first windows (10 MB of
+    "a," took minutes and gigabytes). A prefix cut where the tokens before it cannot depend on
+    what follows (a space, a CJK ideograph) gives the same windows once it fills them, and is
+    all that is read; a text whose first _PREFIX_CHARS characters a window fill no more windows
+    (no tokens, or words of over 100 letters) is read that far and no further."""
     _, tokenizer = embed._load_local()
     most = embed.LocalProvider().max_windows
+    bound = embed._PREFIX_CHARS * most
     words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
     texts = [
         words,  # about a megabyte
         "部" * 300_000,
         "a\u0301 " * 200_000,
         "memory " * 300,
-        "\x00 " * 20_000 + words[:20_000],  # the prefix has no token: read whole
-        "x" * 300_001,  # one word: no place to cut
+        "x" * 300_001,  # one word: no place to cut, and one [UNK] however far it is read
+        "a," * 5_000_000,  # ten megabytes of one-letter tokens
+        "\x00 " * 20_000 + words[:20_000],  # no token in the first bound characters
     ]
     recording = Recording(tokenizer)
     got = embed.encode_windows(recording, texts, most)
-    whole = [[e, *e.overflowing][:most] for e in tokenizer.encode_batch(texts)]
-    assert [[w.ids for w in ws] for ws in got] == [[w.ids for w in ws] for ws in whole]
-    assert [len(ws) for ws in got] == [most, most, most, 2, most, 1]
-    assert all(n < 5000 * most for n in recording.lengths[:3])
-    assert not {len(t) for t in texts[:3]} & set(recording.lengths)
-    assert recording.lengths[6:] == [len(texts[4])]
+    whole = [[e, *e.overflowing][:most] for e in tokenizer.encode_batch(texts[:5])]
+    assert [[w.ids for w in ws] for ws in got[:5]] == [[w.ids for w in ws] for ws in whole]
+    (e,) = tokenizer.encode_batch([texts[5][:20_000]])
+    assert [w.ids for w in got[5]] == [w.ids for w in [e, *e.overflowing][:most]]
+    (e,) = tokenizer.encode_batch([texts[6][:bound]])
+    assert [w.ids for w in got[6]] == [w.ids for w in [e, *e.overflowing][:most]]
+    assert [len(ws) for ws in got] == [most, most, most, 2, 1, most, 1]
+    assert max(recording.lengths) <= bound + 256  # never more: a bound on the cost of any text
+    assert not {len(t) for t in texts} - {len(texts[3])} & set(recording.lengths)
 
 
 def test_model_loads_lazily_and_once(tmp_path):

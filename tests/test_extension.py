@@ -442,12 +442,45 @@ def test_load_rejects_unknown_backend():
         hybridsql.load(apsw.Connection(":memory:"), "gpu")
 
 
-def test_extension_backend_is_strict(monkeypatch, tmp_path):
+def test_extension_backend_is_strict(monkeypatch, tmp_path, caplog):
+    """``extension`` raises where the library is missing; ``auto`` falls back to Python and
+    says why once per process, on the hybridsql logger."""
     monkeypatch.setattr(hybridsql._native, "PATH", str(tmp_path / "hybridsql.so"))
     monkeypatch.setattr(hybridsql.extension, "_COPIES", {})  # no binary found yet
-    with pytest.raises(ExtensionError, match="the native extension is not built"):
+    monkeypatch.setattr(hybridsql.extension, "_SAID", set())  # nothing said yet
+    with pytest.raises(ExtensionError, match="the native extension is not built") as raised:
         hybridsql.load(apsw.Connection(":memory:"), "extension")
+    assert caplog.records == []
     assert hybridsql.load(apsw.Connection(":memory:")) == "numpy"
+    assert hybridsql.load(apsw.Connection(":memory:")) == "numpy"
+    said = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [
+        (
+            "hybridsql",
+            "WARNING",
+            f"hybridsql: the native extension did not load into apsw ({raised.value.__cause__}),"
+            " so its connections have hybridsql's SQL functions in Python but no vector_index"
+            " tables (a query of an index's vectors fails, and Datasette cannot open an index) and"
+            " no bm25_candidate()",
+        )
+    ]
+
+
+def test_where_pysqlite3_has_no_wheel_the_line_says_so_and_what_to_do(monkeypatch):
+    """On Linux aarch64 (no pysqlite3 wheel), a sqlite3 without enable_load_extension."""
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    line = hybridsql.extension.python_only(sqlite3.connect(":memory:"), AttributeError())
+    assert line == (
+        "hybridsql: Python's sqlite3 cannot load extensions (this Python was built without them),"
+        " so its connections have hybridsql's SQL functions in Python but no vector_index tables"
+        " (a query of an index's vectors fails, and Datasette cannot open an index) and no"
+        " bm25_candidate(); pysqlite3, which sqlite-utils and Datasette would use instead, has no"
+        " wheel for Linux aarch64: `pip install pysqlite3` compiles it (with a C compiler and"
+        " SQLite's headers), or use a Python whose sqlite3 loads extensions. The hybridsql command"
+        " and apsw have everything."
+    )
 
 
 # -- cosine_topk against brute force -----------------------------------------------------------

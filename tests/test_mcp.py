@@ -272,3 +272,50 @@ def test_a_readme_client_configuration_starts_the_server(tmp_path, folder, confi
 
     assert anyio.run(main) == ("hybridsql", {"entries": []})
     assert (folder / "mem.db").is_file()
+
+
+def test_answers_stay_within_their_budget_and_say_what_was_cut(tmp_path, folder):
+    """Twenty memories of 60,000 characters each: a search, the recent list and a timeline
+    answer within max_chars (20,000 by default), the best results first, and say what was cut;
+    a memory over the size bound is refused with one line."""
+    db = str(tmp_path / "mem.db")
+    with HybridIndex(db, embedder="none") as idx:
+        store = MemoryStore(idx)
+        ids = [store.add(f"deploy note {i} " + "x" * 60_000, "tide").id for i in range(20)]
+
+    async def steps(c, _):
+        seen = {"search": await c.call("search_memory", query="deploy note", documents=0)}
+        seen["wide"] = await c.call(
+            "search_memory", query="deploy note", documents=0, max_chars=200_000
+        )
+        seen["recent"] = await c.call("recent_memories", limit=20)
+        seen["timeline"] = await c.call("timeline", memory_id=ids[10], before=10, after=10)
+        seen["small"] = await c.call("recent_memories", max_chars=10)
+        seen["huge"] = await c.call("add", content="y" * 100_001)
+        return seen
+
+    seen = run_session(db, folder, steps, embedder="none")
+    for name, limit in [("search", 20_000), ("wide", 200_000), ("recent", 20_000)]:
+        answer = seen[name]
+        assert len(json.dumps(answer)) <= limit, name
+        assert answer["cut"].startswith(f"cut to max_chars={limit}: "), name
+    assert len(json.dumps(seen["timeline"])) <= 20_000 and "cut" in seen["timeline"]
+    found = seen["search"]["memories"]
+    assert found and all(h["memory"]["content"].endswith("…") for h in found)
+    wide = seen["wide"]["memories"]
+    assert [h["memory"]["id"] for h in wide[: len(found)]] == [h["memory"]["id"] for h in found]
+    assert sum(len(h["memory"]["content"]) for h in wide) > 5 * sum(
+        len(h["memory"]["content"]) for h in found
+    )
+    # the newest first, as without the budget: only the tail is left out
+    entries = [e["memory"]["id"] for e in seen["recent"]["entries"]]
+    assert entries == list(reversed(ids))[: len(entries)]
+    assert seen["small"] == {
+        "error": "Error executing tool recent_memories: max_chars must be an integer from 1000 "
+        "to 1000000, not 10"
+    }
+    assert seen["huge"] == {
+        "error": "Error executing tool add: a memory holds at most 100,000 characters, this one "
+        "has 100,001: store a summary, or write the text to a file in the memory folder "
+        "(HYBRIDSQL_MAX_MEMORY_CHARS raises the bound)"
+    }

@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -242,8 +243,8 @@ def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
     [
         (
             ["--http", "0.0.0.0:0", "--data-dir", "data"],
-            "0.0.0.0 is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token) so "
-            "that only clients that send it are served",
+            "0.0.0.0 is not a loopback address: set a token in HYBRIDSQL_TOKEN (or --token), or "
+            "keys with --keys FILE, so that only clients that send one are served",
         ),
         (
             ["--http", "127.0.0.1:0", "--data-dir", "data", "--db", "x.db"],
@@ -255,7 +256,7 @@ def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
         ),
         (
             ["--data-dir", "data"],
-            "--data-dir and --token serve over HTTP: add --http HOST:PORT",
+            "--data-dir, --token and --keys serve over HTTP: add --http HOST:PORT",
         ),
         (
             ["--http", "127.0.0.1:0", "--data-dir", "data", "--memory-dir", "."],
@@ -479,3 +480,283 @@ def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
         added = run(steps)
     assert (url.path, added["project"]) == ("/mcp/tide", "tide")
     assert sorted(os.listdir(data)) == ["tide.db"]
+
+
+# -- keys per project ------------------------------------------------------------------------
+
+KEY_ALPHA = "alpha-writer-0123456789"
+KEY_BETA = "beta-writer-0123456789ab"
+KEY_READ = "alpha-reader-0123456789"
+KEY_ALL = "admin-key-every-project-01"
+KEYS = f"""# key scope projects
+{KEY_ALPHA}  write  alpha
+{KEY_BETA}   write  beta
+{KEY_READ}   read   alpha
+{KEY_ALL}    write  *
+"""
+TOOL = "Error executing tool "  # what the SDK puts before a tool's error
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+def post(base, url, key, body=INITIALIZE, session=None):
+    headers = dict(ACCEPT, Authorization=f"Bearer {key}")
+    if session:
+        headers["mcp-session-id"] = session
+    return httpx2.post(base + url, json=body, headers=headers, timeout=60)
+
+
+def test_each_key_reaches_its_own_projects_and_no_other(tmp_path):
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    keys.write_text(KEYS)
+    with server(
+        tmp_path, "--data-dir", str(data), "--embedder", "none", "--keys", str(keys)
+    ) as base:
+
+        async def as_owners():
+            seen = {}
+            async with connect(base + "/mcp/alpha", KEY_ALPHA) as c:
+                seen["alpha"] = await c.call("add", content="Alpha deploys on Mondays")
+            async with connect(base + "/mcp/beta", KEY_BETA) as c:
+                seen["beta"] = await c.call("add", content="Beta deploys on Fridays")
+            async with connect(base + "/mcp", KEY_ALPHA) as c:  # by argument, not URL
+                seen["cross_add"] = await c.call("add", content="x", project="beta")
+                seen["cross_read"] = await c.call("recent_memories", project="beta")
+                seen["missing"] = await c.call("recent_memories", project="gamma")
+                seen["unnamed"] = await c.call("recent_memories")
+            return seen
+
+        seen = run(as_owners)
+        assert seen["alpha"]["id"] == seen["beta"]["id"] == 1
+        # The same answer whether the project exists (beta) or not (gamma): nothing is said.
+        assert seen["cross_add"] == {"error": f"{TOOL}add: this key does not cover project 'beta'"}
+        assert seen["cross_read"] == {
+            "error": f"{TOOL}recent_memories: this key does not cover project 'beta'"
+        }
+        assert seen["missing"] == {
+            "error": f"{TOOL}recent_memories: this key does not cover project 'gamma'"
+        }
+        assert seen["unnamed"] == {
+            "error": f"{TOOL}recent_memories: name a project: this key covers alpha"
+        }
+        before = files(data)
+        for url in ("/mcp/beta", "/mcp/gamma"):
+            r = post(base, url, KEY_ALPHA)
+            assert (r.status_code, r.json()) == (
+                403,
+                {"error": f"this key does not cover project {url[5:]!r}"},
+            )
+        r = post(base, "/mcp/alpha", "not-a-key-of-this-file")
+        assert (r.status_code, r.json()) == (401, {"error": NEEDS_TOKEN})
+        assert files(data) == before
+
+        async def as_reader():
+            seen = {}
+            async with connect(base + "/mcp/alpha", KEY_READ) as c:
+                seen["search"] = await c.call("search_memory", query="deploys")
+                seen["recent"] = await c.call("recent_memories")
+                seen["add"] = await c.call("add", content="y")
+                seen["reinforce"] = await c.call("reinforce", memory_id=1)
+                seen["delete"] = await c.call("delete", memory_id=1)
+            return seen
+
+        seen = run(as_reader)
+        assert [h["memory"]["content"] for h in seen["search"]["memories"]] == [
+            "Alpha deploys on Mondays"
+        ]
+        assert [e["memory"]["content"] for e in seen["recent"]["entries"]] == [
+            "Alpha deploys on Mondays"
+        ]
+        assert seen["add"] == {
+            "error": f"{TOOL}add: this key can only read: it cannot change project 'alpha'"
+        }
+        for tool in ("reinforce", "delete"):
+            assert seen[tool] == {
+                "error": f"{TOOL}{tool}: this key can only read project 'alpha': it cannot change it"
+            }
+        # a read key's search reinforced nothing and started no session: the file is as it was
+        assert files(data) == before
+        log = (tmp_path / "server.log").read_text()
+        assert not any(key in log for key in (KEY_ALPHA, KEY_BETA, KEY_READ, KEY_ALL))
+
+
+def test_an_mcp_session_is_bound_to_the_project_and_key_that_opened_it(tmp_path):
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    keys.write_text(KEYS)
+    with server(
+        tmp_path, "--data-dir", str(data), "--embedder", "none", "--keys", str(keys)
+    ) as base:
+        opened = post(base, "/mcp/alpha", KEY_ALL)
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        refused = {
+            "error": "this MCP session was opened for another project or key: open a new one"
+        }
+        for url, key in [("/mcp/beta", KEY_ALL), ("/mcp", KEY_ALL), ("/mcp/alpha", KEY_ALPHA)]:
+            r = post(base, url, key, session=session)
+            assert (r.status_code, r.json()) == (403, refused), (url, key)
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert post(base, "/mcp/alpha", KEY_ALL, initialized, session).status_code == 202
+
+
+def test_the_key_file_is_read_again_when_it_changes(tmp_path):
+    data, keys = tmp_path / "data", tmp_path / "keys"
+    keys.write_text(KEYS)
+    with server(
+        tmp_path, "--data-dir", str(data), "--embedder", "none", "--keys", str(keys)
+    ) as base:
+        new_key = "gamma-writer-0123456789"
+        assert post(base, "/mcp/gamma", new_key).status_code == 401
+        keys.write_text(KEYS + f"{new_key} write gamma\n")
+        assert post(base, "/mcp/gamma", new_key).status_code == 200
+        keys.write_text("broken line\n")  # kept: the keys read before still answer
+        assert post(base, "/mcp/gamma", new_key).status_code == 200
+        assert post(base, "/mcp/alpha", KEY_ALPHA).status_code == 200
+        log = (tmp_path / "server.log").read_text()
+        said = f"hybridsql mcp: {keys} line 1: expected KEY SCOPE PROJECT..., found 2 words;"
+        assert log.count(said) == 1 and "keeping the keys read before" in log
+        assert new_key not in log
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("short write alpha\n", "{keys} line 1: a key is 16 to 256 printable characters, not 5"),
+        (f"{KEY_ALPHA} admin alpha\n", "{keys} line 1: the scope is read or write, not 'admin'"),
+        (
+            f"# c\n{KEY_ALPHA} write a/b\n",
+            "{keys} line 2: project names are 1 to 64 letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit, without '..', not 'a/b'",
+        ),
+        (f"{KEY_ALPHA} write * alpha\n", "{keys} line 1: '*' (every project) stands alone"),
+        (
+            f"{KEY_ALPHA} write a\n{KEY_ALPHA} read b\n",
+            "{keys} line 2: this key is also on an earlier line",
+        ),
+        ("# nothing\n", "{keys} holds no key: add a line KEY SCOPE PROJECT..."),
+    ],
+    ids=["short", "scope", "project", "star", "twice", "empty"],
+)
+def test_a_bad_key_file_stops_the_server_with_one_line(tmp_path, text, message):
+    keys = tmp_path / "keys"
+    keys.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSQL_TOKEN", "HYBRIDSQL_DB")}
+    done = subprocess.run(
+        [
+            HYBRIDSQL,
+            "mcp",
+            "--embedder",
+            "none",
+            "--http",
+            "127.0.0.1:0",
+            "--data-dir",
+            "data",
+            "--keys",
+            str(keys),
+        ],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (1, f"hybridsql: {message.format(keys=keys)}\n")
+    assert KEY_ALPHA not in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["keys"]
+
+
+def test_a_removed_project_file_is_noticed_and_no_write_goes_into_it(tmp_path):
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def first():
+            async with connect(base + "/mcp/p") as c:
+                return await c.call("add", content="Written before the file was removed")
+
+        assert run(first)["id"] == 1
+        for name in ("p.db", "p.db-wal", "p.db-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (data / name).unlink()
+
+        async def after():
+            seen = {}
+            async with connect(base + "/mcp/p") as c:
+                seen["recent"] = await c.call("recent_memories")  # reads make no file
+                seen["exists"] = (data / "p.db").exists()
+                seen["add"] = await c.call("add", content="Written after the file was removed")
+                seen["search"] = await c.call("search_memory", query="written")
+            return seen
+
+        seen = run(after)
+        assert seen["recent"] == {"entries": []} and not seen["exists"]
+        assert seen["add"]["id"] == 1  # a new index, in a new file
+        assert [h["memory"]["content"] for h in seen["search"]["memories"]] == [
+            "Written after the file was removed"
+        ]
+    # What the client was told is in the file on disk, read by another process.
+    conn = apsw.Connection(str(data / "p.db"))
+    assert conn.execute("select text from chunks join memories on chunk_id = id").fetchall() == [
+        ("Written after the file was removed",)
+    ]
+    assert "p.db was removed or replaced: opened again" in (tmp_path / "server.log").read_text()
+
+
+def test_slow_clients_cannot_hold_the_server(tmp_path):
+    """1,000 connections that send half a request and wait, from 21 addresses, while a client
+    with the token keeps its p95 under 1 s; the slow ones are closed within the deadline and
+    the log says so in a few lines, not one per connection."""
+    data = tmp_path / "data"
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none", env=env) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = []
+        try:
+            # 20 addresses under the per-client bound (40 each), one far over it (200)
+            plan = [f"127.0.0.{2 + i}" for i in range(20) for _ in range(40)]
+            plan += ["127.0.1.1"] * 200
+            for source in plan:
+                s = socket.socket()
+                s.bind((source, 0))
+                s.connect(("127.0.0.1", port))
+                s.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n")
+                slow.append(s)
+            started = time.monotonic()
+            times = []
+            headers = dict(ACCEPT, Authorization=f"Bearer {TOKEN}")
+            with httpx2.Client(timeout=30) as client:
+                for _ in range(40):
+                    t = time.monotonic()
+                    r = client.post(base + "/mcp/a", json=INITIALIZE, headers=headers)
+                    times.append(time.monotonic() - t)
+                    assert r.status_code == 200
+            times.sort()
+            assert times[int(len(times) * 0.95) - 1] < 1.0, times
+            # The server closes every slow connection by its deadline (10 s from connecting).
+            closed = 0
+            for s in slow:
+                s.settimeout(max(0.1, started + 20 - time.monotonic()))
+                with contextlib.suppress(ConnectionResetError):
+                    if s.recv(1) == b"":
+                        closed += 1
+                        continue
+                closed += 1  # reset: closed too
+            assert closed == len(slow)
+        finally:
+            for s in slow:
+                s.close()
+    log = (tmp_path / "server.log").read_text().splitlines()
+    refused = [line for line in log if "refused: 64 connections already open" in line]
+    assert refused == ["hybridsql mcp: 127.0.1.1: refused: 64 connections already open"]
+    slowed = [line for line in log if "no whole request within 10 s" in line]
+    ours = [line for line in log if line.startswith("hybridsql mcp: ")]
+    assert 1 <= len(slowed) <= 21 and len(ours) < 30

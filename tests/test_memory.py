@@ -849,3 +849,34 @@ def test_every_command_has_help_with_an_example(capsys):
         assert main([*argv, "--help"]) == 0
         shown = capsys.readouterr().out
         assert re.search(r"\n  Examples:\n    (hybridsql|sqlite3) ", shown), argv
+
+
+def test_a_memory_over_the_size_bound_is_refused_and_the_bound_is_configurable(
+    tmp_path, monkeypatch
+):
+    with HybridIndex(str(tmp_path / "cap.db"), embedder="none") as idx:
+        store = MemoryStore(idx)
+        assert store.max_chars == 100_000
+        kept = store.add("a" * 100_000, "p")
+        message = (
+            "a memory holds at most 100,000 characters, this one has 100,001: store a summary, "
+            "or write the text to a file in the memory folder (HYBRIDSQL_MAX_MEMORY_CHARS "
+            "raises the bound)"
+        )
+        with pytest.raises(IndexingError, match=re.escape(message)):
+            store.add("b" * 100_001, "p")
+        with pytest.raises(IndexingError, match=re.escape(message)):
+            store.supersede(kept.id, "c" * 100_001)
+        count = "select count(*) from memories"
+        assert idx.conn.execute(count).fetchone()[0] == 1
+        monkeypatch.setenv("HYBRIDSQL_MAX_MEMORY_CHARS", "10")
+        small = MemoryStore(idx)
+        with pytest.raises(IndexingError, match="a memory holds at most 10 characters"):
+            small.add("eleven char", "p")
+        assert small.add("ten chars!", "p").content == "ten chars!"
+        monkeypatch.setenv("HYBRIDSQL_MAX_MEMORY_CHARS", "ten")
+        with pytest.raises(
+            IndexingError,
+            match=re.escape("HYBRIDSQL_MAX_MEMORY_CHARS must be a whole number of characters"),
+        ):
+            MemoryStore(idx)

@@ -2,11 +2,14 @@
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 
 import pytest
+from conftest import PYTHON_ONLY_LINE, STDLIB_LOADS_EXTENSIONS, WITHOUT_PYSQLITE3, run_hybridsql
+from sqlite_utils.utils import sqlite3 as sqlite_utils_sqlite3
+
+import hybridsql
 
 SQLITE_UTILS = os.path.join(os.path.dirname(sys.executable), "sqlite-utils")
 
@@ -26,24 +29,110 @@ def test_sqlite_utils_search_finds_the_documents_by_their_words(example_db):
     assert 'join "chunks_fts"' in sqlite_utils("search", example_db, "chunks", "x", "--sql")
 
 
-def test_without_the_extension_the_plugin_names_what_is_missing_and_where_to_get_it(example_db):
-    """sqlite-utils on Python's own sqlite3, where it cannot load extensions (pyenv's builds):
-    the functions are Python's, vector_index tables are missing, and the warning says where to
-    get them."""
-    if hasattr(sqlite3.Connection, "enable_load_extension"):
-        pytest.skip("this Python's sqlite3 loads the extension: nothing is missing")
-    cli = (
-        "import sys; sys.modules['pysqlite3'] = sys.modules['sqlean'] = None;"
-        " from sqlite_utils.cli import cli; cli()"
+# The k nearest neighbours of chunk 5, through the index's vector_index table.
+NEAREST = (
+    "select chunk_id, round(score, 6) as score from vectors"
+    " where vector match (select vector from vectors where chunk_id = 5) and k = 3"
+)
+
+
+def run_sqlite_utils(*args, **env) -> subprocess.CompletedProcess:
+    """The installed ``sqlite-utils`` command, ``env`` added to the environment."""
+    return subprocess.run(
+        [SQLITE_UTILS, *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
-    def query(sql):
-        command = [sys.executable, "-c", cli, "query", example_db, sql]
-        return subprocess.run(command, capture_output=True, text=True, check=False)
 
-    out = query("select round(hybrid_score(0.8, -4.2), 6) as s")
+def test_on_a_sqlite3_that_loads_extensions_the_vector_index_answers_and_nothing_is_said(
+    example_db,
+):
+    """What `pip install "hybridsql[sqlite-utils]"` gives: pysqlite3 where it has a wheel, which
+    sqlite-utils uses in place of Python's sqlite3. The k-nearest query answers as apsw does, and
+    stderr stays empty."""
+    if not hasattr(sqlite_utils_sqlite3.Connection, "enable_load_extension"):
+        pytest.skip(
+            "sqlite-utils runs on a sqlite3 that cannot load extensions: pysqlite3 has no wheel"
+            " for this platform (docs/platforms.md)"
+        )
+    out = run_sqlite_utils("query", example_db, NEAREST)
+    assert (out.returncode, out.stderr) == (0, "")
+    conn = hybridsql.connect(example_db, readonly=True)
+    want = [{"chunk_id": i, "score": s} for i, s in conn.execute(NEAREST)]
+    assert json.loads(out.stdout) == want and len(want) == 3
+
+
+def test_on_pythons_own_sqlite3_that_cannot_load_extensions_one_line_says_why(example_db):
+    """Where pysqlite3 is not installed and Python's sqlite3 cannot load extensions (pyenv's
+    builds): the functions answer in Python, and hybridsql says why in exactly one line on
+    stderr, attributed to it; a query of the vector_index table then fails with SQLite's error."""
+    if STDLIB_LOADS_EXTENSIONS:
+        pytest.skip("this Python's own sqlite3 loads extensions: nothing falls back")
+    out = run_sqlite_utils(
+        "query", example_db, "select round(hybrid_score(0.8, -4.2), 6) as s", **WITHOUT_PYSQLITE3
+    )
     assert json.loads(out.stdout) == [{"s": 0.648732}]
-    assert "`pip install pysqlite3-binary` gives sqlite-utils and Datasette" in out.stderr
-    out = query("select count(*) from vectors")
-    assert out.returncode != 0 and "no such module: vector_index" in out.stdout + out.stderr
-    assert "the vector_index tables (an index's vectors) and bm25_candidate() are" in out.stderr
+    assert (out.returncode, out.stderr) == (0, PYTHON_ONLY_LINE + "\n")
+    out = run_sqlite_utils("query", example_db, NEAREST, **WITHOUT_PYSQLITE3)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [PYTHON_ONLY_LINE, "Error: no such module: vector_index"]
+
+
+SEVERAL_CONNECTIONS = """
+import sys, threading, sqlite_utils
+def query():
+    db = sqlite_utils.Database(sys.argv[1])
+    assert db.execute("select bm25_score(-4.2, 1)").fetchone()[0] == 4.2 / 5.2
+query()  # first alone: sqlite-utils loads its plugins on the first connection, not thread-safely
+threads = [threading.Thread(target=query) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sqlite_utils.utils.sqlite3.__name__)
+"""
+
+
+def test_the_line_is_said_once_per_process_however_many_connections(example_db, tmp_path):
+    if STDLIB_LOADS_EXTENSIONS:
+        pytest.skip("this Python's own sqlite3 loads extensions: nothing falls back")
+    out = subprocess.run(
+        [sys.executable, "-c", SEVERAL_CONNECTIONS, example_db],
+        env={**os.environ, **WITHOUT_PYSQLITE3},
+        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, "sqlite3\n", PYTHON_ONLY_LINE + "\n")
+
+
+def test_apsw_has_everything_where_pythons_sqlite3_cannot_load_extensions(example_db, tmp_path):
+    """apsw brings its own SQLite: the hybridsql command's search, and the vector_index table
+    through apsw, work on a Python whose sqlite3 cannot load extensions, and say nothing."""
+    if STDLIB_LOADS_EXTENSIONS:
+        pytest.skip("this Python's own sqlite3 loads extensions: nothing to show")
+    out = run_hybridsql(
+        "search", "deploy freeze", "--db", example_db, "--json", **WITHOUT_PYSQLITE3
+    )
+    assert (out.returncode, out.stderr) == (0, "")
+    assert json.loads(out.stdout)["results"][0]["path"] == "notes/deploy-runbook.md"
+    script = (
+        "import sys, hybridsql; c = hybridsql.connect(sys.argv[1], readonly=True);"
+        f" print(hybridsql.backend_of(c), [r[0] for r in c.execute({NEAREST!r})])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, example_db],
+        env={**os.environ, **WITHOUT_PYSQLITE3},
+        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (out.returncode, out.stderr) == (0, "")
+    backend, ids = out.stdout.split(" ", 1)
+    assert backend == "extension" and json.loads(ids)[0] == 5 and len(json.loads(ids)) == 3
