@@ -123,7 +123,7 @@ def test_the_sdist_builds_and_installs_from_source(tmp_path):
         timeout=600,
     )
     (sdist,) = os.listdir(tmp_path / "sdist")
-    assert sdist == "hybridsql-0.1.0.tar.gz"
+    assert sdist == f"hybridsql-{hybridsql.__version__}.tar.gz"
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site)]
@@ -141,4 +141,4 @@ def test_the_sdist_builds_and_installs_from_source(tmp_path):
         text=True,
         timeout=60,
     )
-    assert shell.stdout == "0.1.0\n"
+    assert shell.stdout == f"{hybridsql.__version__}\n"
