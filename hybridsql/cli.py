@@ -20,11 +20,11 @@ import click
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.extension import file_error, loadable_path
+from hybridsql.extension import file_error, loadable_path, writable
 from hybridsql.index import IndexReport
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
-from hybridsql.search import SearchOptions, explain_sql
+from hybridsql.search import SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
 
@@ -254,8 +254,11 @@ def store_command(opening: str, lines):
         def command(db, embedder, as_json, memory_dir=None, **options):
             from hybridsql.memory import MemoryStore
 
-            # A search that does not reinforce writes nothing, so it opens the file read-only.
-            how = "read" if options.get("reinforce") is False else opening
+            # A search that does not reinforce writes nothing, so it opens the file read-only;
+            # so does one on a file this user cannot write (its notes say nothing was reinforced).
+            how = opening
+            if "reinforce" in options and not (options["reinforce"] and writable(db)):
+                how = "read"
             with open_index(db, embedder, how) as idx:
                 value = run(MemoryStore(idx, memory_dir), **options)
             show(value, as_json, lines)
@@ -585,7 +588,7 @@ def restore(source, db, timestamp):
     from hybridsql.replication import restore as run
 
     size = run(source, db, timestamp=timestamp)
-    click.echo(f"restored {db} ({size} bytes) from {source}; integrity checks passed")
+    click.echo(visible(f"restored {db} ({size} bytes) from {source}; integrity checks passed"))
 
 
 # -- running a command ------------------------------------------------------------------------
@@ -605,7 +608,8 @@ def main(argv=None) -> int:
         return 2
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else "hybridsql"
-        click.echo(f"{where}: {e.format_message().rstrip('.')} (see {where} --help)", err=True)
+        message = visible(e.format_message().rstrip("."))
+        click.echo(f"{visible(where)}: {message} (see {visible(where)} --help)", err=True)
         return 2
     except HybridSQLError as e:
         return fail(e)
@@ -620,5 +624,5 @@ def main(argv=None) -> int:
 
 
 def fail(error: Exception) -> int:
-    print(f"hybridsql: {error}", file=sys.stderr)
+    print(f"hybridsql: {visible(str(error))}", file=sys.stderr)
     return 1

@@ -87,10 +87,22 @@ def loadable_path() -> str:
     """Path of the SQLite loadable extension (``.load`` it in any SQLite client)."""
     path = _native.PATH
     if not os.path.exists(path):
-        raise ExtensionError(
-            f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
-        )
+        raise ExtensionError(library_missing(path))
     return path
+
+
+def library_missing(path: str) -> str:
+    """The one line that says the native extension ``path`` is missing, why, and what to do. In a
+    checkout, Python run from its root imports the uncompiled source folder before the installed
+    package."""
+    package = os.path.dirname(path)
+    if os.path.isfile(os.path.join(os.path.dirname(package), "csrc", "hybridsql.c")):
+        return (
+            f"hybridsql was imported from its source folder {package}, where the native extension"
+            f" is not built ({os.path.basename(path)}): run Python from another folder to use the"
+            " installed package, or build it in place with `pip install -e .`"
+        )
+    return f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
 
 
 def load(conn, backend: str = "auto") -> str:
@@ -218,13 +230,14 @@ def connect(
             # last close checkpoints the WAL), and a read then waits instead of failing 'locked'.
             conn.set_busy_timeout(busy_timeout_ms)
             conn.execute("select count(*) from sqlite_schema")  # fails now on a non-database
-        except apsw.CantOpenError:
+        except (apsw.CantOpenError, apsw.ReadOnlyError):
             if not (readonly and _immutable_ok(path)):
                 raise
             if conn is not None:
                 conn.close()
-            # A WAL database on a read-only file system: SQLite cannot make its -shm file, but
-            # nothing can change the file either, so it is read as immutable.
+            # A WAL database on a read-only file system, or in a folder this user cannot write:
+            # SQLite cannot make its -shm file there. With no -wal file to read, the database
+            # file is all there is, and it is read as immutable.
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
             conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
         conn.set_busy_timeout(busy_timeout_ms)
@@ -263,13 +276,21 @@ def _read_only_fs(path: str) -> bool:
         return False
 
 
+def writable(path: str) -> bool:
+    """Whether this user can write the database ``path`` and make its -wal and -shm files."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
 def _immutable_ok(path: str) -> bool:
-    """Whether ``path`` is a file on a read-only file system with no transactions left in a
-    -wal file (reading it as immutable would miss those)."""
+    """Whether ``path`` is a file in a folder where no -shm file can be made (a read-only file
+    system, or a folder this user cannot write) with no transactions left in a -wal file
+    (reading it as immutable would miss those)."""
     wal = path + "-wal"
+    folder = os.path.dirname(os.path.abspath(path))
     return (
         os.path.isfile(path)
-        and _read_only_fs(path)
+        and (_read_only_fs(path) or not os.access(folder, os.W_OK))
         and not (os.path.exists(wal) and os.path.getsize(wal) > 0)
     )
 
@@ -305,6 +326,22 @@ def _file_problem(path: str, writing: bool, error: apsw.Error) -> str:
         return f"cannot write {path}: its file system is read-only; copy it somewhere writable"
     if not os.path.exists(path):
         return f"{path} does not exist; create an index with `hybridsql index DIR --db {path}`"
+    if not os.access(path, os.R_OK):
+        return f"cannot read {path}: this user may not read it; check permissions"
+    wal = path + "-wal"
+    shm = path + "-shm"
+    if (
+        not writing
+        and os.path.exists(wal)
+        and os.path.getsize(wal) > 0
+        and not os.path.exists(shm)
+        and not os.access(folder, os.W_OK)
+    ):
+        return (
+            f"cannot read {path}: its -wal file holds transactions, which SQLite reads through a"
+            f" -shm file that this user cannot make in {folder}; copy both files somewhere"
+            " writable, or open it once as a user who can write there"
+        )
     if writing and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
         return f"cannot write {path}: the file or its folder is read-only; check permissions"
     return f"cannot open {path}: {error}"

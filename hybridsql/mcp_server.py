@@ -26,7 +26,7 @@ from hybridsql.extension import DAMAGED, file_error
 from hybridsql.index import HybridIndex, IndexReport, Progress
 from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
 from hybridsql.options import tool_signature
-from hybridsql.search import MAX_RESULTS, whole
+from hybridsql.search import MAX_RESULTS, visible, whole
 
 Sector = Literal[SECTORS]
 
@@ -101,8 +101,10 @@ class Indexing(Progress):
                 index.index_folder(memory_dir, progress=self, report=self.report)
             r = self.report
             print(
-                f"hybridsql mcp: {memory_dir}: {r.files_indexed} files indexed, "
-                f"{r.files_unchanged} unchanged",
+                visible(
+                    f"hybridsql mcp: {memory_dir}: {r.files_indexed} files indexed, "
+                    f"{r.files_unchanged} unchanged"
+                ),
                 file=sys.stderr,
             )
         except Cancelled:
@@ -110,7 +112,10 @@ class Indexing(Progress):
         except Exception as e:  # a thread's failure would otherwise go unseen: searches say it
             problem = file_error(e, db_path) if isinstance(e, apsw.Error) else None
             self.error = str(problem or e)
-            print(f"hybridsql mcp: indexing {memory_dir} failed: {self.error}", file=sys.stderr)
+            print(
+                visible(f"hybridsql mcp: indexing {memory_dir} failed: {self.error}"),
+                file=sys.stderr,
+            )
         finally:
             self.finished = True
 

@@ -57,56 +57,124 @@ def replica_url(target: str) -> str:
 
 def replicate(db: str, to: str, once: bool = False, seconds: float | None = None) -> None:
     """Runs Litestream in the foreground, replicating the index ``db`` to ``to``, until it is
-    interrupted (Ctrl-C, SIGTERM), for ``seconds``, or, with ``once``, for one sync of every
-    transaction committed so far. Litestream's log goes to stderr."""
+    stopped (SIGINT or Ctrl-C, SIGTERM, SIGHUP), for ``seconds``, or, with ``once``, for one
+    sync of every transaction committed so far. Litestream's log goes to stderr.
+
+    Litestream runs in a process group of its own and only this process stops it (with SIGTERM,
+    on which it finishes its sync and shuts down), whichever of the three signals came and
+    whoever sent it: to this process alone, to the terminal's group, or to a job started with
+    SIGINT ignored (``hybridsql replicate &`` in a script). A SIGHUP ignored from the start
+    (``nohup``) stays ignored. Then SIGINT raises KeyboardInterrupt and SIGTERM or SIGHUP
+    are raised again under the handler they replaced (by default, the process ends by them).
+    On Linux, Litestream is also stopped when this process dies any other way (SIGKILL)."""
     _check_source(db)
     command = [litestream_path(), "replicate"]
     if once:
         command.append("-once")
     command += [db, replica_url(to)]
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        # Only a system call runs in the child, libc looked up before the fork: safe with
-        # threads, which the rule is about.
-        preexec_fn=_die_with_parent() if sys.platform == "linux" else None,  # noqa: PLW1509
-    )
-    stopped = threading.Event()
-
-    def stop():  # SIGTERM, on which Litestream finishes its sync and shuts down
-        stopped.set()
-        proc.terminate()
-
-    timer = threading.Timer(seconds, stop) if seconds is not None else None
-    if timer is not None:
-        timer.start()
-    last = ""
-    try:
-        for line in proc.stdout:
-            sys.stderr.write(line)
-            last = line.strip() or last
-        code = proc.wait()
-    except KeyboardInterrupt:
-        # Ctrl-C reached Litestream too (same process group); a signal sent to this process
-        # alone is passed on, so that Litestream never outlives the command.
-        proc.terminate()
-        proc.wait()
-        raise
-    finally:
+    with _Stopper() as stopper:
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # the terminal's Ctrl-C reaches this process, not Litestream
+            # Only two system calls run in the child, libc looked up before the fork: safe
+            # with threads, which the rule is about.
+            preexec_fn=_die_with_parent() if sys.platform == "linux" else None,  # noqa: PLW1509
+        )
+        stopper.watch(proc)
+        timer = threading.Timer(seconds, stopper.stop) if seconds is not None else None
         if timer is not None:
-            timer.cancel()
-    if code != 0 and not stopped.is_set():
+            timer.start()
+        last = ""
+        try:
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                last = line.strip() or last
+            code = proc.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if proc.poll() is None:  # an error here: Litestream never outlives the command
+                proc.terminate()
+                proc.wait()
+    if code != 0 and not stopper.asked:
         raise ReplicationError(f"litestream replicate failed (exit status {code}): {last}")
+    if stopper.signal is not None:
+        stopper.raise_again()
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class _Stopper:
+    """While Litestream runs: SIGINT, SIGTERM and SIGHUP (those this platform has) send it
+    SIGTERM and are remembered, to be raised again once it has stopped (``raise_again``). Set
+    up only in the main thread, which alone can take signals; the handlers it replaced come
+    back on exit."""
+
+    def __init__(self):
+        self.proc = None
+        self.asked = False  # a stop was asked: a signal or the end of --seconds
+        self.signal = None
+        self.replaced = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for name in STOP_SIGNALS:
+                number = getattr(signal, name, None)
+                if number is None:
+                    continue
+                was = signal.getsignal(number)
+                if number == getattr(signal, "SIGHUP", None) and was == signal.SIG_IGN:
+                    continue  # nohup asked for the command to outlive the terminal
+                self.replaced[number] = signal.signal(number, self.caught)
+        return self
+
+    def __exit__(self, *exc):
+        for number, handler in self.replaced.items():
+            signal.signal(number, handler)
+        return False
+
+    def watch(self, proc) -> None:
+        self.proc = proc
+        if self.asked:  # a signal came while it started
+            self.stop()
+
+    def caught(self, number, frame) -> None:
+        if self.signal is None:
+            self.signal = number
+        self.stop()
+
+    def stop(self) -> None:
+        self.asked = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def raise_again(self) -> None:
+        """The signal that stopped the run, under the handler that was there before."""
+        if self.signal == signal.SIGINT:
+            raise KeyboardInterrupt
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.raise_signal(self.signal)
 
 
 def _die_with_parent():
     """What the child runs before Litestream starts: Linux then sends it SIGTERM when this
     process dies, even by SIGKILL, so that a killed ``hybridsql replicate`` leaves no Litestream
-    behind (a second one started for the same file would race the orphan)."""
+    behind (a second one started for the same file would race the orphan). A parent that died
+    before the call is seen by the parent id changing: the child then exits at once."""
     prctl = ctypes.CDLL(None).prctl
-    return lambda: prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    parent = os.getpid()
+
+    def child():
+        prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return child
 
 
 def _check_source(db: str) -> None:

@@ -9,7 +9,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 
 import apsw
 import numpy as np
@@ -779,19 +778,32 @@ def test_opening_waits_for_a_connection_that_holds_the_file(tmp_path, readonly):
     path = str(tmp_path / "held.db")
     holder = apsw.Connection(path)  # a rollback journal: an exclusive lock keeps readers out
     holder.execute("create table t(x); begin exclusive; insert into t values (1)")
-    opening = threading.Event()
+    waited = threading.Event()
 
-    def release():
-        opening.wait()
-        time.sleep(0.3)  # the opening below has met the lock by now
+    class Watching(apsw.VFS):
+        """The default VFS, telling when SQLite sleeps: its busy handler waits on a lock."""
+
+        def __init__(self):
+            super().__init__("watching", base="", makedefault=True)
+
+        def xSleep(self, microseconds):
+            waited.set()
+            return super().xSleep(microseconds)
+
+    def release():  # once the opening below has met the lock and waits on it, whatever the load
+        assert waited.wait(120), "the opening never waited on the lock"
         holder.execute("commit")
         holder.close()
 
+    watching = Watching()
     thread = threading.Thread(target=release)
     thread.start()
-    opening.set()
-    conn = hybridsql.connect(path, readonly=readonly)
-    thread.join()
+    try:
+        conn = hybridsql.connect(path, readonly=readonly)
+    finally:
+        thread.join()
+        watching.unregister()
+    assert waited.is_set()
     assert conn.execute("select count(*) from t").fetchone() == (1,)
 
 

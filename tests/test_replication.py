@@ -9,9 +9,11 @@ vector_index tables are real and checkable without a model, and they checkpoint 
 (SQLite's default is 1000) so that their checkpoints meet Litestream's often.
 """
 
+import contextlib
 import os
 import random
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has 
 
 SEED = int(os.environ.get("HYBRIDSQL_REPLICATION_SEED", random.randrange(1 << 30)))
 KILLS = int(os.environ.get("HYBRIDSQL_REPLICATION_KILLS", "8"))
+DEADLINE = 120  # seconds: far more than any wait takes on a loaded machine, and never waited out
 
 PROVIDER = '''
 import hashlib
@@ -100,6 +103,16 @@ def start_litestream(db, url, cwd):
     )
 
 
+def wait_for_ack(log, prefix, writer):
+    """Until the log holds a write whose token starts with ``prefix``, or DEADLINE."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline and writer.poll() is None:
+        if os.path.exists(log) and any(token.startswith(prefix) for _, token in acknowledged(log)):
+            return
+        time.sleep(0.02)  # a poll interval
+    raise AssertionError(f"no write acknowledged by {prefix} in {DEADLINE} s")
+
+
 def acknowledged(log):
     with open(log) as f:
         return [line.split()[:2] for line in f if line.endswith("\n")]
@@ -142,6 +155,9 @@ def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path):
                 time.sleep(rng.uniform(0, 1.0))  # writes go on while it is down
                 litestream = start_litestream(db, url, tmp_path)
             else:
+                # Killed once its incarnation has acknowledged a write (Python and the package
+                # load slowly on a loaded machine: a writer killed before would write nothing).
+                wait_for_ack(log, f"tok{victim}i{incarnations[victim]}x", writers[victim])
                 writers[victim].send_signal(signal.SIGKILL)
                 writers[victim].wait()
                 writers[victim] = spawn(victim)
@@ -325,13 +341,94 @@ def test_a_killed_replicate_command_leaves_no_litestream(tmp_path):
         if wait_for in line:
             break
     (child,) = children_of(proc.pid)
+    exited = os.pidfd_open(child)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    for _ in range(50):  # an orphan is adopted by init, which reaps it once it exits
-        if process_state(child) in (None, "Z"):
+    try:
+        # Readable once it has exited (an orphan is adopted by init, which reaps it).
+        gone, _, _ = select.select([exited], [], [], DEADLINE)
+    finally:
+        os.close(exited)
+    assert gone, f"litestream {child} outlived its parent by {DEADLINE} s"
+
+
+@pytest.fixture
+def start_replicate(tmp_path):
+    """Starts ``hybridsql replicate`` on a new index and returns, once Litestream runs and has
+    said so, the process and Litestream's pid. Ignored signals stand for a job started in the
+    background by a script (SIGINT) or by nohup (SIGHUP). Whatever a failed test left running
+    is killed at the end."""
+    started = []
+    yield lambda **ignoring: started.append(replicate_process(tmp_path, **ignoring)) or started[-1]
+    for proc, child in started:
+        for pid in (proc.pid, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def replicate_process(tmp_path, ignore_sigint=False, ignore_sighup=False):
+    db = str(tmp_path / "mem.db")
+    HybridIndex(db, embedder="none").close()
+    ignored = [signal.SIGINT] * ignore_sigint + [signal.SIGHUP] * ignore_sighup
+
+    def ignore():
+        for number in ignored:
+            signal.signal(number, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [HYBRIDSQL, "replicate", "--db", db, "--to", str(tmp_path / "r")],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        preexec_fn=ignore,  # noqa: PLW1509 (no thread of this test runs meanwhile)
+    )
+    for line in proc.stderr:
+        if "replicating to" in line:
             break
-        time.sleep(0.1)
-    assert process_state(child) in (None, "Z"), f"litestream {child} outlived its parent"
+    (child,) = children_of(proc.pid)
+    return proc, child
+
+
+STOPS = {
+    "SIGINT": (signal.SIGINT, False, 130),
+    "SIGINT, ignored when it started (a script's background job)": (signal.SIGINT, True, 130),
+    "SIGTERM": (signal.SIGTERM, False, -signal.SIGTERM),
+    "SIGHUP": (signal.SIGHUP, False, -signal.SIGHUP),
+}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
+@pytest.mark.parametrize("case", STOPS)
+def test_a_signal_to_the_replicate_command_stops_it_and_litestream(start_replicate, case):
+    """Sent to the command's process alone (kill PID): Litestream, in a group of its own, is
+    stopped by the command (SIGTERM: it syncs and shuts down), which waits for it, then ends
+    as the signal says: 130 and one line for SIGINT, by the signal itself for the others."""
+    number, ignore_sigint, code = STOPS[case]
+    proc, child = start_replicate(ignore_sigint=ignore_sigint)
+    assert os.getpgid(child) != os.getpgid(proc.pid)
+    proc.send_signal(number)
+    rest = proc.stderr.read()  # to its end: the command and Litestream have closed it
+    assert proc.wait(timeout=DEADLINE) == code, rest
+    assert process_state(child) is None  # waited for, so reaped: no orphan
+    assert "litestream shut down" in rest  # a clean stop: SIGTERM, not a kill
+    if number == signal.SIGINT:
+        assert rest.endswith("\nhybridsql: interrupted\n"), rest
+    else:
+        assert "hybridsql:" not in rest, rest
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc is Linux's")
+def test_under_nohup_a_hangup_leaves_the_replicate_command_running(start_replicate):
+    """nohup asks that the command outlive the terminal: SIGHUP stays ignored, and the SIGTERM
+    sent after it is what stops the command (a handled SIGHUP would have come first)."""
+    proc, child = start_replicate(ignore_sighup=True)
+    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=DEADLINE) == -signal.SIGTERM, rest
+    assert process_state(child) is None
 
 
 def process_state(pid):
