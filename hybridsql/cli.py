@@ -568,6 +568,7 @@ def replicate(db, to, once, seconds):
     epilog=example(
         "hybridsql restore --from file:///backups/mem --db restored.db",
         "hybridsql restore --from /backups/mem --db then.db --timestamp 2026-11-22T18:30:00Z",
+        "hybridsql restore --from /backups/mem --db restored.db --earlier",
     )
 )
 @click.option(
@@ -579,16 +580,35 @@ def replicate(db, to, once, seconds):
     default=None,
     help="restore the index as it was then (ISO 8601, UTC unless given)",
 )
-def restore(source, db, timestamp):
+@click.option(
+    "--earlier",
+    is_flag=True,
+    help="if that point does not restore intact, restore the newest earlier one that does",
+)
+def restore(source, db, timestamp, earlier):
     """Restore an index from its Litestream replica into a new file.
 
     The copy is checked (SQLite's and FTS5's integrity checks, the schema) before it takes the
-    name --db; an existing file is never overwritten.
+    name --db; an existing file is never overwritten. When the newest point (or the one
+    --timestamp names) does not restore intact, the error names the newest earlier point that
+    does, and --earlier restores that one.
     """
     from hybridsql.replication import restore as run
 
-    size = run(source, db, timestamp=timestamp)
-    click.echo(visible(f"restored {db} ({size} bytes) from {source}; integrity checks passed"))
+    done = run(source, db, timestamp=timestamp, earlier=earlier)
+    if done.point is not None:
+        click.echo(
+            visible(
+                f"restored {db} ({done.size} bytes) from {source} as of transaction "
+                f"{done.point.txid} of {done.point.timestamp}, the newest point that restores "
+                "intact; integrity checks passed"
+            )
+        )
+        click.echo(visible(f"hybridsql: the newer point did not: {done.why}"), err=True)
+    else:
+        click.echo(
+            visible(f"restored {db} ({done.size} bytes) from {source}; integrity checks passed")
+        )
 
 
 # -- running a command ------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Loading the SQL functions into a connection: the native extension, or Python in its place."""
 
 import atexit
+import contextlib
 import logging
 import os
 import platform
@@ -243,6 +244,7 @@ def connect(
         conn.set_busy_timeout(busy_timeout_ms)
         if not memory and not readonly:
             conn.execute("pragma journal_mode = wal")
+            conn.set_wal_hook(_checkpointer(os.path.abspath(path)))
         conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
     except apsw.Error as e:
         if conn is not None:
@@ -262,10 +264,47 @@ DAMAGED = (apsw.CorruptError, apsw.NotADBError)
 def close(conn: apsw.Connection, damaged: bool = False) -> None:
     """Closes ``conn``; on a ``damaged`` database without the checkpoint SQLite makes when the
     last connection closes: the -wal file stays as it is (``sqlite3 .recover`` reads it)
-    instead of being copied into the damaged file."""
-    if damaged:
+    instead of being copied into the damaged file. Nor on a replicated one (``replicated``)."""
+    if damaged or (conn.filename and replicated(conn.filename)):
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.close()
+
+
+# SQLite's own automatic checkpoint: once a commit leaves this many pages in the -wal file.
+CHECKPOINT_PAGES = 1000
+
+
+def replicated(path: str) -> bool:
+    """Whether Litestream replicates the database ``path``: it keeps its state in the folder
+    ``.NAME-litestream`` beside the file (from its first start on, whether it runs now or not).
+
+    Then only Litestream checkpoints the file. A checkpoint by another process while Litestream
+    is down or starting moves pages of the -wal file it has not copied into the database file
+    and lets the next writer start the -wal file over; Litestream 0.5 then snapshots the file
+    while writers keep changing it, and that snapshot can be torn (a replica that restores
+    damaged: docs/reliability.md, Replication). Left to Litestream, the -wal file is the one it
+    follows when it starts again, and grows meanwhile.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.isdir(os.path.join(folder, f".{name}-litestream"))
+
+
+def _checkpointer(path: str):
+    """A WAL hook in place of SQLite's automatic checkpoint (which it replaces): the same
+    PASSIVE checkpoint at CHECKPOINT_PAGES, unless the file is ``replicated``, asked at each
+    such commit, so a connection opened before replication began stops checkpointing too."""
+
+    def hook(conn: apsw.Connection, schema: str, pages: int) -> int:
+        if pages >= CHECKPOINT_PAGES and not replicated(path):
+            # As SQLite's own hook, which ignores the checkpoint's result: the transaction is
+            # committed already, and an error here would make it look failed. Busy (another
+            # connection), locked (a statement of this one still reading): the next commit
+            # tries again.
+            with contextlib.suppress(apsw.Error):
+                conn.wal_checkpoint(schema)
+        return apsw.SQLITE_OK
+
+    return hook
 
 
 def _read_only_fs(path: str) -> bool:
