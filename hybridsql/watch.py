@@ -25,6 +25,7 @@ from hybridsql.index import HybridIndex, IndexReport, Progress
 STEP_MS = 200  # a batch is sent once no event has come for this long
 DEBOUNCE_MS = 1600  # the longest one wait for events gathers; a longer burst is merged on
 MOST_GATHERING_S = 30.0  # ... until a burst has lasted this long
+MERGE_LOOK_MS = 50  # how long a batch waits for a burst's next events before it runs
 
 
 class Stopped(Exception):
@@ -100,7 +101,9 @@ def gather(watcher: RustNotify, stop: threading.Event):
     started = time.monotonic()
     paths = {path for _, path in changes}
     while time.monotonic() - started < MOST_GATHERING_S:
-        more = watcher.watch(DEBOUNCE_MS, STEP_MS, STEP_MS, stop)
+        # Only a wait that DEBOUNCE_MS cut short has more events right behind it: one that
+        # ended in STEP_MS of quiet gets nothing in this short look.
+        more = watcher.watch(DEBOUNCE_MS, STEP_MS, MERGE_LOOK_MS, stop)
         if more == "timeout":
             break
         if not isinstance(more, set):
