@@ -84,14 +84,17 @@
 **    else a metadata column.  A row's vector is read as Requirement 1 and must
 **    not be NULL; a partition or metadata value is NULL or of its column's type
 **    (an integer is taken for a real).  score and k are hidden columns.  A query
-**    "VECTOR match Q and k = K" (or "... order by score desc limit K") gives
-**    the K rows most like Q among those its other conditions select, with
-**    score the cosine of Requirement 4: the same rows and scores as
-**    cosine_topk(Q, K, rowid, VECTOR) over those rows, best first, ties by
-**    rowid.  The conditions applied before the top k are comparisons (=, <,
-**    <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE, GLOB, IN) of the
-**    rowid, a partition column or a metadata column with a value; SQLite
-**    applies any other condition to the K rows.  A NULL Q gives no rows.  The
+**    "VECTOR match Q and k = K" gives the K rows most like Q among those its
+**    other conditions select, with score the cosine of Requirement 4: the
+**    same rows and scores as cosine_topk(Q, K, rowid, VECTOR) over those rows,
+**    best first, ties by rowid.  The conditions applied before the top k are
+**    comparisons (=, <, <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE,
+**    GLOB, IN) of the rowid, a partition column or a metadata column with a
+**    value, every one of them; SQLite applies any other condition to the K
+**    rows.  Without k, the query gives every row its conditions select, best
+**    first (k NULL), and SQLite applies the rest, the ORDER BY and the LIMIT:
+**    "order by score desc limit N" is the N best (scored alone where SQLite
+**    hands the LIMIT over, vx_best_index).  A NULL Q gives no rows.  The
 **    first pass bounds each row's cosine from its int8 record (rec_build) and
 **    the rows that could be in the top k are rescored exactly, so the answer
 **    is exact whatever the data.  Without MATCH, the table is an ordinary
@@ -846,6 +849,13 @@ static int cmp_cand(const void *a, const void *b) {
   const Cand *x = a, *y = b;
   if (x->upper != y->upper) return x->upper > y->upper ? -1 : 1;
   return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Candidates in the order their vectors are stored: by block, then slot. */
+static int cmp_place(const void *a, const void *b) {
+  const Cand *x = a, *y = b;
+  if (x->block != y->block) return x->block < y->block ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
 }
 
 /* Drops the candidates below the final bar and sorts the rest, best upper bound first. */
@@ -3011,13 +3021,43 @@ static const char *op_sql(char op) {
 /* Whether this SQLite hands an IN list over whole (sqlite3_vtab_in, 3.38). */
 static int vtab_in_ok;
 
+/*
+** The plan of a query (Requirement 10).  Without MATCH it is a scan of the
+** rows its conditions select.  With MATCH, every condition the table takes
+** (argvIndex, then omit) is one xFilter honours exactly, alone and with the
+** others: a k-nearest query over the rows they select cannot be split, so an
+** IN list is taken whole or not at all, two rowid conditions are both applied,
+** and k is one number.  What it does not take SQLite tests on the rows it gets.
+** LIMIT stands for k only where nothing is left for SQLite to test and the
+** rows come out in the ORDER BY's order (none, or score desc); without k or
+** such a LIMIT, a MATCH query gives every row its conditions select, best
+** first, and SQLite applies the ORDER BY and LIMIT.
+**
+** Costs: a k-nearest plan that takes only conditions with values costs least,
+** so SQLite neither asks it once per row of another table (a plan that takes
+** a condition on another table's column costs 1e6 more a condition), nor
+** answers its OR terms by scans: a scan of a table whose vector, score or k
+** the statement uses costs 1e12 times more (those are a k-nearest query's
+** columns; a scan for a statement that uses them keeps its ranking of scans).
+*/
+#define VX_SCAN_FACTOR 1e12
+#define VX_COND_COST 1e6
+
+/* IN lists are handed over whole for the first 32 constraints only (sqlite3_vtab_in). */
+#define VX_MAX_IN 32
+
 static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   VxTab *t = (VxTab *)vt;
-  int match = -1, k = 0, n = 0, eq = 0, rowid_eq = 0, rowid_set = 0, equalities = 0;
+  int match = -1, n = 0, rowid_eq = 0, eq = 0, conds = 0, all_taken = 1, has_k = 0;
+  int limit = -1, offset = -1;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH && c->iColumn == t->vec) {
       if (!c->usable) return SQLITE_CONSTRAINT; /* only plans where the query vector is known */
+      if (match >= 0) {
+        return vx_fail(t, SQLITE_ERROR, "%s: a query has one MATCH vector, this one has two",
+                       t->name);
+      }
       match = i;
     }
   }
@@ -3027,42 +3067,68 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   for (int pass = 0; pass < 2; pass++) { /* the MATCH vector first */
     for (int i = 0; i < info->nConstraint; i++) {
       const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-      if (!c->usable || (pass == 0) != (i == match)) continue;
-      int col = c->iColumn, omit = 1;
+      if ((pass == 0) != (i == match)) continue;
+      if (c->op == SQLITE_INDEX_CONSTRAINT_LIMIT || c->op == SQLITE_INDEX_CONSTRAINT_OFFSET) {
+        if (c->usable && c->op == SQLITE_INDEX_CONSTRAINT_LIMIT) limit = i;
+        else if (c->usable) offset = i;
+        continue; /* decided below, once every other condition is */
+      }
+      if (c->iColumn == VX_K(t)) has_k = 1;
+      if (!c->usable) {
+        all_taken = 0;
+        continue;
+      }
+      int col = c->iColumn;
       char role = 0, op = op_char(c->op), coll = 'b';
       if (i == match) {
         role = 'M', op = '=';
-      } else if (match >= 0 && c->op == SQLITE_INDEX_CONSTRAINT_LIMIT) {
-        role = 'L', op = '=', omit = 0, col = 0;
-      } else if (match >= 0 && c->op == SQLITE_INDEX_CONSTRAINT_OFFSET) {
-        role = 'O', op = '=', omit = 0, col = 0;
       } else if (col == VX_K(t) && op == '=') {
-        role = 'K', k = 1;
+        role = 'K';
       } else if (col < 0 || col == t->alias) {
-        if (!op || op == 'l' || op == 'g') continue;
+        if (!op || op == 'l' || op == 'g') {
+          all_taken = 0;
+          continue;
+        }
         role = 'R', col = 0;
-        if (op == '=' || op == 'i') rowid_eq = 1, op = '=';
+        if (op == 'i') op = '=';
+        if (op == '=') rowid_eq = 1;
       } else if (col < t->ncol && op &&
                  (t->col[col].role == VX_PARTITION || t->col[col].role == VX_METADATA)) {
         const char *name = sqlite3_vtab_collation(info, i);
         if (sqlite3_stricmp(name, "BINARY") == 0) coll = 'b';
         else if (sqlite3_stricmp(name, "NOCASE") == 0) coll = 'n';
         else if (sqlite3_stricmp(name, "RTRIM") == 0) coll = 'r';
-        else continue; /* another collation: SQLite tests it */
+        else { /* another collation: SQLite tests it */
+          all_taken = 0;
+          continue;
+        }
         role = t->col[col].role == VX_PARTITION ? 'P' : 'X';
         if (op == '=') eq++;
       } else {
+        all_taken = 0;
         continue;
       }
-      if (match >= 0 && op == '=' && (role == 'R' || role == 'P' || role == 'X') && vtab_in_ok &&
-          sqlite3_vtab_in(info, i, 1)) {
-        op = 'I'; /* the whole IN list in one xFilter: a k-nearest query cannot be split */
-        if (role == 'R') rowid_set = 1;
-      } else if (match >= 0 && (op == '=' || op == 'i') && role != 'M' && role != 'K') {
-        equalities++;
+      if (match >= 0 && op == '=' && role != 'M') {
+        /* An IN list handed over one value at a time would split the k-nearest query.  Before
+        ** 3.38 no IN list can be told apart: k = N is taken (k in (...) is no filter anyone
+        ** needs), a filter is refused. */
+        if (vtab_in_ok && sqlite3_vtab_in(info, i, 1)) {
+          op = 'I';
+        } else if (!vtab_in_ok && role != 'K') {
+          sqlite3_free(plan);
+          return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query with = or IN conditions needs"
+                         " SQLite 3.38 or later, which hands an IN list over whole; this is %s",
+                         t->name, sqlite3_libversion());
+        } else if (vtab_in_ok && i >= VX_MAX_IN) {
+          sqlite3_free(plan);
+          return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query takes = and IN conditions among"
+                         " its first %d only (SQLite hands an IN list over whole only there),"
+                         " and condition %d is one: write them first", t->name, VX_MAX_IN, i + 1);
+        }
       }
+      if (role != 'M' && role != 'K') conds++;
       info->aConstraintUsage[i].argvIndex = ++n;
-      info->aConstraintUsage[i].omit = (unsigned char)omit;
+      info->aConstraintUsage[i].omit = 1;
       sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c%02x%c%c", role, col, op,
                        coll);
     }
@@ -3070,31 +3136,69 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   double rows = t->rows > 0 ? (double)t->rows : 1.0;
   for (int i = 0; i < eq; i++) rows /= 10.0;
   if (match >= 0) {
-    if (rowid_eq || rowid_set) rows = rows < 100 ? rows : 100;
-    info->idxNum = 1;
-    /* A k-nearest query over the table itself, whatever the join: a plan that takes an
-    ** equality from another table (v.rowid = c.id, with v the inner loop) would answer each
-    ** outer row apart.  An equality with a constant is usable in every plan, so its weight
-    ** changes no choice; one with another table's column makes its plan the dearest. */
-    info->estimatedCost = (1000.0 + rows) * pow(1e3, equalities);
-    info->estimatedRows = 10;
     int o = info->nOrderBy;
     const struct sqlite3_index_orderby *ob = info->aOrderBy;
     info->orderByConsumed =
         (o >= 1 && ob[0].iColumn == VX_SCORE(t) && ob[0].desc) &&
         (o == 1 || (o == 2 && (ob[1].iColumn < 0 || ob[1].iColumn == t->alias) && !ob[1].desc));
-  } else if (rowid_eq) {
-    info->estimatedCost = 10.0;
-    info->estimatedRows = 1;
-    info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
+    /* LIMIT (and OFFSET) for k: the first rows SQLite keeps are then the best ones. */
+    if (limit >= 0 && !has_k && all_taken && (o == 0 || info->orderByConsumed)) {
+      int at[2] = {limit, offset};
+      for (int j = 0; j < 2 && at[j] >= 0; j++) {
+        info->aConstraintUsage[at[j]].argvIndex = ++n;
+        sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c00=b", j ? 'O' : 'L');
+      }
+    }
+    info->idxNum = 1;
+    info->estimatedCost = 10.0 + VX_COND_COST * conds;
+    info->estimatedRows = 10;
   } else {
-    info->estimatedCost = 100.0 + 4.0 * rows;
-    info->estimatedRows = (sqlite3_int64)rows + 1;
+    double scale = 1.0;
+    for (int col = 0; col <= VX_K(t); col++) {
+      if ((col == t->vec || col >= VX_SCORE(t)) &&
+          (info->colUsed & ((sqlite3_uint64)1 << (col < 63 ? col : 63))))
+        scale = VX_SCAN_FACTOR;
+    }
+    if (rowid_eq) {
+      info->estimatedCost = 10.0 * scale;
+      info->estimatedRows = 1;
+      info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
+    } else {
+      info->estimatedCost = (100.0 + 4.0 * rows) * scale;
+      info->estimatedRows = (sqlite3_int64)rows + 1;
+    }
   }
-  (void)k;
   info->idxStr = plan;
   info->needToFreeIdxStr = 1;
   return SQLITE_OK;
+}
+
+/*
+** match(Q, VECTOR): what `VECTOR match Q` calls where no vector_index plan
+** takes it (under OR or NOT, on another column): an error, never an answer.
+** SQLite's own stand-in (sqlite3_overload_function) says the same but is not
+** INNOCUOUS, so a view holding a k-nearest query failed under pragma
+** trusted_schema = 0 ("unsafe use of match()"); this one reads and changes
+** nothing, so it is.
+*/
+#define VX_MATCH_STANDIN "unable to use function MATCH in the requested context"
+
+static void match_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc, (void)argv;
+  sqlite3_result_error(ctx, "match(): a vector_index table answers MATCH on its vector column"
+                       " only as a condition of the WHERE clause joined by AND (not under OR"
+                       " or NOT)", -1);
+}
+
+/* Registers match() where the connection has none or SQLite's stand-in, never over another. */
+static int register_match(sqlite3 *db) {
+  sqlite3_stmt *st = 0;
+  int rc = sqlite3_prepare_v2(db, "select 0 match 0", -1, &st, 0), ours = rc != SQLITE_OK;
+  if (st) ours = sqlite3_step(st) == SQLITE_ERROR && !strcmp(sqlite3_errmsg(db), VX_MATCH_STANDIN);
+  sqlite3_finalize(st);
+  if (!ours) return SQLITE_OK;
+  return sqlite3_create_function_v2(db, "match", 2, SQLITE_UTF8 | SQLITE_INNOCUOUS, 0, match_func,
+                                    0, 0, 0);
 }
 
 /* Values to bind, in order; copies, because IN lists' values do not outlive their step. */
@@ -3353,7 +3457,10 @@ static int64_t block_pass(const NumFilter *f, int nf, const uint8_t *buf, int64_
 typedef struct KnnArgs {
   Vec q;
   int64_t k, limit, offset;
-  int has_set;  /* rowid = or IN: only the rows in `set` */
+  int64_t given_k; /* k = N's N, the k column's value; 0 without one */
+  int all;         /* no k: every row the conditions select, best first */
+  int none;        /* no row can pass: LIMIT 0, or k = 3 and k = 4 (as SQL has it) */
+  int has_set;  /* rowid = or IN: only the rows in `set`, which every such condition lists */
   I64Map set;
   sqlite3_str *blocks, *rows; /* rows: NULL unless a condition SQL tests on T_rowids */
   Binds bblocks, brows;
@@ -3442,32 +3549,51 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
       case 'L':
       case 'O': {
         int64_t x = sqlite3_value_type(v) == SQLITE_INTEGER ? sqlite3_value_int64(v) : -1;
-        if (role == 'K' && sqlite3_value_type(v) != SQLITE_INTEGER) {
+        if (role == 'K' && op == 'I') {
+          rc = vx_fail(t, SQLITE_ERROR, "%s: k is one number (k = N), not a list", t->name);
+        } else if (role == 'K' && sqlite3_value_type(v) != SQLITE_INTEGER) {
           rc = vx_fail(t, SQLITE_ERROR, "%s: k must be an integer from 1 to %d, got %s", t->name,
                        HS_MAX_K, type_name(v));
         } else if (role == 'K' && (x < 1 || x > HS_MAX_K)) {
           rc = vx_fail(t, SQLITE_ERROR, "%s: k must be an integer from 1 to %d, got %lld",
                        t->name, HS_MAX_K, x);
+        } else if (role == 'K') {
+          if (a->given_k && a->given_k != x) a->none = 1; /* the k column cannot be both */
+          a->given_k = x;
+        } else if (role == 'L') {
+          a->limit = x;
+        } else {
+          a->offset = x;
         }
-        if (role == 'K') a->k = x;
-        else if (role == 'L') a->limit = x;
-        else a->offset = x;
         break;
       }
       case 'R':
-        if (op == '=' || op == 'I') {
-          a->has_set = 1;
+        if (op == '=' || op == 'I') { /* the rows every such condition lists */
+          I64Map one = {0};
           int64_t id;
           if (op == '=') {
-            if (as_rowid(v, &id) && !map_put(&a->set, id, 0)) rc = SQLITE_NOMEM;
+            if (as_rowid(v, &id) && !map_put(&one, id, 0)) rc = SQLITE_NOMEM;
           } else {
             sqlite3_value *x;
             for (rc = sqlite3_vtab_in_first(v, &x); rc == SQLITE_OK && x;
                  rc = sqlite3_vtab_in_next(v, &x)) {
-              if (as_rowid(x, &id) && !map_put(&a->set, id, 0)) rc = SQLITE_NOMEM;
+              if (as_rowid(x, &id) && !map_put(&one, id, 0)) rc = SQLITE_NOMEM;
             }
             if (rc == SQLITE_DONE) rc = SQLITE_OK;
           }
+          if (rc == SQLITE_OK && a->has_set) {
+            I64Map both = {0};
+            for (int64_t j = 0; j < a->set.cap && rc == SQLITE_OK; j++) {
+              if (a->set.used[j] && map_find(&one, a->set.keys[j], 0) &&
+                  !map_put(&both, a->set.keys[j], 0))
+                rc = SQLITE_NOMEM;
+            }
+            map_free(&one);
+            one = both;
+          }
+          map_free(&a->set);
+          a->set = one;
+          a->has_set = 1;
           break;
         }
         if (num_filter(a, -1, 1, op, v, &rc) || rc) break; /* tested on the records' ids */
@@ -3492,14 +3618,12 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
     }
   }
   if (rc) return rc;
-  if (!a->k) {
-    if (a->limit < 1) {
-      return vx_fail(t, SQLITE_ERROR, "%s: a MATCH query needs k = N (or LIMIT N), N from 1 to"
-                     " %d", t->name, HS_MAX_K);
-    }
-    a->k = a->limit + (a->offset > 0 ? a->offset : 0);
-    if (a->k > HS_MAX_K) a->k = HS_MAX_K;
-  }
+  /* Without k, LIMIT's rows (and OFFSET's) when the plan took it for k, else every row. */
+  int64_t skip = a->offset > 0 ? a->offset : 0;
+  if (a->given_k) a->k = a->given_k;
+  else if (a->limit == 0) a->none = 1;
+  else if (a->limit > 0 && a->limit <= HS_MAX_K && skip <= HS_MAX_K) a->k = a->limit + skip;
+  else a->all = 1;
   sqlite3_str_appendall(a->blocks, " order by id");
   return SQLITE_OK;
 }
@@ -3582,17 +3706,14 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   if (!q) return SQLITE_NOMEM;
   memcpy(q, a->q.v, sizeof(float) * (size_t)d);
   float *v = q + d;
-  Knn s;
+  Knn s = {0};
   BlockRef *refs = 0;
   Slot *slots = 0;
   int64_t nrefs = 0, nslots = 0, cap = 0, *list = 0, total = 0;
   sqlite3_blob *h = 0;
-  int rc = knn_init(&s, q, d, a->k) ? SQLITE_OK : SQLITE_NOMEM, listed = 0;
-  sqlite3_stmt *st = 0;
-  if (rc == SQLITE_OK) {
-    st = prepare_bound(t, a->blocks, &a->bblocks, &rc);
-    a->blocks = 0;
-  }
+  int rc = SQLITE_OK, listed = 0;
+  sqlite3_stmt *st = prepare_bound(t, a->blocks, &a->bblocks, &rc);
+  a->blocks = 0;
   while (st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (nrefs == cap) {
       cap = cap ? 2 * cap : 256;
@@ -3620,6 +3741,8 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
   sqlite3_finalize(st);
   st = 0;
+  if (a->all) a->k = total > 0 ? total : 1;
+  if (rc == SQLITE_OK && !knn_init(&s, q, d, a->k)) rc = SQLITE_NOMEM;
   /* Which rows: a metadata or rowid range condition lists them; a short rowid set is looked up. */
   if (rc == SQLITE_OK && a->rows) {
     listed = 1;
@@ -3683,17 +3806,25 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
   vx_blob_close(&h);
-  /* Exact rescoring, best upper bound first, until none can reach the k-th best. */
+  /* Exact rescoring, best upper bound first, until none can reach the k-th best.  Without k
+  ** every row is rescored: in the order they are stored, each group's row opened once. */
   if (rc == SQLITE_OK) {
-    knn_candidates(&s);
+    if (a->all && s.ncand > 1) qsort(s.cand, (size_t)s.ncand, sizeof(Cand), cmp_place);
+    else if (!a->all) knn_candidates(&s);
     cur->hits = sqlite3_malloc64(sizeof(Hit) * (sqlite3_uint64)a->k);
     if (!cur->hits) rc = SQLITE_NOMEM;
   }
   Dot2Fn fn = dot2();
+  const Layout *l = vx_layout(t, d);
+  int64_t open = -1; /* the group h is open on */
   for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
-    if ((rc = vx_read_vector(t, &h, c->block, c->slot, d, v))) break;
+    int64_t gid = group_id(l, c->block, c->slot);
+    if (gid != open && (rc = vx_blob(t, &h, "vectors", gid, 0))) break;
+    open = gid;
+    rc = vx_blob_read(t, h, v, 4 * d, (c->slot % l->group) * 4 * d, "vectors", gid);
+    if (rc) break;
     double ab, bb;
     fn(q, v, d, &ab, &bb);
     if (!isfinite(bb)) {
@@ -3789,8 +3920,8 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
     KnnArgs a;
     rc = knn_args(t, idxStr, argc, argv, &a);
     c->knn = 1;
-    c->k = a.k;
-    if (rc == SQLITE_OK && a.q.v) rc = vx_knn(t, c, &a); /* a NULL vector: no rows */
+    c->k = a.given_k;
+    if (rc == SQLITE_OK && a.q.v && !a.none) rc = vx_knn(t, c, &a); /* a NULL vector: none */
     knn_args_free(&a);
     c->eof = c->nhits == 0;
   } else {
@@ -3849,8 +3980,8 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
     if (c->knn) sqlite3_result_double(ctx, c->hits[c->i].score);
     return SQLITE_OK;
   }
-  if (col == VX_K(t)) {
-    if (c->knn) sqlite3_result_int64(ctx, c->k);
+  if (col == VX_K(t)) { /* k = N's N; NULL without one (LIMIT, or every row) */
+    if (c->knn && c->k) sqlite3_result_int64(ctx, c->k);
     return SQLITE_OK;
   }
   if (c->knn && col == t->alias) {
@@ -4521,7 +4652,7 @@ HS_EXPORT int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3
   vtab_in_ok = sqlite3_libversion_number() >= 3038000;
   int rc = sqlite3_create_module_v2(db, "vector_index", &vx_module, 0, 0);
   if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "vector_index", rc);
-  rc = sqlite3_overload_function(db, "match", 2); /* so that `embedding MATCH ?` parses */
+  rc = register_match(db); /* so that `embedding MATCH ?` parses, in a view too */
   if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "match", rc);
   for (size_t i = 0; i < sizeof(FUNCTIONS) / sizeof(FUNCTIONS[0]); i++) {
     rc = sqlite3_create_function_v2(db, FUNCTIONS[i].name, FUNCTIONS[i].nArg,

@@ -242,10 +242,6 @@ def test_a_null_query_gives_no_rows_and_errors_are_clear(filled):
             "select * from t where e match :q and k = 'ten'",
             "t: k must be an integer from 1 to 10000, got text",
         ),
-        (
-            "select * from t where e match :q",
-            "t: a MATCH query needs k = N (or LIMIT N), N from 1 to 10000",
-        ),
         ("select * from t where k = 3", "t: k = N needs a MATCH vector"),
         ("insert into t(id, e) values (1, :q)", "UNIQUE constraint failed: t.rowid"),
         (
