@@ -8,11 +8,11 @@
 **   cosine_topk(query, k, id, vector)        -> TEXT, an aggregate
 **       JSON [[id, score], ...] of the k rows most similar to query.
 **       select cosine_topk(:q, 5, rowid, vector) from chunks where project = 'x'
-**   bm25_score(rank [, saturation])          -> REAL in [0, 1)
+**   bm25_score(rank [, saturation])          -> REAL in [0, 1]
 **       an FTS5 bm25() rank mapped to a score.  select bm25_score(-4.2) -> 0.295774647887324
 **   hybrid_score(vector_score, bm25_rank [, vector_weight, keyword_weight [, saturation]])
 **       the weighted fusion of both.  select hybrid_score(0.8, -4.2) -> 0.648732394366197
-**   temporal_decay(path, now [, half_life_days]) -> REAL in (0, 1]
+**   temporal_decay(path, now [, half_life_days]) -> REAL in [0, 1]
 **       decay of a dated memory file.
 **       select temporal_decay('memory/2026-10-22.md', '2026-11-21') -> 0.5
 **   vector_blob(x), vector_json(x)           -> BLOB, TEXT
@@ -60,10 +60,14 @@
 **    NULL rank gives 0.0 (no keyword match).  saturation is a number > 0 and
 **    defaults to HS_SATURATION, chosen by measurement on SciFact (porter
 **    stemming, 0.7 / 0.3 weights: nDCG@10 0.693 at 1, 0.718 at 10), because
-**    typical FTS5 ranks are 10 to 20 and r / (1 + r) flattens them all.
+**    typical FTS5 ranks are 10 to 20 and r / (1 + r) flattens them all.  The
+**    score is in [0, 1] (it rounds to 1 when saturation is tiny beside r),
+**    also when saturation + r would overflow a double.
 ** 7. hybrid_score(v, rank [, vw, kw [, saturation]]) =
-**    vw * coalesce(v, 0) + kw * bm25_score(rank, saturation); vw and kw
-**    default to 0.7 and 0.3 and must be numbers >= 0.
+**    vw * coalesce(v, 0) + kw * bm25_score(rank, saturation); v is a number
+**    from -1 to 1 (a cosine, or a score in [0, 1]); vw and kw default to 0.7
+**    and 0.3 and must be numbers >= 0 whose score is finite (weights near the
+**    largest double can overflow it: an error, never an infinity).
 ** 8. temporal_decay(path, now [, half_life_days]) =
 **    exp(-ln 2 / half_life * max(0, age_days)) when the file name of path
 **    (after the last '/' or '\') is YYYY-MM-DD.md with a real calendar date;
@@ -72,7 +76,9 @@
 **    ISO-8601 text: YYYY-MM-DD, optionally followed by 'T' or ' ', HH:MM,
 **    optional :SS and fraction, and an optional Z or +HH:MM / -HH:MM offset.
 **    half_life_days defaults to 30 and must be a number > 0.  No clock is
-**    read, so the function is deterministic.
+**    read, so the function is deterministic.  The result is in [0, 1] (0 when
+**    the decay underflows), 1.0 at age 0 whatever the half life.
+**    No SQL function returns NaN or an infinity.
 ** 9. vector_blob(x) returns the float32 BLOB of vector x; vector_json(x) its
 **    JSON text, each value printed with the fewest digits (6 to 9) that read
 **    back as the same float32.
@@ -873,12 +879,14 @@ static void knn_candidates(Knn *s) {
 ** Scores (Requirements 6 and 8).
 */
 double hs_bm25_score(double rank, double saturation) {
-  double r = rank < 0 ? -rank : 0.0;
-  return r / (saturation + r);
+  double r = rank < 0 ? -rank : 0.0, sum = saturation + r;
+  if (isinf(sum)) return (r / 2) / (saturation / 2 + r / 2); /* both near the largest double */
+  return r / sum;
 }
 
 double hs_decay(double age_days, double half_life_days) {
-  if (age_days < 0) age_days = 0;
+  /* Not age 0: a tiny half life makes the rate infinite, and infinity times 0 is NaN. */
+  if (!(age_days > 0)) return 1.0;
   return exp(-log(2.0) / half_life_days * age_days);
 }
 
@@ -1443,6 +1451,11 @@ static void hybrid_score_func(sqlite3_context *ctx, int argc, sqlite3_value **ar
     if ((i == 0 || i == 1) && sqlite3_value_type(argv[i]) == SQLITE_NULL) continue;
     if (!read_number(ctx, argv[i], "hybrid_score", i, names[i], &x[i])) return;
   }
+  if (x[0] < -1 || x[0] > 1) {
+    fail(ctx, "hybrid_score(): 1st argument vector_score must be from -1 to 1, got %s",
+         num(x[0]).s);
+    return;
+  }
   for (int i = 2; i < 4; i++) {
     if (x[i] < 0) {
       fail(ctx, "hybrid_score(): %s argument %s must be >= 0, got %s", ordinal(i), names[i],
@@ -1455,7 +1468,13 @@ static void hybrid_score_func(sqlite3_context *ctx, int argc, sqlite3_value **ar
     return;
   }
   double keyword = rank_is_null ? 0.0 : hs_bm25_score(x[1], x[4]);
-  sqlite3_result_double(ctx, x[2] * x[0] + x[3] * keyword); /* Requirement 7 */
+  double score = x[2] * x[0] + x[3] * keyword; /* Requirement 7 */
+  if (!isfinite(score)) {
+    fail(ctx, "hybrid_score(): 3rd argument vector_weight %s and 4th argument keyword_weight %s"
+         " give a score beyond the range of a double", num(x[2]).s, num(x[3]).s);
+    return;
+  }
+  sqlite3_result_double(ctx, score);
 }
 
 static void temporal_decay_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -1836,6 +1855,7 @@ typedef struct VxTab {
   int64_t tails[HS_TAILS]; /* by a hash of partition values: a block that was its last */
   Cache cache;
   sqlite3_stmt *st[VS_COUNT];
+  char *broken; /* xConnect found the shadow tables damaged: what every use of it says */
 } VxTab;
 
 #define VX_SCORE(t) ((t)->ncol)
@@ -1885,6 +1905,62 @@ static int vx_take(VxTab *t, char *msg) {
   if (!msg || msg == NOMEM) return SQLITE_NOMEM;
   t->base.zErrMsg = msg;
   return SQLITE_ERROR;
+}
+
+/*
+** Damage in a shadow table is SQLITE_CORRUPT naming the table and the block:
+** never an allocation of a size read from the file (whose failure, "out of
+** memory", would roll back the caller's transaction), never a wrong answer.
+** block_problem() says what is wrong with a block row's dims, capacity and
+** count: they must be integers, 1 to HS_MAX_DIMS dimensions (the table's D
+** for float[D]), room for 1 to a full block's rows, and min_count to capacity
+** rows.  NULL when they are right, else a message from sqlite3_mprintf (or
+** NOMEM).
+*/
+static char *block_problem(VxTab *t, int64_t id, sqlite3_value *dims, sqlite3_value *cap,
+                           sqlite3_value *count, int64_t min_count) {
+  static const char *const names[] = {"dims", "capacity", "count"};
+  sqlite3_value *v[] = {dims, cap, count};
+  char *msg = 0;
+  for (int i = 0; i < 3; i++) {
+    if (sqlite3_value_type(v[i]) != SQLITE_INTEGER) {
+      msg = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not integer",
+                            t->name, id, names[i], type_name(v[i]));
+      return msg ? msg : NOMEM;
+    }
+  }
+  int64_t d = sqlite3_value_int64(dims);
+  if (d < 1 || d > HS_MAX_DIMS) {
+    msg = sqlite3_mprintf("%s: block %lld is damaged: it has %lld dimensions, not 1 to %d",
+                          t->name, id, d, HS_MAX_DIMS);
+  } else if (t->dims && d != t->dims) {
+    msg = sqlite3_mprintf("%s: block %lld is damaged: it has %lld dimensions, the table has %lld",
+                          t->name, id, d, t->dims);
+  } else {
+    int64_t c = sqlite3_value_int64(cap), n = sqlite3_value_int64(count);
+    int64_t full = vx_layout(t, d)->rows;
+    if (c < 1 || c > full) {
+      msg = sqlite3_mprintf("%s: block %lld is damaged: it has room for %lld rows, not 1 to %lld",
+                            t->name, id, c, full);
+    } else if (n < min_count || n > c) {
+      msg = sqlite3_mprintf("%s: block %lld is damaged: it holds %lld rows in room for %lld",
+                            t->name, id, n, c);
+    } else {
+      return 0;
+    }
+  }
+  return msg ? msg : NOMEM;
+}
+
+/* block_problem() for columns dims, cap and count of a statement's row. */
+static int vx_check_block(VxTab *t, int64_t id, sqlite3_stmt *st, int dims, int cap, int count) {
+  char *msg = block_problem(t, id, sqlite3_column_value(st, dims), sqlite3_column_value(st, cap),
+                            sqlite3_column_value(st, count), 0);
+  if (!msg) return SQLITE_OK;
+  if (msg == NOMEM) return SQLITE_NOMEM;
+  sqlite3_free(t->base.zErrMsg);
+  t->base.zErrMsg = msg;
+  return SQLITE_CORRUPT_VTAB;
 }
 
 /* ---- the column declaration: vector_index(embedding float[384], project text partition key, ...) */
@@ -2330,7 +2406,17 @@ static int cache_sweep(VxTab *t) {
 
 /* ---- reading rows ---- */
 
-/* Opens (or moves) a read or write handle on a shadow table's data column. */
+/* The block a row of T_codes (its id) or T_vectors (a group: block * 256 + n) belongs to. */
+static int64_t block_of(const char *suffix, int64_t id) {
+  return strcmp(suffix, "codes") == 0 ? id : id / 256;
+}
+
+/*
+** Opens (or moves) a read or write handle on a shadow table's data column.  A
+** row that is missing or not a BLOB, or a shadow table that is gone or is a
+** view, is SQLITE_ERROR from SQLite, and damage here; every other error
+** (interrupted, busy, locked, I/O, out of memory) is reported as itself.
+*/
 static int vx_blob(VxTab *t, sqlite3_blob **h, const char *suffix, int64_t id, int write) {
   int rc;
   if (*h) {
@@ -2342,8 +2428,9 @@ static int vx_blob(VxTab *t, sqlite3_blob **h, const char *suffix, int64_t id, i
     sqlite3_free(table);
   }
   if (rc == SQLITE_OK) return rc;
-  return vx_fail(t, rc == SQLITE_NOMEM ? rc : SQLITE_CORRUPT_VTAB,
-                 "%s: the %s row %lld is missing or unreadable: %s", t->name, suffix, id,
+  if (rc != SQLITE_ERROR) return vx_sql_fail(t, rc);
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld is missing"
+                 " or unreadable: %s", t->name, block_of(suffix, id), suffix, id,
                  sqlite3_errmsg(t->db));
 }
 
@@ -2356,8 +2443,9 @@ static void vx_blob_close(sqlite3_blob **h) {
 static int vx_blob_read(VxTab *t, sqlite3_blob *h, void *out, int64_t bytes, int64_t offset,
                         const char *what, int64_t id) {
   if (offset < 0 || offset + bytes > sqlite3_blob_bytes(h)) {
-    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, what,
-                   id);
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld has %d"
+                   " bytes, too few for %lld at %lld", t->name, block_of(what, id), what, id,
+                   sqlite3_blob_bytes(h), bytes, offset);
   }
   int rc = sqlite3_blob_read(h, out, (int)bytes, (int)offset);
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
@@ -2415,6 +2503,10 @@ static int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *fo
     rc = sqlite3_step(st);
     int ok = rc == SQLITE_ROW && sqlite3_column_int64(st, 2) < sqlite3_column_int64(st, 1);
     for (int i = 0; i < t->npart && ok; i++) ok = same_value(sqlite3_column_value(st, 3 + i), parts[i]);
+    if (ok && (rc = vx_check_block(t, *remembered, st, 0, 1, 2))) {
+      sqlite3_reset(st);
+      return rc;
+    }
     if (ok) {
       out->id = *remembered;
       out->dims = sqlite3_column_int64(st, 0);
@@ -2431,6 +2523,11 @@ static int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *fo
   rc = sqlite3_step(st);
   *found = rc == SQLITE_ROW;
   if (*found) {
+    int bad = vx_check_block(t, sqlite3_column_int64(st, 0), st, 1, 2, 3);
+    if (bad) {
+      sqlite3_reset(st);
+      return bad;
+    }
     out->id = sqlite3_column_int64(st, 0);
     out->dims = sqlite3_column_int64(st, 1);
     out->capacity = sqlite3_column_int64(st, 2);
@@ -2511,8 +2608,10 @@ static void num_encode(const VxTab *t, sqlite3_value *const *metas, uint8_t *val
 /* Writes n bytes at offset through an open handle, checking that they are there. */
 static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int64_t offset,
                     const char *what, int64_t id) {
-  if (offset + n > sqlite3_blob_bytes(h)) {
-    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the %s row %lld is too short", t->name, what, id);
+  if (offset < 0 || offset + n > sqlite3_blob_bytes(h)) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld has %d"
+                   " bytes, too few for %lld at %lld", t->name, block_of(what, id), what, id,
+                   sqlite3_blob_bytes(h), n, offset);
   }
   int rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
@@ -2629,7 +2728,12 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
     if ((rc = vs_run(t, st))) return rc;
     b.id = sqlite3_last_insert_rowid(t->db);
     t->tails[hash_values(parts, t->npart) % HS_TAILS] = b.id;
-    if ((rc = vx_id_op(t, VS_NEW_CODES, b.id, block_bytes(t, b.capacity, d)))) return rc;
+    rc = vx_id_op(t, VS_NEW_CODES, b.id, block_bytes(t, b.capacity, d));
+    if ((rc & 0xff) == SQLITE_CONSTRAINT) { /* a row left behind by a block that is gone */
+      return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row was there"
+                     " before it", t->name, b.id);
+    }
+    if (rc) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
   }
@@ -2698,6 +2802,11 @@ static int vx_block(VxTab *t, int64_t id, BlockRow *out, sqlite3_value **parts, 
   rc = sqlite3_step(st);
   *found = rc == SQLITE_ROW;
   if (*found) {
+    int bad = vx_check_block(t, id, st, 0, 1, 2);
+    if (bad) {
+      sqlite3_reset(st);
+      return bad;
+    }
     out->id = id;
     out->dims = sqlite3_column_int64(st, 0);
     out->capacity = sqlite3_column_int64(st, 1);
@@ -2710,6 +2819,13 @@ static int vx_block(VxTab *t, int64_t id, BlockRow *out, sqlite3_value **parts, 
   sqlite3_reset(st);
   if (rc == SQLITE_NOMEM) return rc;
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+/* A row's location (T_rowids) must be one of its block's rows. */
+static int vx_check_slot(VxTab *t, const BlockRow *b, int64_t rowid, int64_t slot) {
+  if (slot >= 0 && slot < b->count) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
+                 " %lld, not 0 to %lld", t->name, b->id, rowid, slot, b->count - 1);
 }
 
 static void free_values(sqlite3_value **v, int n) {
@@ -2731,6 +2847,7 @@ static int vx_remove(VxTab *t, int64_t rowid) {
     rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
                  t->name, rowid, block);
   }
+  if (rc == SQLITE_OK) rc = vx_check_slot(t, &b, rowid, slot);
   if (rc == SQLITE_OK) rc = vx_tail(t, parts, &last, &found);
   free_values(parts, t->npart);
   if (rc) return rc;
@@ -2761,12 +2878,15 @@ static int vx_remove(VxTab *t, int64_t rowid) {
 }
 
 /* Requirement 1 for a value of a partition or metadata column: NULL or the declared type. */
-static int vx_check_value(VxTab *t, const VxCol *c, sqlite3_value *v) {
+static int fits(const VxCol *c, sqlite3_value *v) {
   int type = sqlite3_value_type(v);
-  int ok = type == SQLITE_NULL || (c->type == VX_TEXT && type == SQLITE_TEXT) ||
-           (c->type == VX_INTEGER && type == SQLITE_INTEGER) ||
-           (c->type == VX_REAL && (type == SQLITE_FLOAT || type == SQLITE_INTEGER));
-  if (!ok) {
+  return type == SQLITE_NULL || (c->type == VX_TEXT && type == SQLITE_TEXT) ||
+         (c->type == VX_INTEGER && type == SQLITE_INTEGER) ||
+         (c->type == VX_REAL && (type == SQLITE_FLOAT || type == SQLITE_INTEGER));
+}
+
+static int vx_check_value(VxTab *t, const VxCol *c, sqlite3_value *v) {
+  if (!fits(c, v)) {
     return vx_fail(t, SQLITE_MISMATCH, "%s: column %s is %s, got %s", t->name, c->name,
                    VX_TYPES[c->type], type_name(v));
   }
@@ -2894,8 +3014,10 @@ static int vx_update(VxTab *t, int64_t old, int64_t rowid, NewRow *r) {
   BlockRow b;
   rc = vx_block(t, block, &b, now, &found);
   if (rc == SQLITE_OK && !found) {
-    rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is missing", t->name, block);
+    rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
+                 t->name, old, block);
   }
+  if (rc == SQLITE_OK) rc = vx_check_slot(t, &b, old, slot);
   int moves = rowid != old;
   for (int i = 0; i < t->npart && rc == SQLITE_OK; i++) {
     if (sqlite3_value_nochange(r->parts[i])) r->parts[i] = now[i];
@@ -3261,11 +3383,11 @@ static sqlite3_stmt *prepare_bound(VxTab *t, sqlite3_str *sql, Binds *b, int *rc
 }
 
 /* The columns of a row as the cursors read them: see row_sql. */
-enum { RC_ROWID, RC_BLOCK, RC_SLOT, RC_DIMS, RC_PARTS };
+enum { RC_ROWID, RC_BLOCK, RC_SLOT, RC_DIMS, RC_CAPACITY, RC_COUNT, RC_PARTS };
 
 static sqlite3_str *row_sql(VxTab *t) {
   sqlite3_str *s = sqlite3_str_new(0);
-  sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims");
+  sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims, b.capacity, b.count");
   append_cols(s, "b.", 'p', t->npart, 1);
   append_cols(s, "r.", 'm', t->nmeta, 1);
   sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r join \"%w\".\"%w_blocks\" b"
@@ -3730,11 +3852,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     r->count = sqlite3_column_int64(st, 2);
     r->nonce = sqlite3_column_int64(st, 3);
     r->capacity = sqlite3_column_int64(st, 4);
-    if (r->dims < 1 || r->dims > HS_MAX_DIMS || r->count < 0 || r->count > r->capacity ||
-        r->capacity > HS_BLOCK_ROWS) {
-      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is corrupt", t->name, r->id);
-      break;
-    }
+    if ((rc = vx_check_block(t, r->id, st, 1, 4, 2))) break;
     total += r->count;
   }
   if (rc == SQLITE_DONE) rc = SQLITE_OK;
@@ -3777,8 +3895,8 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       while (j < nslots && slots[j].block < r->id) j++;
       for (; j < nslots && slots[j].block == r->id; j++) {
         if (slots[j].slot < 0 || slots[j].slot >= r->count) {
-          rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: a row of block %lld is past its end",
-                       t->name, r->id);
+          rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: a row is in its slot"
+                       " %lld, not 0 to %lld", t->name, r->id, slots[j].slot, r->count - 1);
           break;
         }
         list[nlist++] = slots[j].slot;
@@ -3828,8 +3946,8 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     double ab, bb;
     fn(q, v, d, &ab, &bb);
     if (!isfinite(bb)) {
-      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: the stored vector of row %lld is not finite",
-                   t->name, c->id);
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
+                   " is not finite", t->name, c->block, c->id);
       break;
     }
     Hit x = {cosine_from(ab, s.qq, bb), c->id};
@@ -3910,6 +4028,7 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
   VxCur *c = (VxCur *)cur;
   VxTab *t = (VxTab *)cur->pVtab;
   cur_reset(c);
+  if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
   if (t->busy) {
     return vx_fail(t, SQLITE_ERROR, "%s: read again while it is being read or written (a"
                    " trigger or view on its shadow tables?)", t->name);
@@ -3995,18 +4114,28 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
   switch (k->role) {
     case VX_ALIAS: sqlite3_result_int64(ctx, sqlite3_column_int64(c->rows, RC_ROWID)); break;
     case VX_PARTITION:
-      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + k->shadow));
+    case VX_METADATA: {
+      int at = RC_PARTS + (k->role == VX_PARTITION ? 0 : t->npart) + k->shadow;
+      sqlite3_value *v = sqlite3_column_value(c->rows, at);
+      if (!fits(k, v)) { /* a shadow row changed behind the table's back */
+        return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: %s %lld is damaged: its %s is of type %s,"
+                       " not %s", t->name, k->role == VX_PARTITION ? "block" : "row",
+                       sqlite3_column_int64(c->rows, k->role == VX_PARTITION ? RC_BLOCK : RC_ROWID),
+                       k->name, type_name(v), VX_TYPES[k->type]);
+      }
+      sqlite3_result_value(ctx, v);
       break;
-    case VX_METADATA:
-      sqlite3_result_value(ctx, sqlite3_column_value(c->rows, RC_PARTS + t->npart + k->shadow));
-      break;
+    }
     default: { /* the vector */
       int64_t dims = sqlite3_column_int64(c->rows, RC_DIMS);
+      int64_t block = sqlite3_column_int64(c->rows, RC_BLOCK);
+      int64_t slot = sqlite3_column_int64(c->rows, RC_SLOT);
+      if ((rc = vx_check_block(t, block, c->rows, RC_DIMS, RC_CAPACITY, RC_COUNT))) return rc;
+      BlockRow b = {block, dims, 0, sqlite3_column_int64(c->rows, RC_COUNT)};
+      if ((rc = vx_check_slot(t, &b, sqlite3_column_int64(c->rows, RC_ROWID), slot))) return rc;
       float *v = sqlite3_malloc64(sizeof(float) * (sqlite3_uint64)dims);
       sqlite3_blob *h = 0;
-      rc = v ? vx_read_vector(t, &h, sqlite3_column_int64(c->rows, RC_BLOCK),
-                              sqlite3_column_int64(c->rows, RC_SLOT), dims, v)
-             : SQLITE_NOMEM;
+      rc = v ? vx_read_vector(t, &h, block, slot, dims, v) : SQLITE_NOMEM;
       vx_blob_close(&h);
       if (rc == SQLITE_OK) {
         sqlite3_result_blob64(ctx, v, sizeof(float) * (sqlite3_uint64)dims, sqlite3_free);
@@ -4023,6 +4152,7 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
 
 static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_int64 *out) {
   VxTab *t = (VxTab *)vt;
+  if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
   if (t->busy) {
     return vx_fail(t, SQLITE_ERROR, "%s: written while it is being read or written (a trigger"
                    " or view on its shadow tables?)", t->name);
@@ -4097,6 +4227,7 @@ static void vx_free(VxTab *t) {
   vx_free_cols(t);
   sqlite3_free(t->schema);
   sqlite3_free(t->name);
+  sqlite3_free(t->broken);
   sqlite3_free(t->base.zErrMsg);
   sqlite3_free(t);
 }
@@ -4131,8 +4262,10 @@ static int vx_indexes(VxTab *t, const char *name, char **err) {
 static int vx_int(sqlite3 *db, const char *sql, int64_t *out) {
   sqlite3_stmt *st = 0;
   int rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, 0) : SQLITE_NOMEM;
-  if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
-  return rc == SQLITE_OK ? sqlite3_finalize(st) : rc;
+  if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+  if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
+  sqlite3_finalize(st);
+  return rc;
 }
 
 static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab **out, char **err,
@@ -4148,6 +4281,9 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
     char *sql = sqlite3_mprintf("pragma \"%w\".page_size", t->schema);
     rc = vx_int(db, sql, &t->page);
     sqlite3_free(sql);
+    if (rc != SQLITE_OK && rc != SQLITE_NOMEM) {
+      *err = sqlite3_mprintf("vector_index: %s: %s", t->name, sqlite3_errmsg(db));
+    }
     if (rc == SQLITE_OK && (t->page < 512 || t->page > 65536)) t->page = 4096;
   }
   if (rc == SQLITE_OK && create) {
@@ -4192,22 +4328,27 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
     sqlite3_stmt *st = 0;
     rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, 0) : SQLITE_NOMEM;
     sqlite3_free(sql);
-    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-      if (sqlite3_column_int64(st, 0) > HS_FORMAT) {
-        *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
-                               " %lld; this one reads %d)", t->name, sqlite3_column_int64(st, 0),
-                               HS_FORMAT);
-        rc = SQLITE_ERROR;
-      }
-      t->rows = sqlite3_column_int64(st, 1);
+    int step = rc == SQLITE_OK ? sqlite3_step(st) : rc;
+    if (step == SQLITE_ROW) {
       /* Format 1 (or no format): its fixed layout; format 2: the one its T_info gives. */
       int64_t format = sqlite3_column_int64(st, 0), page = sqlite3_column_int64(st, 2);
       int64_t rows = sqlite3_column_int64(st, 3), group = sqlite3_column_int64(st, 4);
+      int ftype = sqlite3_column_type(st, 0), ptype = sqlite3_column_type(st, 2);
+      int layout_ok = sqlite3_column_type(st, 3) == SQLITE_INTEGER &&
+                      sqlite3_column_type(st, 4) == SQLITE_INTEGER && rows >= HS_BLOCK_MIN &&
+                      rows <= HS_BLOCK_ROWS && group >= 1 && group <= rows;
+      int whole = ftype == SQLITE_NULL || (ftype == SQLITE_INTEGER && format == 1)
+                      ? ptype == SQLITE_NULL /* format 1 has no page size */
+                      : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
+                            page >= 512 && page <= 65536 && (!t->dims || layout_ok);
+      t->rows = sqlite3_column_int64(st, 1);
       t->page = format >= 2 ? page : 0;
       t->nlayouts = 0;
-      if (rc == SQLITE_OK && format >= 2 &&
-          (page < 512 || page > 65536 || (t->dims && (rows < HS_BLOCK_MIN || rows > HS_BLOCK_ROWS ||
-                                                      group < 1 || group > rows)))) {
+      if (ftype == SQLITE_INTEGER && format > HS_FORMAT) {
+        *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
+                               " %lld; this one reads %d)", t->name, format, HS_FORMAT);
+        rc = SQLITE_ERROR;
+      } else if (!whole) {
         *err = sqlite3_mprintf("vector_index: the layout of %s in %s_info is corrupt", t->name,
                                t->name);
         rc = SQLITE_CORRUPT_VTAB;
@@ -4215,12 +4356,26 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
         t->layouts[0] = (Layout){t->dims, rows, group};
         t->nlayouts = 1;
       }
-    } else if (rc == SQLITE_OK || rc == SQLITE_ERROR) {
+    } else if (step == SQLITE_ERROR || step == SQLITE_DONE || (step & 0xff) == SQLITE_CORRUPT) {
       *err = sqlite3_mprintf("vector_index: the shadow tables of %s cannot be read: %s", t->name,
                              sqlite3_errmsg(db));
       rc = SQLITE_CORRUPT_VTAB;
+    } else if (step != SQLITE_NOMEM) { /* interrupted, busy, an I/O error: as itself */
+      *err = sqlite3_mprintf("vector_index: %s: %s", t->name, sqlite3_errmsg(db));
+      rc = step;
+    } else {
+      rc = step;
     }
     sqlite3_finalize(st);
+    /*
+    ** Damaged shadow tables still connect, so that DROP TABLE (which connects
+    ** first) removes the table; every other use fails with what is wrong.
+    */
+    if (!create && rc == SQLITE_CORRUPT_VTAB && *err) {
+      t->broken = *err;
+      *err = 0;
+      rc = SQLITE_OK;
+    }
   }
   if (rc == SQLITE_OK) rc = vx_declare(t);
   if (rc == SQLITE_OK) {
@@ -4246,13 +4401,37 @@ static int vx_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
   return vx_init(db, argc, argv, out, err, 0);
 }
 
+/*
+** DROP TABLE: drops what stands under each shadow table's name, a table or (as
+** damage leaves it) a view; a name that is missing or another kind of object
+** (an index or trigger of another table) is left alone.  So a table whose
+** shadow tables were dropped, renamed or replaced can always be removed.
+** (SQLite shows only the code of an error here, not its text.)
+*/
 static int vx_destroy(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   vx_finish(t);
   int rc = SQLITE_OK;
   for (size_t i = 0; i < sizeof(VX_SHADOWS) / sizeof(VX_SHADOWS[0]) && rc == SQLITE_OK; i++) {
-    rc = vx_exec(t->db, 0, "drop table if exists \"%w\".\"%w_%s\"", t->schema, t->name,
-                 VX_SHADOWS[i]);
+    char *name = sqlite3_mprintf("%s_%s", t->name, VX_SHADOWS[i]);
+    char *sql = sqlite3_mprintf("select type from \"%w\".sqlite_master where type in ('table',"
+                                " 'view') and name = ?1 collate nocase", t->schema);
+    sqlite3_stmt *st = 0;
+    rc = name && sql ? sqlite3_prepare_v2(t->db, sql, -1, &st, 0) : SQLITE_NOMEM;
+    sqlite3_free(sql);
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+      rc = sqlite3_step(st);
+      const char *type = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : 0;
+      int found = rc == SQLITE_ROW, view = type && strcmp(type, "view") == 0;
+      rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+      sqlite3_finalize(st);
+      if (rc == SQLITE_OK && found) {
+        rc = vx_exec(t->db, 0, "drop %s \"%w\".\"%w\"", view ? "view" : "table", t->schema,
+                     name);
+      }
+    }
+    sqlite3_free(name);
   }
   if (rc == SQLITE_OK) vx_free(t);
   return rc;
@@ -4260,6 +4439,7 @@ static int vx_destroy(sqlite3_vtab *vt) {
 
 static int vx_rename(sqlite3_vtab *vt, const char *to) {
   VxTab *t = (VxTab *)vt;
+  if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
   vx_finish(t); /* they name the old tables */
   char *err = 0;
   int rc = SQLITE_OK;
@@ -4297,15 +4477,27 @@ static int vx_shadow_name(const char *suffix) {
   return 0;
 }
 
+/* Whether an error from reading the shadow tables means they are damaged (a table gone or
+** replaced, a row missing or of the wrong size): not an interrupt, a lock, I/O or memory. */
+static int is_damage(int rc) { return rc == SQLITE_ERROR || (rc & 0xff) == SQLITE_CORRUPT; }
+
 /*
 ** PRAGMA integrity_check (SQLite 3.44 and later): every block is as the
 ** writes leave it, and (not for quick_check) every row's record, float32
-** vector and location agree.  The first problem found is reported.
+** vector and location agree.  The first problem found is reported, as text
+** naming the table and block; an interrupt, a lock or an I/O error while
+** checking is returned as itself, not reported as damage.
 */
 static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, int flags,
                         char **err) {
   VxTab *t = (VxTab *)vt;
   (void)schema;
+  if (t->broken) {
+    *err = sqlite3_mprintf("%s", t->broken);
+    return *err ? SQLITE_OK : SQLITE_NOMEM;
+  }
+  sqlite3_free(t->base.zErrMsg);
+  t->base.zErrMsg = 0;
   sqlite3_str *sql = sqlite3_str_new(0);
   sqlite3_str_appendall(sql, "select id, dims, capacity, count");
   append_cols(sql, "", 'p', t->npart, 1);
@@ -4315,26 +4507,32 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   Binds none = {0};
   int rc;
   sqlite3_stmt *st = prepare_bound(t, sql, &none, &rc);
-  if (!st) return rc;
   sqlite3_value *prev[HS_MAX_FILTERS] = {0};
-  int64_t prev_id = -1, prev_full = 1, prev_dims = 0, total = 0, rows = 0;
+  int64_t prev_id = -1, prev_full = 1, prev_dims = 0, total = 0;
   uint8_t *buf = 0, *rec = 0;
   float *v = 0;
   sqlite3_blob *hc = 0, *hv = 0;
   char *problem = 0;
-  while (!problem && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while (st && !problem && (rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t id = sqlite3_column_int64(st, 0), dims = sqlite3_column_int64(st, 1);
     int64_t capacity = sqlite3_column_int64(st, 2), count = sqlite3_column_int64(st, 3);
     int same = prev_id >= 0;
     for (int i = 0; i < t->npart && same; i++) same = same_value(prev[i], sqlite3_column_value(st, 4 + i));
-    if (dims < 1 || dims > HS_MAX_DIMS || (t->dims && dims != t->dims)) {
-      problem = sqlite3_mprintf("%s: block %lld has %lld dimensions", name, id, dims);
-    } else if (count < 1 || count > capacity || capacity > HS_BLOCK_ROWS) {
-      problem = sqlite3_mprintf("%s: block %lld holds %lld rows in room for %lld", name, id,
-                                count, capacity);
-    } else if (same && (!prev_full || dims != prev_dims)) {
-      problem = sqlite3_mprintf("%s: block %lld follows a block of its partition that is not"
-                                " full or has other dimensions", name, id);
+    problem = block_problem(t, id, sqlite3_column_value(st, 1), sqlite3_column_value(st, 2),
+                            sqlite3_column_value(st, 3), 1);
+    for (int i = 0; i < t->ncol && !problem; i++) {
+      const VxCol *c = &t->col[i];
+      sqlite3_value *pv = c->role == VX_PARTITION ? sqlite3_column_value(st, 4 + c->shadow) : 0;
+      if (pv && !fits(c, pv)) {
+        problem = sqlite3_mprintf("%s: block %lld is damaged: its %s is of type %s, not %s", name,
+                                  id, c->name, type_name(pv), VX_TYPES[c->type]);
+        if (!problem) problem = NOMEM;
+      }
+    }
+    if (!problem && same && (!prev_full || dims != prev_dims)) {
+      problem = sqlite3_mprintf("%s: block %lld is damaged: it follows a block of its partition"
+                                " that is not full or has other dimensions", name, id);
+      if (!problem) problem = NOMEM;
     }
     total += count;
     prev_id = id, prev_full = count == capacity, prev_dims = dims;
@@ -4345,8 +4543,9 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     if ((rc = vx_blob(t, &hc, "codes", id, 0))) break;
     int64_t whole = block_bytes(t, capacity, dims);
     if (sqlite3_blob_bytes(hc) != whole) {
-      problem = sqlite3_mprintf("%s: the data of block %lld takes %d bytes, not %lld", name, id,
-                                sqlite3_blob_bytes(hc), whole);
+      problem = sqlite3_mprintf("%s: block %lld is damaged: its codes row has %d bytes, not %lld",
+                                name, id, sqlite3_blob_bytes(hc), whole);
+      if (!problem) problem = NOMEM;
       break;
     }
     if (flags & 1) continue; /* quick_check */
@@ -4364,41 +4563,60 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
       int found;
       if ((rc = vx_find(t, rowid, &b, &sl, &found))) break;
       if (!found || b != id || sl != s) {
-        problem = sqlite3_mprintf("%s: row %lld is in block %lld slot %lld, its location says"
-                                  " otherwise", name, rowid, id, s);
+        problem = sqlite3_mprintf("%s: block %lld is damaged: row %lld is in its slot %lld, its"
+                                  " location says otherwise", name, id, rowid, s);
       } else if ((rc = vx_read_vector(t, &hv, id, s, dims, v)) == SQLITE_OK) {
-        rec_build(rec, rowid, v, dims);
-        if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
-          problem = sqlite3_mprintf("%s: the record of row %lld does not match its vector", name,
-                                    rowid);
+        if (hs_first_nonfinite(v, dims) >= 0) {
+          problem = sqlite3_mprintf("%s: block %lld is damaged: the vector of row %lld is not"
+                                    " finite", name, id, rowid);
+        } else {
+          rec_build(rec, rowid, v, dims);
+          if (memcmp(rec, buf + s * stride, (size_t)stride) != 0) {
+            problem = sqlite3_mprintf("%s: block %lld is damaged: the record of row %lld does not"
+                                      " match its vector", name, id, rowid);
+          }
         }
       }
-      if (rc == SQLITE_OK && !problem && t->nnum) { /* the block's copy of its numbers */
+      if (rc == SQLITE_OK && !problem && t->nmeta) { /* its metadata, and the block's copy */
         sqlite3_value *metas[HS_MAX_FILTERS] = {0};
         uint8_t *vals = rec + stride, *nulls = vals + 8 * HS_MAX_FILTERS;
         if ((rc = vx_metas(t, rowid, metas)) == SQLITE_OK) num_encode(t, metas, vals, nulls);
+        for (int i = 0; i < t->ncol && rc == SQLITE_OK && !problem; i++) {
+          const VxCol *c = &t->col[i];
+          if (c->role == VX_METADATA && metas[c->shadow] && !fits(c, metas[c->shadow])) {
+            problem = sqlite3_mprintf("%s: row %lld is damaged: its %s is of type %s, not %s",
+                                      name, rowid, c->name, type_name(metas[c->shadow]),
+                                      VX_TYPES[c->type]);
+          }
+        }
         free_values(metas, t->nmeta);
         for (int j = 0; j < t->nnum && rc == SQLITE_OK && !problem; j++) {
           const uint8_t *at = buf + num_offset(capacity, dims, j);
           if (memcmp(at + 8 * s, vals + 8 * j, 8) != 0 || at[8 * capacity + s] != nulls[j]) {
-            problem = sqlite3_mprintf("%s: the metadata of row %lld in its block differs from"
-                                      " its location's", name, rowid);
+            problem = sqlite3_mprintf("%s: block %lld is damaged: the metadata of row %lld"
+                                      " differs from its location's", name, id, rowid);
           }
         }
       }
-      rows++;
     }
+    if (rc != SQLITE_OK) break;
   }
   if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
   sqlite3_finalize(st);
+  st = 0;
   if (rc == SQLITE_OK && !problem) {
     char *q = sqlite3_mprintf("select count(*) from \"%w\".\"%w_rowids\"", t->schema, t->name);
     rc = q ? sqlite3_prepare_v2(t->db, q, -1, &st, 0) : SQLITE_NOMEM;
     sqlite3_free(q);
-    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) != total) {
-      problem = sqlite3_mprintf("%s: %lld rows have a location, the blocks hold %lld", name,
-                                sqlite3_column_int64(st, 0), total);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+      if (sqlite3_column_int64(st, 0) != total) {
+        problem = sqlite3_mprintf("%s: %lld rows have a location, the blocks hold %lld", name,
+                                  sqlite3_column_int64(st, 0), total);
+        if (!problem) problem = NOMEM;
+      }
+      rc = SQLITE_OK;
     }
+    if (rc != SQLITE_OK && rc != SQLITE_NOMEM) rc = vx_sql_fail(t, rc);
     sqlite3_finalize(st);
   }
   free_values(prev, t->npart);
@@ -4406,10 +4624,17 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   vx_blob_close(&hv);
   free(buf);
   free(v);
-  if (problem) *err = problem;
-  else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && t->base.zErrMsg) *err = sqlite3_mprintf("%s", t->base.zErrMsg);
-  (void)rows;
-  return rc == SQLITE_NOMEM ? rc : SQLITE_OK;
+  if (!problem && is_damage(rc)) { /* a shadow table gone, a row missing or too short */
+    problem = t->base.zErrMsg ? sqlite3_mprintf("%s", t->base.zErrMsg)
+                              : sqlite3_mprintf("%s: %s", name, sqlite3_errmsg(t->db));
+    if (!problem) problem = NOMEM;
+  }
+  if (problem == NOMEM) return SQLITE_NOMEM;
+  if (problem) {
+    *err = problem;
+    return SQLITE_OK;
+  }
+  return rc; /* SQLITE_OK, or an interrupt, a lock, an I/O error: as itself */
 }
 
 static sqlite3_module vx_module = {

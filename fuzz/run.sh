@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the fuzzers (see fuzz/README.md). Seeds come from fuzz/corpus/<harness>/, read-only; new
 # inputs go to fuzz/build/corpus-<harness>/, crashes to fuzz/build/crash-<harness>-*.
-#   fuzz/run.sh short                    CI: 30 s of sql, 15 s of keyword_plan and functions
-#   fuzz/run.sh HARNESS RUNS [SECONDS]   one harness (sql, keyword_plan, functions) for RUNS
+#   fuzz/run.sh short                    CI: 30 s of sql, 15 s of keyword_plan, functions, shadow
+#   fuzz/run.sh HARNESS RUNS [SECONDS]   one harness (sql, keyword_plan, functions, shadow) for RUNS
 #                                        executions or SECONDS (default 3600), whichever is first
 # sql needs fuzz/build.sh first; the atheris harnesses need `pip install atheris` and hybridsql.
 set -euo pipefail
@@ -23,6 +23,7 @@ if [ "$1" = short ]; then
   fuzz sql -1 30
   fuzz keyword_plan -1 15
   fuzz functions -1 15
+  fuzz shadow -1 15
 else
   fuzz "$1" "$2" "${3:-3600}"
 fi

@@ -1,6 +1,7 @@
 """hybridsql: hybrid keyword + vector search inside SQLite, for agent memory."""
 
 from hybridsql.errors import (
+    DamagedCopyError,
     DatabaseError,
     EmbeddingError,
     ExtensionError,
@@ -27,6 +28,7 @@ from hybridsql.memory import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DamagedCopyError",
     "DatabaseError",
     "EmbeddingError",
     "ExtensionError",

@@ -20,11 +20,11 @@ import click
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.extension import file_error, loadable_path
+from hybridsql.extension import file_error, loadable_path, writable
 from hybridsql.index import IndexReport
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
-from hybridsql.search import SearchOptions, explain_sql
+from hybridsql.search import SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
 
@@ -318,8 +318,11 @@ def store_command(opening: str, lines):
         def command(db, embedder, as_json, memory_dir=None, **options):
             from hybridsql.memory import MemoryStore
 
-            # A search that does not reinforce writes nothing, so it opens the file read-only.
-            how = "read" if options.get("reinforce") is False else opening
+            # A search that does not reinforce writes nothing, so it opens the file read-only;
+            # so does one on a file this user cannot write (its notes say nothing was reinforced).
+            how = opening
+            if "reinforce" in options and not (options["reinforce"] and writable(db)):
+                how = "read"
             with open_index(db, embedder, how) as idx:
                 value = run(MemoryStore(idx, memory_dir), **options)
             show(value, as_json, lines)
@@ -629,6 +632,7 @@ def replicate(db, to, once, seconds):
     epilog=example(
         "hybridsql restore --from file:///backups/mem --db restored.db",
         "hybridsql restore --from /backups/mem --db then.db --timestamp 2026-11-22T18:30:00Z",
+        "hybridsql restore --from /backups/mem --db restored.db --earlier",
     )
 )
 @click.option(
@@ -640,16 +644,35 @@ def replicate(db, to, once, seconds):
     default=None,
     help="restore the index as it was then (ISO 8601, UTC unless given)",
 )
-def restore(source, db, timestamp):
+@click.option(
+    "--earlier",
+    is_flag=True,
+    help="if that point does not restore intact, restore the newest earlier one that does",
+)
+def restore(source, db, timestamp, earlier):
     """Restore an index from its Litestream replica into a new file.
 
     The copy is checked (SQLite's and FTS5's integrity checks, the schema) before it takes the
-    name --db; an existing file is never overwritten.
+    name --db; an existing file is never overwritten. When the newest point (or the one
+    --timestamp names) does not restore intact, the error names the newest earlier point that
+    does, and --earlier restores that one.
     """
     from hybridsql.replication import restore as run
 
-    size = run(source, db, timestamp=timestamp)
-    click.echo(f"restored {db} ({size} bytes) from {source}; integrity checks passed")
+    done = run(source, db, timestamp=timestamp, earlier=earlier)
+    if done.point is not None:
+        click.echo(
+            visible(
+                f"restored {db} ({done.size} bytes) from {source} as of transaction "
+                f"{done.point.txid} of {done.point.timestamp}, the newest point that restores "
+                "intact; integrity checks passed"
+            )
+        )
+        click.echo(visible(f"hybridsql: the newer point did not: {done.why}"), err=True)
+    else:
+        click.echo(
+            visible(f"restored {db} ({done.size} bytes) from {source}; integrity checks passed")
+        )
 
 
 # -- running a command ------------------------------------------------------------------------
@@ -669,7 +692,8 @@ def main(argv=None) -> int:
         return 2
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else "hybridsql"
-        click.echo(f"{where}: {e.format_message().rstrip('.')} (see {where} --help)", err=True)
+        message = visible(e.format_message().rstrip("."))
+        click.echo(f"{visible(where)}: {message} (see {visible(where)} --help)", err=True)
         return 2
     except HybridSQLError as e:
         return fail(e)
@@ -684,5 +708,5 @@ def main(argv=None) -> int:
 
 
 def fail(error: Exception) -> int:
-    print(f"hybridsql: {error}", file=sys.stderr)
+    print(f"hybridsql: {visible(str(error))}", file=sys.stderr)
     return 1

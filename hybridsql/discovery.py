@@ -75,12 +75,39 @@ def read_gitignore(root: str, rel: str, warnings: list):
     return GitIgnoreSpec.from_lines(lines)
 
 
+# How the reasons of what cannot be read start: what was indexed from there stays indexed.
+FOLDER_NOT_READ = "folder not read: "
+UNREADABLE = "unreadable: "
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for a skipped file's reason."""
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symbolic link"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "not a regular file")
+
+
+def not_regular(mode: int) -> str:
+    return f"not a regular file ({file_kind(mode)})"
+
+
+def link_skipped(rel: str) -> str:
+    return f"{rel} is a symbolic link (links are not followed)"
+
+
 def discover(
     root: str,
     vanished: list | None = None,
     globs=DEFAULT_GLOBS,
     gitignore: bool = True,
     report=None,
+    skipped: list | None = None,
 ):
     """The files under ``root`` that ``globs`` match and no .gitignore leaves out, as sorted
     relative paths ('/'-separated).
@@ -90,15 +117,28 @@ def discover(
     negated pattern takes ('!drafts/'). .gitignore files apply below their folder, in or out of
     a git repository; a folder they leave out is not walked.
     ``report`` (an IndexReport), when given, gets ``left_out`` counts and the warnings of
-    unreadable .gitignore files. Files deleted while the folder is walked are left out, and
-    their relative paths added to ``vanished``.
+    unreadable .gitignore files. ``skipped`` gets [path, reason] for each link, named pipe,
+    socket or device that the patterns take, each link to a folder, and each folder or file
+    that cannot be read (its reason starting with FOLDER_NOT_READ or UNREADABLE). Files
+    deleted while the folder is walked are left out, their relative paths added to
+    ``vanished``.
+    Raises IndexingError when ``root`` itself cannot be read.
     """
     spec = glob_spec(globs)
     not_matching, gitignored, folders, negated = Counter(), Counter(), 0, 0
     warnings = report.warnings if report is not None else []
+    skipped = [] if skipped is None else skipped
     rules = {"": []}  # a folder's .gitignore rules, its parents' included
     found = []
-    for folder, dirs, files in os.walk(root):
+
+    def unreadable(error: OSError) -> None:
+        rel = os.path.relpath(error.filename, root).replace(os.sep, "/")
+        if rel == ".":
+            raise IndexingError(f"{root} cannot be read: {error.strerror}")
+        if not isinstance(error, FileNotFoundError):  # deleted meanwhile: nothing to say
+            skipped.append([rel, FOLDER_NOT_READ + error.strerror])
+
+    for folder, dirs, files in os.walk(root, onerror=unreadable):
         here = os.path.relpath(folder, root).replace(os.sep, "/")
         prefix = "" if here == "." else here + "/"
         mine = rules.pop(prefix)
@@ -113,11 +153,13 @@ def discover(
                 negated += 1  # '!drafts/' leaves out the folder, not only what '*' takes there
             elif gitignore and ignored(mine, prefix + d, is_dir=True):
                 gitignored["folders"] += 1
+            elif os.path.islink(os.path.join(folder, d)):  # os.walk would not enter it
+                skipped.append([prefix + d, link_skipped(prefix + d)])
             else:
                 walked.append(d)
                 rules[prefix + d + "/"] = mine
         dirs[:] = walked
-        for name in files:
+        for name in sorted(files):
             rel = prefix + name
             if gitignore and name == ".gitignore":
                 continue  # read as rules, not left out
@@ -133,8 +175,15 @@ def discover(
                 if vanished is not None:
                     vanished.append(rel)
                 continue
+            except OSError as e:  # a folder that can be listed but not searched (no x bit)
+                skipped.append([rel, UNREADABLE + e.strerror])
+                continue
             if stat.S_ISREG(mode):
                 found.append(rel)
+            elif stat.S_ISLNK(mode):  # to a file, dangling, or a loop
+                skipped.append([rel, link_skipped(rel)])
+            else:
+                skipped.append([rel, not_regular(mode)])
     if report is not None:
         report.left_out = {
             "not_matching": dict(not_matching.most_common()),

@@ -42,3 +42,7 @@ class NotFoundError(HybridSQLError, KeyError):
 
 class ReplicationError(HybridSQLError):
     """Litestream is missing or failed, or a restore was refused or did not verify."""
+
+
+class DamagedCopyError(ReplicationError):
+    """A copy restored from a replica does not open or fails an integrity check."""

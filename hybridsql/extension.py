@@ -1,6 +1,7 @@
 """Loading the SQL functions into a connection: the native extension, or Python in its place."""
 
 import atexit
+import contextlib
 import logging
 import os
 import platform
@@ -87,10 +88,22 @@ def loadable_path() -> str:
     """Path of the SQLite loadable extension (``.load`` it in any SQLite client)."""
     path = _native.PATH
     if not os.path.exists(path):
-        raise ExtensionError(
-            f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
-        )
+        raise ExtensionError(library_missing(path))
     return path
+
+
+def library_missing(path: str) -> str:
+    """The one line that says the native extension ``path`` is missing, why, and what to do. In a
+    checkout, Python run from its root imports the uncompiled source folder before the installed
+    package."""
+    package = os.path.dirname(path)
+    if os.path.isfile(os.path.join(os.path.dirname(package), "csrc", "hybridsql.c")):
+        return (
+            f"hybridsql was imported from its source folder {package}, where the native extension"
+            f" is not built ({os.path.basename(path)}): run Python from another folder to use the"
+            " installed package, or build it in place with `pip install -e .`"
+        )
+    return f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
 
 
 def load(conn, backend: str = "auto") -> str:
@@ -218,18 +231,20 @@ def connect(
             # last close checkpoints the WAL), and a read then waits instead of failing 'locked'.
             conn.set_busy_timeout(busy_timeout_ms)
             conn.execute("select count(*) from sqlite_schema")  # fails now on a non-database
-        except apsw.CantOpenError:
+        except (apsw.CantOpenError, apsw.ReadOnlyError):
             if not (readonly and _immutable_ok(path)):
                 raise
             if conn is not None:
                 conn.close()
-            # A WAL database on a read-only file system: SQLite cannot make its -shm file, but
-            # nothing can change the file either, so it is read as immutable.
+            # A WAL database on a read-only file system, or in a folder this user cannot write:
+            # SQLite cannot make its -shm file there. With no -wal file to read, the database
+            # file is all there is, and it is read as immutable.
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
             conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
         conn.set_busy_timeout(busy_timeout_ms)
         if not memory and not readonly:
             conn.execute("pragma journal_mode = wal")
+            conn.set_wal_hook(_checkpointer(os.path.abspath(path)))
         conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
     except apsw.Error as e:
         if conn is not None:
@@ -249,10 +264,47 @@ DAMAGED = (apsw.CorruptError, apsw.NotADBError)
 def close(conn: apsw.Connection, damaged: bool = False) -> None:
     """Closes ``conn``; on a ``damaged`` database without the checkpoint SQLite makes when the
     last connection closes: the -wal file stays as it is (``sqlite3 .recover`` reads it)
-    instead of being copied into the damaged file."""
-    if damaged:
+    instead of being copied into the damaged file. Nor on a replicated one (``replicated``)."""
+    if damaged or (conn.filename and replicated(conn.filename)):
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.close()
+
+
+# SQLite's own automatic checkpoint: once a commit leaves this many pages in the -wal file.
+CHECKPOINT_PAGES = 1000
+
+
+def replicated(path: str) -> bool:
+    """Whether Litestream replicates the database ``path``: it keeps its state in the folder
+    ``.NAME-litestream`` beside the file (from its first start on, whether it runs now or not).
+
+    Then only Litestream checkpoints the file. A checkpoint by another process while Litestream
+    is down or starting moves pages of the -wal file it has not copied into the database file
+    and lets the next writer start the -wal file over; Litestream 0.5 then snapshots the file
+    while writers keep changing it, and that snapshot can be torn (a replica that restores
+    damaged: docs/reliability.md, Replication). Left to Litestream, the -wal file is the one it
+    follows when it starts again, and grows meanwhile.
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.isdir(os.path.join(folder, f".{name}-litestream"))
+
+
+def _checkpointer(path: str):
+    """A WAL hook in place of SQLite's automatic checkpoint (which it replaces): the same
+    PASSIVE checkpoint at CHECKPOINT_PAGES, unless the file is ``replicated``, asked at each
+    such commit, so a connection opened before replication began stops checkpointing too."""
+
+    def hook(conn: apsw.Connection, schema: str, pages: int) -> int:
+        if pages >= CHECKPOINT_PAGES and not replicated(path):
+            # As SQLite's own hook, which ignores the checkpoint's result: the transaction is
+            # committed already, and an error here would make it look failed. Busy (another
+            # connection), locked (a statement of this one still reading): the next commit
+            # tries again.
+            with contextlib.suppress(apsw.Error):
+                conn.wal_checkpoint(schema)
+        return apsw.SQLITE_OK
+
+    return hook
 
 
 def _read_only_fs(path: str) -> bool:
@@ -263,13 +315,21 @@ def _read_only_fs(path: str) -> bool:
         return False
 
 
+def writable(path: str) -> bool:
+    """Whether this user can write the database ``path`` and make its -wal and -shm files."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK)
+
+
 def _immutable_ok(path: str) -> bool:
-    """Whether ``path`` is a file on a read-only file system with no transactions left in a
-    -wal file (reading it as immutable would miss those)."""
+    """Whether ``path`` is a file in a folder where no -shm file can be made (a read-only file
+    system, or a folder this user cannot write) with no transactions left in a -wal file
+    (reading it as immutable would miss those)."""
     wal = path + "-wal"
+    folder = os.path.dirname(os.path.abspath(path))
     return (
         os.path.isfile(path)
-        and _read_only_fs(path)
+        and (_read_only_fs(path) or not os.access(folder, os.W_OK))
         and not (os.path.exists(wal) and os.path.getsize(wal) > 0)
     )
 
@@ -305,6 +365,22 @@ def _file_problem(path: str, writing: bool, error: apsw.Error) -> str:
         return f"cannot write {path}: its file system is read-only; copy it somewhere writable"
     if not os.path.exists(path):
         return f"{path} does not exist; create an index with `hybridsql index DIR --db {path}`"
+    if not os.access(path, os.R_OK):
+        return f"cannot read {path}: this user may not read it; check permissions"
+    wal = path + "-wal"
+    shm = path + "-shm"
+    if (
+        not writing
+        and os.path.exists(wal)
+        and os.path.getsize(wal) > 0
+        and not os.path.exists(shm)
+        and not os.access(folder, os.W_OK)
+    ):
+        return (
+            f"cannot read {path}: its -wal file holds transactions, which SQLite reads through a"
+            f" -shm file that this user cannot make in {folder}; copy both files somewhere"
+            " writable, or open it once as a user who can write there"
+        )
     if writing and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
         return f"cannot write {path}: the file or its folder is read-only; check permissions"
     return f"cannot open {path}: {error}"

@@ -321,6 +321,10 @@ class Functions:
             if i < 2 and value is None:
                 continue
             x[i] = read_number(value, "hybrid_score", i, names[i])
+        if not -1 <= x[0] <= 1:
+            raise SQLFunctionError(
+                f"hybrid_score(): 1st argument vector_score must be from -1 to 1, got {x[0]:g}"
+            )
         for i in (2, 3):
             if x[i] < 0:
                 raise SQLFunctionError(
@@ -331,7 +335,13 @@ class Functions:
                 f"hybrid_score(): 5th argument saturation must be > 0, got {x[4]:g}"
             )
         keyword = 0.0 if args[1] is None else _bm25(x[1], x[4])
-        return x[2] * x[0] + x[3] * keyword
+        score = x[2] * x[0] + x[3] * keyword
+        if not math.isfinite(score):
+            raise SQLFunctionError(
+                f"hybrid_score(): 3rd argument vector_weight {x[2]:g} and 4th argument "
+                f"keyword_weight {x[3]:g} give a score beyond the range of a double"
+            )
+        return score
 
     def temporal_decay(self, path, now, half_life=HALF_LIFE):
         half_life = read_number(half_life, "temporal_decay", 2, "half_life_days")
@@ -389,11 +399,16 @@ class Functions:
 
 def _bm25(rank: float, saturation: float) -> float:
     r = -rank if rank < 0 else 0.0
-    return r / (saturation + r)
+    total = saturation + r
+    if math.isinf(total):  # both near the largest double
+        return (r / 2) / (saturation / 2 + r / 2)
+    return r / total
 
 
 def _decay(age_days: float, half_life: float) -> float:
-    return math.exp(-math.log(2.0) / half_life * max(0.0, age_days))
+    if not age_days > 0:  # a tiny half life makes the rate infinite, and inf * 0 is NaN
+        return 1.0
+    return math.exp(-math.log(2.0) / half_life * age_days)
 
 
 class TopK:

@@ -11,24 +11,28 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import apsw
 
 from hybridsql.chunking import chunk_markdown
 from hybridsql.discovery import (
     DEFAULT_GLOBS,
+    FOLDER_NOT_READ,
+    UNREADABLE,
     discover,
     glob_spec,
     is_markdown,
     left_out_line,
     link_reason,
+    not_regular,
     open_inside,
     plural,
 )
 from hybridsql.embed import Embedder, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
-from hybridsql.schema import check_index, ensure_schema, has_fts
+from hybridsql.schema import check_index, ensure_schema, has_fts, whole
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -64,15 +68,18 @@ class IndexReport:
 
 
 class Progress:
-    """What index_folder tells as it goes: the number of files (start), the file it is at
-    (update, before reading it) and the end (close). This one tells no one; the command line's
-    bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are others."""
+    """What index_folder tells as it goes: the number of files (start), each step of the work
+    (update: before a file is read, after one is written, after a batch of vectors) and the
+    end (close). Between updates no transaction is open. This one tells no one; the command
+    line's bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are
+    others."""
 
     def start(self, total: int) -> None:
         """``total`` files were found."""
 
     def update(self, done: int, label: str) -> None:
-        """File number ``done`` of them, ``label``, is next."""
+        """``done`` files are finished (written, unchanged or skipped); ``label`` is the file at
+        hand (may be empty). The run's report holds the other counts as they are now."""
 
     def close(self) -> None:
         """The run ended (or failed)."""
@@ -88,11 +95,11 @@ def read_markdown(root: str, rel: str, max_bytes: int):
     except FileNotFoundError:
         return None, VANISHED
     except OSError as e:
-        return None, link_reason(root, e) or f"unreadable: {e.strerror}"
+        return None, link_reason(root, e) or UNREADABLE + e.strerror
     with open(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            return None, "not a regular file"
+            return None, not_regular(info.st_mode)
         if info.st_size > max_bytes:
             return None, f"larger than {max_bytes} bytes ({info.st_size})"
         data = f.read(max_bytes + 1)
@@ -148,13 +155,14 @@ class HybridIndex:
         try:
             if readonly:
                 check_index(self.conn, db_path, readonly=True)
+                whole(self.conn, db_path)
                 self.fts = has_fts(self.conn)
             else:
                 # ensure_schema reads the schema, then writes: under the write lock, so that
                 # opening an index while others write waits on the busy timeout instead of
                 # failing 'locked'.
                 with transaction(self.conn):
-                    self.fts = ensure_schema(self.conn)
+                    self.fts = ensure_schema(self.conn, db_path)
         except BaseException as e:
             close(self.conn, damaged=isinstance(e, DAMAGED))
             problem = file_error(e, db_path, not readonly) if isinstance(e, apsw.Error) else None
@@ -235,9 +243,16 @@ class HybridIndex:
         report = IndexReport() if report is None else report
         choice, new_globs = self._choice(stored_root, globs, gitignore)
         report.globs, report.gitignore = choice["globs"], choice["gitignore"]
-        vanished = []
-        paths = discover(root, vanished, report.globs, report.gitignore, report)
+        vanished, passed_over = [], []
+        paths = discover(root, vanished, report.globs, report.gitignore, report, passed_over)
+        report.skipped += [[clean_text(rel), clean_text(why)] for rel, why in passed_over]
         report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]
+        # What was indexed from a folder or a file that cannot be read now stays: it may still
+        # be there, unchanged (as a file that cannot be opened, below, does).
+        unread = {clean_text(rel) for rel, why in passed_over if why.startswith(UNREADABLE)}
+        unread_folders = tuple(
+            clean_text(rel) + "/" for rel, why in passed_over if why.startswith(FOLDER_NOT_READ)
+        )
         report.files_seen = len(paths)
         known = {
             path: (file_id, sha, (size, mtime))
@@ -268,9 +283,15 @@ class HybridIndex:
                     ]
                 )
             known = {path: (file_id, "", stat_) for path, (file_id, _, stat_) in known.items()}
-        for n, rel in enumerate(paths, 1):
+        skipped_before = len(report.skipped)
+
+        def step(label: str) -> None:  # the files finished, counted from the report
+            finished = report.files_indexed + report.files_unchanged
+            bar.update(finished + len(report.skipped) - skipped_before, label)
+
+        for rel in paths:
             name = clean_text(rel)
-            bar.update(n, name)
+            step(name)
             if changed is not None and rel not in changed and same_stat(root, rel, known.get(name)):
                 report.files_unchanged += 1
                 continue
@@ -289,21 +310,28 @@ class HybridIndex:
             chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
             pending.append((name, sha, size, mtime, chunks))
             if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
-                self._write_files(stored_root, pending, report)
+                self._write_files(stored_root, pending, report, step)
                 pending = []
-        self._write_files(stored_root, pending, report)
+        self._write_files(stored_root, pending, report, step)
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
+        seen |= unread
         for path, (file_id, _, _) in known.items():
-            if path not in seen:
+            if path not in seen and not path.startswith(unread_folders):
                 with self.conn:
                     self.conn.execute("delete from files where id = ?", (file_id,))
                 report.files_deleted += 1
-        report.chunks_embedded += self.embed_missing()
+
+        def embedded(count: int) -> None:
+            report.chunks_embedded += count
+            step("")
+
+        self.embed_missing(progress=embedded)
         with self.conn:
             self.conn.execute(
                 "insert or replace into meta values (?, ?)",
                 (f"files {stored_root}", json.dumps(choice)),
             )
+        step("")  # the last frame: the run's own counts
         bar.close()
         report.seconds = round(time.monotonic() - started, 3)
         return report
@@ -342,19 +370,44 @@ class HybridIndex:
         }
         return choice, choice["globs"] != was
 
-    def _write_files(self, root, pending, report) -> None:
-        """Embeds the chunks of several files at once, then writes each file in a transaction."""
-        if not pending:
+    def _write_files(self, root, pending, report, step) -> None:
+        """Embeds the chunks of several files, a provider's batch at a time, and writes each
+        file in its own transaction once its chunks and those of the files before it have
+        vectors (files are written in their order, so chunk ids follow it); ``step(name)``
+        after each batch and each file, so that the counts shown grow as the work is done.
+        Chunks are embedded shortest first, as a provider batches them (the least padding)."""
+        texts = [c.text for p in pending for c in p[4]]
+        owner = [f for f, p in enumerate(pending) for _ in p[4]]
+        first = list(accumulate((len(p[4]) for p in pending), initial=0))
+        left = [len(p[4]) if self.embedder is not None else 0 for p in pending]
+        vectors = [None] * len(texts)
+        written = 0
+
+        def write_ready():
+            nonlocal written
+            while written < len(pending) and not left[written]:
+                rel, sha, size, mtime, chunks = pending[written]
+                ours = vectors[first[written] : first[written + 1]] if self.embedder else []
+                self._write_file(root, rel, sha, size, mtime, chunks, ours)
+                report.files_indexed += 1
+                report.chunks_written += len(chunks)
+                written += 1
+                step(rel)
+
+        write_ready()  # files without chunks, and all of them without an embedder
+        if self.embedder is None:
             return
-        vectors = None
-        if self.embedder is not None:
-            vectors = iter(self.embedder.embed([c.text for p in pending for c in p[4]]))
-        for rel, sha, size, mtime, chunks in pending:
-            file_vectors = [next(vectors) for _ in chunks] if vectors is not None else []
-            self._write_file(root, rel, sha, size, mtime, chunks, file_vectors)
-            report.chunks_embedded += len(file_vectors)
-            report.files_indexed += 1
-            report.chunks_written += len(chunks)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        batch = getattr(self.embedder.provider, "batch_size", None) or EMBED_BATCH
+        for start in range(0, len(order), batch):
+            part = order[start : start + batch]
+            for i, vector in zip(part, self.embedder.embed([texts[i] for i in part]), strict=True):
+                vectors[i] = vector
+                left[owner[i]] -= 1
+            report.chunks_embedded += len(part)
+            if written < len(pending):
+                step(pending[written][0])
+            write_ready()
 
     def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> None:
         conn = self.conn
@@ -390,8 +443,9 @@ class HybridIndex:
                         ),
                     )
 
-    def embed_missing(self, batch: int = EMBED_BATCH) -> int:
-        """Embeds every chunk that has no vector of the current model; returns how many."""
+    def embed_missing(self, batch: int = EMBED_BATCH, progress=None) -> int:
+        """Embeds every chunk that has no vector of the current model; returns how many.
+        ``progress(count)`` is told of each batch once it is written."""
         if self.embedder is None:
             return 0
         model = self.embedder.model_id
@@ -417,6 +471,8 @@ class HybridIndex:
                 )
             done += len(rows)
             after = rows[-1][0]
+            if progress is not None:
+                progress(len(rows))
 
 
 def same_stat(root: str, rel: str, known) -> bool:

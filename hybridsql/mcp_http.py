@@ -53,6 +53,7 @@ from hybridsql.index import HybridIndex
 from hybridsql.keys import EVERYTHING, Keys, digest
 from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_session
 from hybridsql.memory import MemoryStore
+from hybridsql.search import visible
 
 PATH = "/mcp"
 # Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
@@ -213,7 +214,7 @@ class Projects:
                     for gone in [k for k in self.sessions if k[0] == key]:
                         del self.sessions[gone]  # they lived in the old file
                 print(
-                    f"hybridsql mcp: {entry.path} was removed or replaced: opened again",
+                    visible(f"hybridsql mcp: {entry.path} was removed or replaced: opened again"),
                     file=sys.stderr,
                     flush=True,
                 )
@@ -268,7 +269,7 @@ class Projects:
             try:
                 self.call(key, end_session, session_id)
             except ToolError as e:  # a damaged index: its sessions stay open
-                print(f"hybridsql mcp: {e}", file=sys.stderr)
+                print(visible(f"hybridsql mcp: {e}"), file=sys.stderr)
 
     def close(self) -> None:
         self.end_sessions()
@@ -446,7 +447,7 @@ def serve_http(
         where = f"{db}" if db is not None else f"one index per project in {data_dir}"
         bound = sock.getsockname()[1]
         print(
-            f"hybridsql mcp: http://{address.rpartition(':')[0]}:{bound}{PATH} ({where})",
+            visible(f"hybridsql mcp: http://{address.rpartition(':')[0]}:{bound}{PATH} ({where})"),
             file=sys.stderr,
             flush=True,
         )

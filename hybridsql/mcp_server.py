@@ -26,7 +26,7 @@ from hybridsql.extension import DAMAGED, file_error
 from hybridsql.index import HybridIndex, IndexReport, Progress
 from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
 from hybridsql.options import tool_signature
-from hybridsql.search import MAX_RESULTS, whole
+from hybridsql.search import MAX_RESULTS, visible, whole
 from hybridsql.watch import Stopped, watch_folder
 
 Sector = Literal[SECTORS]
@@ -109,20 +109,28 @@ class Indexing(Progress):
         except Exception as e:  # a thread's failure would otherwise go unseen: searches say it
             problem = file_error(e, db_path) if isinstance(e, apsw.Error) else None
             self.error = str(problem or e)
-            print(f"hybridsql mcp: indexing {memory_dir} failed: {self.error}", file=sys.stderr)
+            print(
+                visible(f"hybridsql mcp: indexing {memory_dir} failed: {self.error}"),
+                file=sys.stderr,
+            )
         finally:
             self.finished = True
 
     def _ready(self, r: IndexReport) -> None:
         self.finished = True
         print(
-            f"hybridsql mcp: {self.memory_dir}: {r.files_indexed} files indexed, "
-            f"{r.files_unchanged} unchanged; watching it for changes",
+            visible(
+                f"hybridsql mcp: {self.memory_dir}: {r.files_indexed} files indexed, "
+                f"{r.files_unchanged} unchanged; watching it for changes"
+            ),
             file=sys.stderr,
         )
 
     def _failed(self, error: Exception) -> None:
-        print(f"hybridsql mcp: re-indexing {self.memory_dir} failed: {error}", file=sys.stderr)
+        print(
+            visible(f"hybridsql mcp: re-indexing {self.memory_dir} failed: {error}"),
+            file=sys.stderr,
+        )
 
     def update(self, done: int, label: str) -> None:
         if self.stop.is_set():

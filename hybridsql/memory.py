@@ -45,6 +45,7 @@ RELATED_TO = "RELATED_TO"
 SUPERSEDES = "SUPERSEDES"
 DAY = 86400.0
 PREVIEW_CHARS = 200  # of a superseding memory's content, in superseded_by
+READ_ONLY_NOTE = "the index is read-only here: the memories found were not reinforced"
 # What one memory may hold, in characters: far more than a fact or an event needs (a long text
 # belongs in a file of the memory folder), small enough that a search answer stays small.
 MAX_MEMORY_CHARS = 100_000
@@ -556,8 +557,8 @@ class MemoryStore:
         Each memory returned gains ``ranking.recall_boost`` salience and is linked as recalled
         to ``recalled_in`` (by default ``session_id``), so what was found before ranks higher in
         later searches. ``reinforce=False`` only looks: no salience, link or usage row is
-        written (for evaluation, and for clients that only show memories). The results are
-        MemoryHits.
+        written (for evaluation, and for clients that only show memories), and nothing is on
+        an index opened read-only (its notes say so). The results are MemoryHits.
         """
         o = MemorySearch(**options)
         o.check()
@@ -577,7 +578,9 @@ class MemoryStore:
         opts = replace(self.options, mode=o.mode, max_results=o.limit, now=now)
         found = self.index.searcher.search(query, opts, profile)
         hits = [_hit(r) for r in found]
-        if o.reinforce:
+        if o.reinforce and self.index.readonly:
+            found.notes.append(READ_ONLY_NOTE)
+        elif o.reinforce:
             self._recall(hits, o.session_id if o.recalled_in is None else o.recalled_in, now)
         found.results = hits
         return found

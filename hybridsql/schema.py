@@ -7,9 +7,13 @@ deletes (files to chunks to vectors). ``vectors`` is a ``vector_index`` table of
 what any connection caches of it correct by itself.
 """
 
+import json
+import re
+
 import apsw
 
-from hybridsql.errors import DatabaseError, IndexingError
+from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
+from hybridsql.extension import loadable_path
 
 SCHEMA_VERSION = 3
 
@@ -168,10 +172,59 @@ FTS_TABLES = {
     "memory": ("memories_fts", "memories_trigram"),
 }
 
+# The columns that searches and writes name, table by table. Every open checks that they are
+# there: a table rebuilt by another tool (`sqlite-utils transform --rename`) may have lost one.
+COLUMNS = {
+    "meta": ("key", "value"),
+    "files": ("id", "root", "path", "sha256", "size", "mtime"),
+    "chunks": (
+        "id",
+        "kind",
+        "file_id",
+        "path",
+        "start_line",
+        "end_line",
+        "heading",
+        "text",
+        "created_at",
+    ),
+    "memories": (
+        "chunk_id",
+        "project",
+        "sector",
+        "tier",
+        "salience",
+        "created_at",
+        "valid_until",
+        "deleted",
+    ),
+    "sessions": ("id", "project", "started_at", "ended_at", "summary"),
+    "session_memories": ("session_id", "memory_id", "usage", "at"),
+    "memory_links": ("from_id", "to_id", "relation", "created_by", "created_at"),
+}
 
-def ensure_schema(conn: apsw.Connection) -> bool:
+
+def _parts(script: str) -> tuple:
+    """The names of the tables, views and triggers that ``script`` makes."""
+    return tuple(
+        re.findall(r"create (?:virtual )?(?:table|view|trigger) if not exists (\w+)", script)
+    )
+
+
+# What a whole index holds besides indexes (which only make it faster): the tables and the
+# triggers that keep vectors and the keyword index in step with chunks, and, where the index
+# has full-text search, its tables, views and triggers.
+PARTS = _parts(TABLES)
+FTS_PARTS = _parts(FTS)
+
+
+def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
     """Creates the schema if missing, or upgrades an older one, in one transaction; returns
-    whether FTS5 is available in this SQLite. Needs the native extension (vector_index)."""
+    whether FTS5 is available in this SQLite. Needs the native extension (vector_index).
+
+    In an index of this version, a lost column is refused (DatabaseError naming ``path``, by
+    default the connection's file), and lost tables, views and triggers are made again, then
+    what they keep in step is brought back in step (_resync)."""
     with conn:
         version = schema_version(conn)
         if version is not None and version > SCHEMA_VERSION:
@@ -179,6 +232,10 @@ def ensure_schema(conn: apsw.Connection) -> bool:
                 f"this index was made by a newer hybridsql (schema {version}; this one knows"
                 f" {SCHEMA_VERSION}): upgrade hybridsql"
             )
+        current = version == SCHEMA_VERSION
+        if current:
+            missing_column(conn, path or conn.filename)
+            before = _present(conn)
         if version == 1:
             _upgrade_from_1(conn)
         elif version == 2:
@@ -187,6 +244,12 @@ def ensure_schema(conn: apsw.Connection) -> bool:
             conn.execute(TABLES)
         except apsw.SQLError as e:
             if "vector_index" in str(e):
+                try:
+                    loadable_path()
+                except ExtensionError as missing:
+                    raise IndexingError(
+                        f"writing an index needs hybridsql's native extension: {missing}"
+                    ) from e
                 raise IndexingError(
                     "writing an index needs hybridsql's native extension, which this connection"
                     f" has not loaded ({e})"
@@ -199,7 +262,73 @@ def ensure_schema(conn: apsw.Connection) -> bool:
             if "fts5" not in str(e):
                 raise
             fts = False
+        if current and set(_present(conn)) - set(before):
+            _resync(conn, fts)
     return fts
+
+
+def _present(conn: apsw.Connection) -> list:
+    """The names of the tables, views and triggers in the database."""
+    sql = "select name from sqlite_schema where type in ('table', 'view', 'trigger')"
+    return [name for (name,) in conn.execute(sql)]
+
+
+def missing_column(conn: apsw.Connection, path: str) -> None:
+    """Raises DatabaseError, in one line, for a table of the index that lacks a column."""
+    found: dict = {}
+    for table, column in conn.execute(
+        "select m.name, p.name from sqlite_schema m join pragma_table_info(m.name) p"
+        " where m.type = 'table' and m.name in (select value from json_each(?))",
+        (json.dumps(list(COLUMNS)),),
+    ):
+        found.setdefault(table, []).append(column)
+    for table, columns in found.items():
+        lost = [c for c in COLUMNS[table] if c not in columns]
+        if not lost:
+            continue
+        what = f"{path}: the table {table} has no column {lost[0]}"
+        new = [c for c in columns if c not in COLUMNS[table]]
+        if len(lost) == 1 and len(new) == 1:
+            raise DatabaseError(
+                f"{what} (renamed to {new[0]}?); rename it back with"
+                f" `sqlite-utils transform {path} {table} --rename {new[0]} {lost[0]}`"
+            )
+        raise DatabaseError(f"{what} (it was renamed or dropped); restore the file from a backup")
+
+
+def whole(conn: apsw.Connection, path: str) -> None:
+    """Raises DatabaseError, in one line, unless the index has every column, table, view and
+    trigger it needs (full-text ones only where it has full-text search): what a read-only open
+    checks, since it cannot repair (a writing open re-creates what is missing, in
+    ensure_schema)."""
+    missing_column(conn, path)
+    present = set(_present(conn))
+    expected = PARTS + (FTS_PARTS if present & set(FTS_PARTS) else ())
+    lost = [name for name in expected if name not in present]
+    if lost:
+        raise DatabaseError(
+            f"{path} is missing {', '.join(lost)} (a table rebuilt by another tool, such as"
+            " `sqlite-utils transform`, loses its triggers); open it once for writing to make"
+            " them again, with"
+            f" `hybridsql index DIR --db {path}` or any `hybridsql memory` command that writes"
+        )
+
+
+def _resync(conn: apsw.Connection, fts: bool) -> None:
+    """After parts of an index were re-created (a table rebuilt by another tool loses its
+    triggers): what the triggers would have done since is done now. Rows whose parent is gone
+    are deleted, and the full-text tables are filled again from chunks."""
+    conn.execute(
+        "delete from chunks where kind = 'document' and file_id not in (select id from files);"
+        " delete from memories where chunk_id not in (select id from chunks);"
+        " delete from vectors where chunk_id not in (select id from chunks);"
+        " delete from session_memories where memory_id not in (select chunk_id from memories);"
+        " delete from memory_links where from_id not in (select chunk_id from memories)"
+        " or to_id not in (select chunk_id from memories);"
+    )
+    if fts:
+        conn.execute("insert into chunks_fts(chunks_fts) values ('delete-all')")
+        _fill_fts(conn)
 
 
 def schema_version(conn: apsw.Connection):
@@ -285,12 +414,10 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
 
     An index is known by ``meta.schema_version``. A newer one is refused. An older one is
     refused when ``readonly`` (only a writing open upgrades it, in ensure_schema). ``create``
-    accepts a file with no index yet (ensure_schema makes one).
+    accepts a new or empty file (ensure_schema makes the index), never one that holds another
+    application's tables: nothing is added to it.
     """
-    has_meta = conn.execute(
-        "select count(*) from sqlite_schema where type = 'table' and name = 'meta'"
-    ).fetchone()[0]
-    if not has_meta and create:
+    if create and not conn.execute("select count(*) from sqlite_schema").fetchone()[0]:
         return
     try:
         version = schema_version(conn)

@@ -320,15 +320,23 @@ def clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-# C0 controls but tab and newline, DEL, and C1 controls: a terminal would act on them.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a terminal acts on or breaks a line at, or what reorders a line: C0 controls but tab,
+# DEL, C1 controls, the line and paragraph separators, and the bidirectional marks, embeddings,
+# overrides and isolates (an override can show a line's text in another order).
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def visible(text: str) -> str:
-    """Text from files or the index made harmless on a terminal: each control character other
-    than tab and newline (an escape sequence that would clear the screen or retitle the window)
-    is shown as a Python-style escape, ``\\x1b``. JSON output is left as it is."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Text from files, the index or the user made harmless on a terminal line: each control
+    character but tab (an escape sequence that would clear the screen or retitle the window, a
+    line break that would start what looks like another result) is shown as a Python-style
+    escape, ``\\x1b``, ``\\x0a``, ``\\u2028``. JSON output is left as it is."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _quote(term: str) -> str:

@@ -1,7 +1,10 @@
 """What the command line shows a person at a terminal (JSON goes to pipes and ``--json``).
 
-Text from files and from the index passes through ``visible`` first: an escape sequence in a
-note must not clear the screen. Bold (query matches) follows NO_COLOR (https://no-color.org).
+Text from files, from the index and from the user passes through ``visible`` first: an escape
+sequence in a note must not clear the screen, nor a line break in a file name start what looks
+like another result. Where text is shown on one line (snippets) its line breaks are spaces;
+where on several (a memory), each of its lines is one of the output's, indented. Bold (query
+matches) follows NO_COLOR (https://no-color.org).
 """
 
 import os
@@ -15,6 +18,14 @@ import click
 from hybridsql.index import Progress
 from hybridsql.search import visible
 
+# Where str.splitlines() breaks a line: \r\n, \n, \r, \v, \f, \x1c-\x1e, NEL, U+2028, U+2029.
+_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one terminal line: line breaks as spaces, other controls escaped."""
+    return visible(_LINE_BREAK.sub(" ", text))
+
 
 def styled() -> bool:
     """Whether to print bold: on a terminal, unless NO_COLOR is set to something."""
@@ -26,7 +37,7 @@ def snippet_line(snippet: str, width: int = 200, bold: bool | None = None) -> st
     default, see ``styled``), cut at ``width`` characters, control characters made visible."""
     out, shown, inside = [], 0, False
     bold = styled() if bold is None else bold
-    for piece in re.split(r"(</?mark>)", snippet.replace("\n", " ")):
+    for piece in re.split(r"(</?mark>)", _LINE_BREAK.sub(" ", snippet)):
         if piece in ("<mark>", "</mark>"):
             inside = piece == "<mark>"
             if bold:
@@ -76,13 +87,13 @@ def memory_head(m: dict) -> str:
     state = " · superseded" if m["valid_until"] is not None else ""
     state += " · deleted" if m["deleted"] else ""
     return (
-        f"memory {m['id']}  {project} · {m['sector']} · {visible(m['tier'])} · "
+        f"memory {m['id']}  {project} · {visible(m['sector'])} · {visible(m['tier'])} · "
         f"salience {m['salience']:.2f} · {when(m['created_at'])}{state}"
     )
 
 
 def memory_lines(m: dict) -> list:
-    return [memory_head(m), "  " + visible(m["content"]).replace("\n", "\n  ")]
+    return [memory_head(m), *("  " + visible(line) for line in m["content"].splitlines() or [""])]
 
 
 def hit_lines(found: dict) -> list:
@@ -105,7 +116,7 @@ def session_line(s: dict | None) -> str:
     if s is None:
         return "no session"
     ended = f", ended {when(s['ended_at'])}" if s["ended_at"] is not None else ", open"
-    summary = f": {visible(s['summary'])}" if s["summary"] else ""
+    summary = f": {one_line(s['summary'])}" if s["summary"] else ""
     project = visible(s["project"]) or "(no project)"
     return f"session {s['id']}  {project}, started {when(s['started_at'])}{ended}{summary}"
 
@@ -116,7 +127,7 @@ def timeline_lines(entries: list) -> list:
         m, s = e["memory"], e["session"]
         mark = "→" if e["offset"] == 0 else " "
         lines.append(f"{mark}{e['offset']:+3d}  {memory_head(m)}")
-        lines.append("       " + visible(m["content"]).replace("\n", " ")[:200])
+        lines.append("       " + one_line(m["content"][:200]))
         if s is not None:
             lines.append(f"       in session {s['id']}")
     return lines
@@ -151,8 +162,9 @@ def report_lines(report: dict, keyword_only: bool, left_out: str | None) -> list
 
 
 class Bar(Progress):
-    """An indexing run's progress on stderr when it is a terminal: files done of all, chunks
-    embedded so far (read from the run's report), time left, the file at hand."""
+    """An indexing run's progress on stderr when it is a terminal: files finished of all, chunks
+    embedded so far (read from the run's report), time left, the file at hand. Its last frame
+    has the counts of the run's summary."""
 
     def __init__(self, report):
         self.report = report
@@ -178,9 +190,15 @@ class Bar(Progress):
         bar = self.bar
         if bar is None:
             return
-        left = f", about {bar.format_eta()} left" if bar.pos and bar.eta_known else ""
-        label = f"{self.report.chunks_embedded} chunks embedded{left}  {visible(label[:40])}"
-        bar.update(done - bar.pos, label)
+        going = bar.pos and bar.eta_known and done < bar.length
+        left = f", about {bar.format_eta()} left" if going else ""
+        bar.current_item = (
+            f"{self.report.chunks_embedded} chunks embedded{left}  {visible(label[:40])}".rstrip()
+        )
+        if done > bar.pos:
+            bar.update(done - bar.pos)
+        else:  # the counts changed, not the files done: click's update would not draw
+            bar.render_progress()
 
     def close(self) -> None:
         self.stack.close()

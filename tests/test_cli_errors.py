@@ -531,7 +531,7 @@ def world(tmp_path_factory):
     (root / "many").mkdir()
     with open(os.path.join(EXAMPLES, "MEMORY.md")) as f:
         words = f.read().split()
-    for i in range(60):
+    for i in range(400):
         text = " ".join(words[(i * 37 + j) % len(words)] for j in range(300))
         (root / "many" / f"note{i:03}.md").write_text(f"# note {i}\n\n{text}\n")
     w["churn"] = str(root / "scratch" / "churn")
@@ -583,26 +583,87 @@ def matches(expected, line):
 # -- how rows run ---------------------------------------------------------------------------
 
 
+DEADLINE = 240  # seconds: far more than any wait below takes on a loaded machine
+
+
+def committed_files(db):
+    """How many files the index holds now (0 while it cannot be read yet)."""
+    try:
+        conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error:
+        return 0
+    try:
+        return conn.execute("select count(*) from files").fetchone()[0]
+    except apsw.Error:
+        return 0
+    finally:
+        conn.close()
+
+
 def run_interrupted(argv, db):
-    """Ctrl-C once the index holds a file: the embedding model is at work by then."""
+    """Ctrl-C once the index holds a file: the embedding model is at work by then, with
+    hundreds of notes still to embed (minutes of work: a run cannot end before the signal)."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    committed, deadline = 0, time.monotonic() + 240
+    deadline = time.monotonic() + DEADLINE
+    committed = 0
     while not committed and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.2)
-        try:
-            conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
-            committed = conn.execute("select count(*) from files").fetchone()[0]
-            conn.close()
-        except apsw.Error:
-            pass
+        committed = committed_files(db)
+        time.sleep(0.02)  # a poll interval, not a wait for something to happen
     assert committed, "the index committed no file in time"
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    out, err = process.communicate(timeout=DEADLINE)
     conn = apsw.Connection(db)
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
     assert conn.execute("select count(*) from files").fetchone()[0] >= committed  # kept
     conn.close()
     return process.returncode, out, err
+
+
+def test_ctrl_c_while_a_batch_is_embedded_keeps_the_files_written(tmp_path, embedding_server):
+    """The interrupt at a known moment, whatever the load: the embedding server holds the
+    second batch's request (64 notes of one chunk make the first) until the command has been
+    interrupted; the first batch's files stay, whole, and the next run completes the rest."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(100):
+        (folder / f"n{i:03}.md").write_text(
+            f"# note {i}\n\nnotetoken{i} " + ("hold" if i == 90 else "")
+        )
+    embedding_server.hold = "notetoken90 hold"
+    db = str(tmp_path / "index.db")
+    argv = [HYBRIDSQL, "index", str(folder), "--db", db, "--embedder", "openai"]
+    env = dict(
+        os.environ,
+        HYBRIDSQL_OPENAI_BASE_URL=embedding_server.base_url,
+        HYBRIDSQL_OPENAI_MODEL="letters",
+        OPENAI_API_KEY="",
+    )
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+    try:
+        assert embedding_server.holding.wait(DEADLINE), "the second batch was never asked for"
+        assert committed_files(db) == 64
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=DEADLINE)
+    finally:
+        embedding_server.release.set()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (process.returncode, out, err) == (130, "", "hybridsql: interrupted\n")
+    conn = apsw.Connection(db)
+    assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("select path from files order by path").fetchall() == [
+        (f"n{i:03}.md",) for i in range(64)
+    ]
+    conn.close()
+    embedding_server.hold = None
+    rerun = subprocess.run(
+        argv, capture_output=True, text=True, env=env, timeout=DEADLINE, check=False
+    )
+    report = json.loads(rerun.stdout)
+    assert (report["files_unchanged"], report["files_indexed"]) == (64, 36), rerun.stderr
 
 
 def run_with_churn(argv, folder):
@@ -621,7 +682,10 @@ def run_with_churn(argv, folder):
 
     deleter = threading.Thread(target=delete)
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)  # Python and the package load
+    db = argv[argv.index("--db") + 1]
+    deadline = time.monotonic() + DEADLINE
+    while not os.path.exists(db) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # the command makes the index just before it walks the folder
     deleter.start()
     out, err = process.communicate(timeout=300)
     deleter.join()

@@ -52,15 +52,14 @@ def served(example_db, tmp_path_factory):
             stderr=subprocess.STDOUT,
         )
         try:
-            for _ in range(300):  # until it answers, or it has exited
-                if server.poll() is not None:
-                    break
+            deadline = time.monotonic() + 300  # until it answers, or it has exited
+            while server.poll() is None and time.monotonic() < deadline:
                 try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/-/versions.json")
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/-/versions.json", timeout=60)
                     base = f"http://127.0.0.1:{port}"
                     break
                 except OSError:
-                    time.sleep(0.1)
+                    time.sleep(0.05)  # a poll interval
             if base is None:
                 with open(path + ".log") as f:
                     pytest.fail(f"datasette did not answer: {f.read()}")

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 
 import pytest
@@ -249,3 +250,130 @@ def test_the_cli_says_what_a_folder_of_text_files_holds(tmp_path):
         "gitignored_folders": 0,
         "folders_not_walked": 0,
     }
+
+
+LINK = "{} is a symbolic link (links are not followed)"
+
+
+def test_links_pipes_and_sockets_are_skipped_with_their_reason(tmp_path):
+    """Links (to a file, to a folder, to themselves, to their own folder, to nothing), a named
+    pipe and a socket that the patterns take: none is read (the pipe would block the run), and
+    the run says why of each; a link the patterns do not take is a file not matching."""
+    outside = make(tmp_path / "out", {"s.md": "# s\n\noutsidetoken\n", "sub/t.md": "outside"})
+    root = make(tmp_path / "d", {"a.md": "# a\n\ninsidetoken\n", "sub/b.md": "# b\n"})
+    os.symlink(outside / "s.md", root / "link.md")
+    os.symlink(outside / "sub", root / "folderlink")
+    os.symlink(root / "sub", root / "sub" / "up")  # a loop, were it followed
+    os.symlink("loop.md", root / "loop.md")
+    os.symlink(tmp_path / "nowhere.md", root / "dangling.md")
+    os.symlink(outside / "s.md", root / "link.txt")
+    os.mkfifo(root / "pipe.md")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(root / "sock.md"))
+        run = subprocess.run(
+            [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"],
+            cwd=tmp_path,
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+            timeout=300,  # a deadline: a run that opened the pipe would wait for ever
+            check=False,
+        )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["skipped"] == [
+        ["folderlink", LINK.format("folderlink")],
+        ["dangling.md", LINK.format("dangling.md")],
+        ["link.md", LINK.format("link.md")],
+        ["loop.md", LINK.format("loop.md")],
+        ["pipe.md", "not a regular file (a named pipe)"],
+        ["sock.md", "not a regular file (a socket)"],
+        ["sub/up", LINK.format("sub/up")],
+    ]
+    assert (report["files_seen"], report["files_indexed"]) == (2, 2)
+    assert report["left_out"]["not_matching"] == {".txt": 1}
+    code, out = run_on_tty(
+        [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"], tmp_path
+    )
+    assert code == 0
+    assert out.splitlines()[-7:] == [f"skipped {path}: {why}" for path, why in report["skipped"]]
+
+
+def without_file_permissions(argv):
+    """``argv`` run so that file permissions hold for it: as it is for a user, and for root
+    without the capabilities that pass over them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv (util-linux): permissions cannot hold")
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
+
+
+def test_unreadable_folders_and_files_are_skipped_and_stay_indexed(tmp_path):
+    """A folder that cannot be listed, one that can be listed but not entered, and a file that
+    cannot be opened: each is named with its reason, and what was indexed from them stays (it
+    may well still be there); the rest of the folder is indexed as usual."""
+    root = make(
+        tmp_path / "d",
+        {
+            "a.md": "# a\n\nalpha\n",
+            "locked.md": "# locked\n\nlockedtoken\n",
+            "closed/c.md": "# c\n\nclosedtoken\n",
+            "listed/l.md": "# l\n\nlistedtoken\n",
+        },
+    )
+    argv = [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"]
+    first = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert json.loads(first.stdout)["files_indexed"] == 4
+    (root / "b.md").write_text("# b\n\nbeta\n")
+    os.chmod(root / "locked.md", 0)
+    os.chmod(root / "closed", 0)
+    os.chmod(root / "listed", 0o444)  # names can be read, not the files' kinds
+    try:
+        probe = subprocess.run(
+            without_file_permissions(["cat", str(root / "locked.md")]), check=False
+        )
+        assert probe.returncode != 0, "the file is readable: the test would prove nothing"
+        run = subprocess.run(
+            without_file_permissions(argv),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        for path, mode in (("locked.md", 0o644), ("closed", 0o755), ("listed", 0o755)):
+            os.chmod(root / path, mode)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["skipped"] == [
+        ["closed", "folder not read: Permission denied"],
+        ["listed/l.md", "unreadable: Permission denied"],
+        ["locked.md", "unreadable: Permission denied"],
+    ]
+    assert (report["files_indexed"], report["files_unchanged"], report["files_deleted"]) == (
+        1,
+        1,
+        0,
+    )
+    with HybridIndex(str(tmp_path / "i.db"), embedder="none") as idx:
+        assert indexed(idx) == ["a.md", "b.md", "closed/c.md", "listed/l.md", "locked.md"]
+
+
+def test_a_folder_that_cannot_be_read_is_refused_in_one_line(tmp_path):
+    root = make(tmp_path / "d", {"a.md": "# a\n"})
+    os.chmod(root, 0o311)  # entered, not listed
+    try:
+        run = subprocess.run(
+            without_file_permissions(
+                [HYBRIDSQL, "index", "d", "--db", "i.db", "--embedder", "none"]
+            ),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.chmod(root, 0o755)
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == f"hybridsql: {root} cannot be read: Permission denied\n"

@@ -9,7 +9,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 
 import apsw
 import numpy as np
@@ -57,6 +56,19 @@ VALUES = [
     ("select temporal_decay('memory/2026-10-22.md.bak', '2026-11-21')", 1.0),
     ("select temporal_decay(NULL, '2026-11-21')", None),
     ("select temporal_decay('MEMORY.md', NULL)", None),
+    # Never NaN or an infinity (issue 26, item 7): scores at the ends of the double range.
+    ("select bm25_score(-1e308, 1e308)", 0.5),  # saturation + r overflows
+    ("select bm25_score(-1.7976931348623157e308, 1.7976931348623157e308)", 0.5),
+    ("select bm25_score(-1e308, 1e-308)", 1.0),
+    ("select bm25_score(-1e-308, 1e308)", 0.0),
+    ("select hybrid_score(1, -1e308, 1e307, 1e307, 1e-308)", 2e307),
+    ("select hybrid_score(-1, NULL, 1e308, 1e308)", -1e308),
+    ("select hybrid_score(1, -1e308, 1e308, 0, 1e-308)", 1e308),
+    ("select temporal_decay('memory/2026-10-22.md', '2026-10-22', 1e-320)", 1.0),  # inf * 0
+    ("select temporal_decay('memory/2026-10-22.md', '2026-10-21', 1e-320)", 1.0),
+    ("select temporal_decay('memory/2026-10-22.md', '2026-11-21', 1e-320)", 0.0),
+    ("select temporal_decay('memory/2026-10-22.md', 1e308)", 0.0),
+    ("select temporal_decay('memory/2026-10-22.md', -1e308)", 1.0),
     ("select vector_json(vector_blob('[0.1, 2, -3.5e-8, 1e30]'))", "[0.1,2,-3.5e-08,1e+30]"),
     ("select vector_json(x'0000803f')", "[1]"),
     ("select vector_json(' [ 1 , 2 ] ')", "[1,2]"),
@@ -207,6 +219,25 @@ ERRORS = [
     (
         "select temporal_decay('memory/2026-01-01.md', -9e999)",
         "temporal_decay(): 2nd argument now must be a finite number, got -inf",
+    ),
+    # issue 26, item 7: a vector score is a cosine, and no score is infinite
+    (
+        "select hybrid_score(1e308, -1e308, 1e308, 1e308, 1e-308)",
+        "hybrid_score(): 1st argument vector_score must be from -1 to 1, got 1e+308",
+    ),
+    (
+        "select hybrid_score(-1.5, -1)",
+        "hybrid_score(): 1st argument vector_score must be from -1 to 1, got -1.5",
+    ),
+    (
+        "select hybrid_score(1, -1e308, 1e308, 1e308, 1e-308)",
+        "hybrid_score(): 3rd argument vector_weight 1e+308 and 4th argument keyword_weight 1e+308"
+        " give a score beyond the range of a double",
+    ),
+    (
+        "select hybrid_score(1, -1e308, 1.7e308, 1e308, 1)",
+        "hybrid_score(): 3rd argument vector_weight 1.7e+308 and 4th argument keyword_weight"
+        " 1e+308 give a score beyond the range of a double",
     ),
 ]
 
@@ -779,19 +810,32 @@ def test_opening_waits_for_a_connection_that_holds_the_file(tmp_path, readonly):
     path = str(tmp_path / "held.db")
     holder = apsw.Connection(path)  # a rollback journal: an exclusive lock keeps readers out
     holder.execute("create table t(x); begin exclusive; insert into t values (1)")
-    opening = threading.Event()
+    waited = threading.Event()
 
-    def release():
-        opening.wait()
-        time.sleep(0.3)  # the opening below has met the lock by now
+    class Watching(apsw.VFS):
+        """The default VFS, telling when SQLite sleeps: its busy handler waits on a lock."""
+
+        def __init__(self):
+            super().__init__("watching", base="", makedefault=True)
+
+        def xSleep(self, microseconds):
+            waited.set()
+            return super().xSleep(microseconds)
+
+    def release():  # once the opening below has met the lock and waits on it, whatever the load
+        assert waited.wait(120), "the opening never waited on the lock"
         holder.execute("commit")
         holder.close()
 
+    watching = Watching()
     thread = threading.Thread(target=release)
     thread.start()
-    opening.set()
-    conn = hybridsql.connect(path, readonly=readonly)
-    thread.join()
+    try:
+        conn = hybridsql.connect(path, readonly=readonly)
+    finally:
+        thread.join()
+        watching.unregister()
+    assert waited.is_set()
     assert conn.execute("select count(*) from t").fetchone() == (1,)
 
 

@@ -192,14 +192,17 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path):
 
 
 class OnFile(Progress):
-    """A progress bar that does something to the folder just before file ``n`` is read."""
+    """A progress bar that does something to the folder just before file ``n`` is read: the
+    ``n``th file named (a file is named before it is read, and again once it is written)."""
 
     def __init__(self, n, action):
-        self.n, self.action = n, action
+        self.n, self.action, self.named = n, action, []
 
     def update(self, done, label):
-        if done == self.n:
-            self.action(label)
+        if label and label not in self.named:
+            self.named.append(label)
+            if len(self.named) == self.n:
+                self.action(label)
 
 
 def small_folder(root, count=6):
@@ -326,7 +329,10 @@ def test_a_file_swapped_for_a_link_after_discovery_is_not_read(tmp_path):
         assert report.files_indexed == 6 and "outsidetoken" not in texts(idx)
     with HybridIndex(str(tmp_path / "index3.db"), embedder="none") as idx:
         report = idx.index_folder(str(root), progress=OnFile(1, to_pipe))
-        assert report.skipped == [["n0.md", "not a regular file"]]
+        assert report.skipped == [
+            ["sub", "sub is a symbolic link (links are not followed)"],  # since the last run
+            ["n0.md", "not a regular file (a named pipe)"],
+        ]
 
 
 # -- read-only opening -----------------------------------------------------------------------

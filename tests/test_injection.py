@@ -172,7 +172,11 @@ SQL_TEXT = re.compile(
 # of the code. Reviewed on 2026-11-22.
 REVIEWED = {
     # Error messages that read like SQL ("create an index with ..."): never executed.
-    "extension.py": {"path": "a database's file name in an error message, not SQL"},
+    "extension.py": {
+        "path": "a database's file name in an error message, not SQL",
+        "package": "the package's folder in an error message, not SQL",
+        "os.path.basename(path)": "the native extension's file name in an error message, not SQL",
+    },
     "cli.py": {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",

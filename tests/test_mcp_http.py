@@ -40,16 +40,19 @@ def server(tmp_path, *args, env=None):
         )
     try:
         base = None
-        for _ in range(3000):  # the local model and a sanitized build start slowly
+        answered = False
+        deadline = time.monotonic() + 300  # the local model and a sanitized build start slowly
+        while not answered and time.monotonic() < deadline:
             found = re.search(r"hybridsql mcp: (http://127\.0\.0\.1:\d+)/mcp", log.read_text())
             if found:
                 base = found.group(1)
                 with contextlib.suppress(httpx2.TransportError):
-                    httpx2.get(base + "/", timeout=5)
+                    httpx2.get(base + "/", timeout=60)
+                    answered = True
                     break
             assert proc.poll() is None, log.read_text()
-            time.sleep(0.1)
-        assert base is not None, log.read_text()
+            time.sleep(0.05)  # a poll interval
+        assert answered, log.read_text()
         yield base
     finally:
         proc.terminate()
@@ -405,11 +408,12 @@ def test_one_database_with_the_local_model(tmp_path, memory_dir):
         async def steps():
             async with connect(base + "/mcp") as c:
                 added = await c.call("add", content="Maya indents Python with four spaces")
-                for _ in range(3000):  # until the background indexing is done
-                    found = await c.call("search_memory", query="indentation", reinforce=False)
-                    if not any(n.startswith("indexing: ") for n in found["notes"]):
-                        break
-                    await anyio.sleep(0.1)
+                with anyio.fail_after(300):  # until the background indexing is done
+                    while True:
+                        found = await c.call("search_memory", query="indentation", reinforce=False)
+                        if not any(n.startswith("indexing: ") for n in found["notes"]):
+                            break
+                        await anyio.sleep(0.05)  # a poll interval
             async with connect(base + "/mcp/billing") as c:
                 billing = await c.call("recent_memories")
             return added, found, billing
@@ -480,6 +484,31 @@ def test_the_readme_http_client_configuration_reaches_the_server(tmp_path):
         added = run(steps)
     assert (url.path, added["project"]) == ("/mcp/tide", "tide")
     assert sorted(os.listdir(data)) == ["tide.db"]
+
+
+def test_another_applications_file_in_the_data_folder_is_left_as_it_was(tmp_path):
+    """A project whose file is another application's database: every call that would open it
+    is refused in one line, and the file keeps its bytes and its journal mode (no -wal)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shop = data / "shop.db"
+    conn = apsw.Connection(str(shop))
+    conn.execute("create table users(id integer primary key, name text)")
+    conn.execute("insert into users values (1, 'Ada')")
+    conn.close()
+    before = files(data)
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def steps():
+            async with connect(base + "/mcp/shop") as c:
+                added = await c.call("add", content="a memory")
+                return added, await c.call("search_memory", query="x")
+
+        added, searched = run(steps)
+    refused = f"{shop} is not a hybridsql index; use another file"
+    assert added == {"error": f"Error executing tool add: {refused}"}
+    assert searched == {"error": f"Error executing tool search_memory: {refused}"}
+    assert files(data) == before
 
 
 # -- keys per project ------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def make_folder(root) -> dict:
             "png.md": "binary",
             "random.md": "binary",
             "utf16.md": "binary",
+            "memory/loop": "memory/loop is a symbolic link (links are not followed)",
         },
         "warnings": {"broken.md": "invalid UTF-8"},
         "indexed": SMALL + 6,  # near-limit, one-line, cjk-run, broken, late-nul, bottom
@@ -159,13 +160,14 @@ def test_a_hostile_folder_is_indexed_or_skipped_in_bounded_memory(tmp_path):
 
 
 def test_a_named_pipe_is_skipped_not_waited_on(tmp_path):
-    """A FIFO called notes.md (os.walk lists it; only symlinks are passed over)."""
+    """A FIFO called pipe.md is skipped, with its reason, without being opened."""
     root = tmp_path / "folder"
     root.mkdir()
     (root / "ok.md").write_text("# ok\n\nfine\n")
     os.mkfifo(root / "pipe.md")
-    report, _, _ = index(str(root), str(tmp_path / "index.db"), timeout=10)
+    report, _, _ = index(str(root), str(tmp_path / "index.db"), timeout=120)
     assert report["files_indexed"] == 1
+    assert report["skipped"] == [["pipe.md", "not a regular file (a named pipe)"]]
 
 
 def test_a_file_name_that_is_not_utf8_is_indexed_or_skipped(tmp_path):

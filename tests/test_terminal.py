@@ -4,7 +4,9 @@ query matches unless NO_COLOR, and the indexing bar; the same commands piped pri
 import json
 import os
 import re
+import shutil
 import subprocess
+from itertools import pairwise
 
 from conftest import EXAMPLES, HYBRIDSQL, run_on_tty
 
@@ -77,9 +79,126 @@ def test_matches_are_bold_unless_no_color(tmp_path):
     assert re.sub(r"\x1b\[[01]m", "", bold) == plain
 
 
+def frames(shown):
+    """(files done, files, chunks embedded) of each frame the indexing bar drew."""
+    found = re.findall(r"indexing  \[[#-]+\]  (\d+)/(\d+)  (\d+) chunks embedded", shown)
+    return [tuple(map(int, frame)) for frame in found]
+
+
 def test_index_shows_a_bar_of_files_and_chunks_on_a_terminal(tmp_path):
     code, shown = on_tty(tmp_path, "index", EXAMPLES, "--db", "m.db", "--embedder", "none")
     assert code == 0
     files = len([f for _, _, fs in os.walk(EXAMPLES) for f in fs if f.endswith(".md")])
-    assert re.search(rf"indexing  \[#+\]  {files}/{files}  0 chunks embedded", shown), shown
+    assert frames(shown)[-1] == (files, files, 0), shown
     assert re.search(rf"^{files} files: {files} indexed, ", shown, re.MULTILINE), shown
+
+
+def test_the_bar_counts_what_is_done_as_it_is_done_and_ends_on_the_summary(tmp_path):
+    """The bar's counts are the run's: files count once written (or found unchanged or
+    skipped), chunks once embedded, both growing through the run, a provider's batch at a
+    time, and its last frame says what the summary says. (Its chunks once lagged the summary,
+    913 for 976, and stood at 0 until the end on a small folder.)"""
+    notes = tmp_path / "notes"
+    shutil.copytree(os.path.join(EXAMPLES, "memory"), notes)
+    (notes / "broken.md").symlink_to(notes / "nowhere.md")
+    code, shown = on_tty(tmp_path, "index", "notes", "--db", "m.db", "--embedder", "local")
+    assert code == 0, shown
+    summary = re.search(
+        r"^(\d+) files: (\d+) indexed, 0 unchanged, 0 deleted; (\d+) chunks written, (\d+) "
+        r"embedded in [\d.]+s$",
+        shown,
+        re.MULTILINE,
+    )
+    assert summary, shown
+    seen, indexed, written, embedded = map(int, summary.groups())
+    assert seen == indexed and written == embedded > 16  # more than one batch of the model's
+    drawn = frames(shown)
+    assert drawn[-1] == (seen, seen, embedded), drawn
+    assert all(a[0] <= b[0] and a[2] <= b[2] for a, b in pairwise(drawn)), drawn
+    middle = {chunks for done, _, chunks in drawn if 0 < chunks < embedded and done < seen}
+    assert len(middle) >= 2, drawn  # chunks embedded before the last file was written
+
+
+# A file name that, printed raw, would end its result line and forge another one, then names
+# with each other kind of line break, an escape sequence and a right-to-left override.
+FORGED = "a.md:1-3  [keyword: vector -, keyword 1.000, decay 1.00]\n0.999  forged.md"
+NAMES = [
+    FORGED + ".md",
+    "cr\rreturn.md",
+    "esc\x1b[2Jclear.md",
+    "line\u2028sep.md",
+    "para\u2029sep.md",
+    "rtl\u202edm.txt.md",
+    "nel\x85next.md",
+]
+# What the command itself writes: bold on and off, the bar's hiding and showing of the cursor,
+# and its redrawing of its line (\r). Anything else of C0, C1, U+2028/9 or a bidi control
+# would be the file's.
+OURS = re.compile(r"\x1b\[([01]m|\?25[lh])|\r(?!\n)")
+RAW = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def escaped(name):
+    return "".join(
+        c if not RAW.match(c) else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+        for c in name
+    )
+
+
+def terminal_lines(shown):
+    """What a person reads, line by line, once the command's own sequences are taken out; each
+    line must be free of any other control character."""
+    lines = OURS.sub("", shown).split("\n")
+    for line in lines:
+        assert not RAW.search(line), repr(line)
+    return lines
+
+
+def test_control_characters_in_file_names_and_texts_stay_on_their_line(tmp_path):
+    """A newline in a file name printed raw split a search result's line in two, and the second
+    looked like a result of its own: every control character is escaped on every line that
+    shows a file name or text, and texts with line breaks are shown on lines of their own."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name in NAMES:
+        (folder / name).write_text("# note\n\ncrafttoken appears here\n")
+    os.symlink(folder / NAMES[1], folder / "link\nforged.md")
+    db = ["--db", str(tmp_path / "m.db"), "--embedder", "none"]
+    code, shown = on_tty(tmp_path, "index", "notes", *db)
+    assert code == 0, shown
+    lines = terminal_lines(shown)
+    assert (
+        "skipped link\\x0aforged.md: link\\x0aforged.md is a symbolic link (links are not followed)"
+        in lines
+    )
+    code, shown = on_tty(tmp_path, "search", "crafttoken", *db, "-n", "20", NO_COLOR="1")
+    assert code == 0
+    lines = terminal_lines(shown)
+    results = [re.fullmatch(r"\d\.\d{3}  (.*):\d+-\d+  \[keyword: .*\]", line) for line in lines]
+    assert sorted(r.group(1) for r in results if r) == sorted(escaped(name) for name in NAMES)
+    assert not [line for line in lines if line.startswith("0.999  forged")]
+    assert len(lines) == 1 + 2 * len(NAMES) + 1  # the note, two lines a result, the end
+
+    content = "first line\nsecond\u2028third\x1b[2J\r\nfourth\u202e"
+    code, shown = on_tty(tmp_path, "memory", "add", content, "--project", "p\nq", *db)
+    assert code == 0
+    head, *body, end = terminal_lines(shown)
+    assert re.match(r"memory \d+  p\\x0aq · semantic · ", head) and end == "", head
+    assert body == ["  first line", "  second", "  third\\x1b[2J", "  fourth\\u202e"]
+    code, shown = on_tty(tmp_path, "memory", "recent", "--project", "p\nq", *db)
+    assert terminal_lines(shown)[1] == "       first line second third\\x1b[2J fourth\\u202e"
+    code, shown = on_tty(tmp_path, "memory", "search", "second", "--project", "p\nq", *db)
+    assert len(terminal_lines(shown)) == 4  # the note, the hit and its snippet, the end
+
+    missing = tmp_path / "no\nsuch"
+    for way in (on_tty, run_piped):
+        code, shown = way(tmp_path, "index", str(missing), *db)
+        assert (code, shown) == (1, f"hybridsql: {escaped(str(missing))} is not a folder\n")
+
+
+def run_piped(tmp_path, *argv):
+    """(exit code, stderr) of the command with its output piped."""
+    run = subprocess.run(
+        [HYBRIDSQL, *argv], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    return run.returncode, run.stderr
