@@ -6,15 +6,17 @@ import subprocess
 import sys
 
 import pytest
+from conftest import HYBRIDSQL
 
 HEAVY = ("numpy", "onnxruntime", "apsw", "tokenizers")
 
 
 def imported(*args: str) -> set:
-    """The top-level modules ``python -m hybridsql ARGS`` imported, from -X importtime."""
+    """The top-level modules ``hybridsql ARGS`` (the installed command) imported, from -X
+    importtime."""
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "hybridsql", *args],
+        [HYBRIDSQL, *args],
         check=False,
         env=env,
         capture_output=True,
@@ -41,6 +43,26 @@ def test_import_hybridsql_is_lazy_and_keeps_its_names():
         "print(heavy, names)"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, *HEAVY], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *HEAVY],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.__file__),
     )
     assert done.stdout.strip() == "[] []"
+
+
+def test_keyword_search_imports_no_numpy_nor_model(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")
+    db = str(tmp_path / "k.db")
+    subprocess.run(
+        [HYBRIDSQL, "index", str(notes), "--db", db, "--embedder", "none"],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    names = imported("search", "fox", "--db", db, "--mode", "keyword")
+    assert "apsw" in names  # the search did open the database
+    assert sorted({"numpy", "onnxruntime", "tokenizers"} & names) == []
