@@ -7,7 +7,8 @@ same file with cffi in ABI mode for its kernels. So a wheel serves every Python 
 platform and is tagged ``py3-none-<platform>``.
 
 - ``HYBRIDSQL_LIBRARY=/path/to/hybridsql.so``: put that prebuilt library in the package instead
-  of compiling (``scripts/build-dist`` does, with libraries cross-compiled by zig).
+  of compiling (``scripts/build-dist`` does, with libraries cross-compiled by zig). It keeps its
+  file name, so the ``.dll`` and ``.dylib`` of other platforms can be packed here too.
 - ``HYBRIDSQL_SANITIZE=1``: build with AddressSanitizer and UndefinedBehaviorSanitizer.
 """
 
@@ -57,7 +58,11 @@ LINK_ARGS = (
     if os.environ.get("HYBRIDSQL_SANITIZE")
     else (["-s"] if sys.platform.startswith("linux") else [])
 )
-LIBRARY = {"win32": "hybridsql.dll", "darwin": "hybridsql.dylib"}.get(sys.platform, "hybridsql.so")
+# A prebuilt library keeps its own name: scripts/build-dist packs the .dll and .dylib on Linux.
+LIBRARY = os.path.basename(os.environ.get("HYBRIDSQL_LIBRARY", "")) or {
+    "win32": "hybridsql.dll",
+    "darwin": "hybridsql.dylib",
+}.get(sys.platform, "hybridsql.so")
 
 
 class BuildLibrary(build_ext):

@@ -143,6 +143,7 @@ def path():
         "hybridsql index examples/memory --db mem.db",
         "hybridsql index notes --glob '*.md' --glob '*.txt' --glob '!drafts/' --db mem.db",
         "hybridsql index ~/notes --db notes.db --embedder none   # keyword-only, no model",
+        "hybridsql index notes --db mem.db --watch   # then keep up with every save",
     )
 )
 @click.argument("folder", metavar="DIR")
@@ -162,7 +163,13 @@ def path():
     default=None,
     help="leave out what .gitignore files in DIR leave out (default: the last run's, else yes)",
 )
-def index(folder, db, embedder, as_json, globs, gitignore):
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="after indexing, keep the index in step with DIR (saves, renames, deletes) until "
+    "Ctrl-C or SIGTERM; a line per batch of changes, then a summary",
+)
+def index(folder, db, embedder, as_json, globs, gitignore, watch):
     """Index the markdown under DIR, or the files --glob chooses.
 
     What .gitignore files leave out stays out, and the run says what it left out. Only
@@ -175,6 +182,8 @@ def index(folder, db, embedder, as_json, globs, gitignore):
 
     report = IndexReport()
     bar = terminal.Bar(report)
+    if watch:
+        return watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar)
     with open_index(db, embedder, "create") as idx:
         try:
             idx.index_folder(
@@ -185,6 +194,61 @@ def index(folder, db, embedder, as_json, globs, gitignore):
         keyword_only = idx.embedder is None
     left_out = left_out_line(report)
     show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
+
+
+def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) -> None:
+    """``index --watch``: the first run's report as without --watch, one per batch of changes,
+    and a summary once SIGINT or SIGTERM stops it (between two files: each is committed)."""
+    import signal
+    import threading
+
+    from hybridsql.index import Progress
+    from hybridsql.watch import Stoppable, watch_folder
+
+    stop = threading.Event()
+    progress = Stoppable(stop, bar)
+    handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with open_index(db, embedder, "create") as idx:
+            keyword_only = idx.embedder is None
+
+            def ready(first):
+                bar.close()
+                progress.inner = Progress()  # batches show a line each, not a bar
+                show(
+                    asdict(first),
+                    as_json,
+                    lambda r: terminal.report_lines(r, keyword_only, left_out_line(first)),
+                )
+                sys.stdout.flush()
+                print(f"hybridsql: watching {folder} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+            def batch(r):
+                show(asdict(r), as_json, lambda r: [terminal.batch_line(r)])
+                sys.stdout.flush()
+
+            def failed(error):
+                print(f"hybridsql: {error}", file=sys.stderr, flush=True)
+
+            try:
+                watched = watch_folder(
+                    idx,
+                    folder,
+                    stop,
+                    progress=progress,
+                    report=report,
+                    globs=globs or None,
+                    gitignore=gitignore,
+                    on_ready=ready,
+                    on_batch=batch,
+                    on_failure=failed,
+                )
+            finally:
+                bar.close()
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    show(asdict(watched), as_json, lambda w: [terminal.watch_line(w)])
 
 
 @cli.command(

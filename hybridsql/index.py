@@ -202,6 +202,7 @@ class HybridIndex:
         report=None,
         globs=None,
         gitignore: bool | None = None,
+        changed=None,
     ):
         """Indexes the files under ``root`` that ``globs`` match (gitignore patterns; see
         discovery.py) and, when ``gitignore``, no .gitignore leaves out; returns an IndexReport
@@ -210,7 +211,11 @@ class HybridIndex:
         The index mirrors the folder under the patterns: files indexed before that they no
         longer match leave it. ``globs`` or ``gitignore`` left as None are those of the folder's
         last run (so the MCP server and extract_memory keep what ``hybridsql index --glob``
-        chose), else markdown and True."""
+        chose), else markdown and True.
+
+        ``changed`` (watch mode) is the set of relative paths that events named: every other
+        file indexed before, of the same size and modification time, is taken as unchanged
+        without being read."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
         started = time.monotonic()
@@ -233,9 +238,9 @@ class HybridIndex:
         )
         report.files_seen = len(paths)
         known = {
-            path: (file_id, sha)
-            for file_id, path, sha in self.conn.execute(
-                "select id, path, sha256 from files where root = ?", (stored_root,)
+            path: (file_id, sha, (size, mtime))
+            for file_id, path, sha, size, mtime in self.conn.execute(
+                "select id, path, sha256, size, mtime from files where root = ?", (stored_root,)
             )
         }
         if not paths and known and new_globs:
@@ -250,18 +255,17 @@ class HybridIndex:
         bar.start(len(paths))
         pending = []
         most, overlap, counter = self.chunking()
-        # Chunks cut to another size are cut again, every file (their texts mostly change, so
-        # they are embedded again too); the size is recorded once every file has been.
-        recorded = self.conn.execute("select value from meta where key = 'chunk_tokens'")
-        was = (recorded.fetchone() or (CHUNK_TOKENS,))[0]
-        resize = was != most
-        if resize and known:
-            report.warnings.append(
-                [
-                    stored_root,
-                    f"chunks are now cut to {most} tokens, were {was}: every file is chunked again",
-                ]
-            )
+        was = self._resize(most)
+        if was is not None:
+            if known:
+                report.warnings.append(
+                    [
+                        stored_root,
+                        f"chunks are now cut to {most} tokens, were {was}: every file is"
+                        " chunked again",
+                    ]
+                )
+            known = {path: (file_id, "", stat_) for path, (file_id, _, stat_) in known.items()}
         skipped_before = len(report.skipped)
 
         def step(label: str) -> None:  # the files finished, counted from the report
@@ -271,6 +275,9 @@ class HybridIndex:
         for rel in paths:
             name = clean_text(rel)
             step(name)
+            if changed is not None and rel not in changed and same_stat(root, rel, known.get(name)):
+                report.files_unchanged += 1
+                continue
             got, reason = read_markdown(root, rel, max_file_bytes)
             if got is None:
                 report.skipped.append([name, clean_text(reason)])
@@ -280,7 +287,7 @@ class HybridIndex:
                 report.warnings.append([name, "the file name is not UTF-8"])
             if warning:
                 report.warnings.append([name, warning])
-            if name in known and known[name][1] == sha and not resize:
+            if name in known and known[name][1] == sha:
                 report.files_unchanged += 1
                 continue
             chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
@@ -291,7 +298,7 @@ class HybridIndex:
         self._write_files(stored_root, pending, report, step)
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
         seen |= unread
-        for path, (file_id, _) in known.items():
+        for path, (file_id, _, _) in known.items():
             if path not in seen and not path.startswith(unread_folders):
                 with self.conn:
                     self.conn.execute("delete from files where id = ?", (file_id,))
@@ -303,8 +310,6 @@ class HybridIndex:
 
         self.embed_missing(progress=embedded)
         with self.conn:
-            if resize:
-                self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
             self.conn.execute(
                 "insert or replace into meta values (?, ?)",
                 (f"files {stored_root}", json.dumps(choice)),
@@ -313,6 +318,23 @@ class HybridIndex:
         bar.close()
         report.seconds = round(time.monotonic() - started, 3)
         return report
+
+    def _resize(self, most: int):
+        """The size chunks were cut to when it was not ``most`` tokens and files were indexed,
+        else None; ``most`` is recorded as the size.
+
+        The new size is recorded at once, and in the same transaction every file indexed is
+        marked as not yet cut to it (its sha256 emptied): a run stopped half way, by Ctrl-C,
+        ``kill -9`` or a power cut, resumes with the files it had not reached, and the files of
+        other folders are cut again when their folder is next indexed."""
+        with transaction(self.conn):
+            recorded = self.conn.execute("select value from meta where key = 'chunk_tokens'")
+            was = (recorded.fetchone() or (CHUNK_TOKENS,))[0]
+            if was == most:
+                return None
+            self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
+            self.conn.execute("update files set sha256 = ''")
+            return was if self.conn.changes() > 0 else None
 
     def _choice(self, stored_root: str, globs, gitignore) -> tuple:
         """The patterns of a run: those given, else those of the folder's last run (in meta
@@ -434,6 +456,18 @@ class HybridIndex:
             after = rows[-1][0]
             if progress is not None:
                 progress(len(rows))
+
+
+def same_stat(root: str, rel: str, known) -> bool:
+    """Whether ``rel``, indexed before as ``known`` (id, sha256, (size, mtime)), has the same
+    size and modification time now, and was cut to the current chunk size."""
+    if known is None or not known[1]:
+        return False
+    try:
+        info = os.lstat(os.path.join(root, rel))
+    except OSError:
+        return False
+    return (info.st_size, info.st_mtime) == known[2]
 
 
 class transaction:

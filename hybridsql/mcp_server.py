@@ -27,6 +27,7 @@ from hybridsql.index import HybridIndex, IndexReport, Progress
 from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
 from hybridsql.options import tool_signature
 from hybridsql.search import MAX_RESULTS, visible, whole
+from hybridsql.watch import Stopped, watch_folder
 
 Sector = Literal[SECTORS]
 
@@ -76,18 +77,16 @@ class Guard:
                 raise ToolError(str(problem)) from e
 
 
-class Cancelled(Exception):
-    """The server is stopping: the background indexing stops before its next file."""
-
-
 class Indexing(Progress):
     """Indexes the memory folder in a thread with its own HybridIndex (an SQLite connection
-    belongs to one thread). Each file is committed alone, so searches on the server's own
-    connection see every file indexed so far. It is also the progress that index_folder
+    belongs to one thread), then keeps it fresh as files change (watch.py) until the server
+    stops. Each file is committed alone, so searches on the server's own connection see every
+    file indexed so far and never wait for a batch. It is also the progress that index_folder
     reports to: between files it stops when asked."""
 
     def __init__(self, db_path: str, memory_dir: str, embedder):
         self.report = IndexReport()
+        self.memory_dir = memory_dir
         self.finished = False
         self.error = None
         self.stop = threading.Event()
@@ -98,17 +97,15 @@ class Indexing(Progress):
     def _run(self, db_path, memory_dir, embedder) -> None:
         try:
             with HybridIndex(db_path, embedder=embedder) as index:
-                index.index_folder(memory_dir, progress=self, report=self.report)
-            r = self.report
-            print(
-                visible(
-                    f"hybridsql mcp: {memory_dir}: {r.files_indexed} files indexed, "
-                    f"{r.files_unchanged} unchanged"
-                ),
-                file=sys.stderr,
-            )
-        except Cancelled:
-            pass
+                watch_folder(
+                    index,
+                    memory_dir,
+                    self.stop,
+                    progress=self,
+                    report=self.report,
+                    on_ready=self._ready,
+                    on_failure=self._failed,
+                )
         except Exception as e:  # a thread's failure would otherwise go unseen: searches say it
             problem = file_error(e, db_path) if isinstance(e, apsw.Error) else None
             self.error = str(problem or e)
@@ -119,9 +116,25 @@ class Indexing(Progress):
         finally:
             self.finished = True
 
+    def _ready(self, r: IndexReport) -> None:
+        self.finished = True
+        print(
+            visible(
+                f"hybridsql mcp: {self.memory_dir}: {r.files_indexed} files indexed, "
+                f"{r.files_unchanged} unchanged; watching it for changes"
+            ),
+            file=sys.stderr,
+        )
+
+    def _failed(self, error: Exception) -> None:
+        print(
+            visible(f"hybridsql mcp: re-indexing {self.memory_dir} failed: {error}"),
+            file=sys.stderr,
+        )
+
     def update(self, done: int, label: str) -> None:
         if self.stop.is_set():
-            raise Cancelled
+            raise Stopped
 
     def note(self) -> str | None:
         """How far indexing got, while it runs or when it failed; None once it is done."""

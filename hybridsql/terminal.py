@@ -202,3 +202,23 @@ class Bar(Progress):
 
     def close(self) -> None:
         self.stack.close()
+
+
+def batch_line(r: dict) -> str:
+    """A watch's line for one batch of changes."""
+    done = [f"{r['files_indexed']} indexed", f"{r['files_deleted']} deleted"]
+    skipped = f", {len(r['skipped'])} skipped" if r["skipped"] else ""
+    return (
+        f"{datetime.now().strftime('%H:%M:%S')}  files: {', '.join(done)}{skipped}; "
+        f"{r['chunks_embedded']} chunks embedded ({r['seconds']:.2f} s)"
+    )
+
+
+def watch_line(w: dict) -> str:
+    """The line said when a watch stops."""
+    return (
+        f"watched {visible(w['folder'])} for {w['seconds']:.0f} s: {w['batches']} batches, "
+        f"{w['files_indexed']} files indexed, {w['files_deleted']} deleted, "
+        f"{w['chunks_embedded']} chunks embedded"
+        + (f", {w['failures']} batches failed" if w["failures"] else "")
+    )

@@ -6,11 +6,15 @@ Used by scripts/build-dist (the release) and by the platform checks (tests and .
 import contextlib
 import glob
 import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import zipfile
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,14 +49,257 @@ def build_library(t: Target, out_dir: str) -> str:
     """Cross-compiles csrc/hybridsql.c for ``t`` into ``out_dir`` (made if missing); the path."""
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, t.library)
+    zig = [sys.executable, "-m", "ziglang", "cc", "-target", t.zig]
     fpic = [] if "windows" in t.zig else ["-fPIC"]
-    cmd = [sys.executable, "-m", "ziglang", "cc", "-target", t.zig, *FLAGS, *fpic]
-    cmd += ["-I", os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "hybridsql.c")]
-    cmd += ["-o", out]
+    source = ["-I", os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "hybridsql.c")]
+    if "musl" in t.zig:
+        # zig links musl's libc as `libc.so`; Alpine's name for it, which auditwheel's musllinux
+        # policy asks for, is libc.musl-<arch>.so.1 (musl's loader answers both with itself). So
+        # the object is linked against a stub of that name instead of zig's libc.
+        obj = os.path.join(out_dir, "hybridsql.o")
+        subprocess.run([*zig, "-c", *FLAGS[1:], *fpic, *source, "-o", obj], check=True)
+        stub = musl_libc_stub(t, out_dir)
+        link = [*zig, "-shared", "-s", "-nostdlib", obj, "-Wl,--no-as-needed", stub, "-o", out]
+        subprocess.run(link, check=True, cwd=out_dir)
+        os.remove(obj)
+        os.remove(stub)
+        return out
+    cmd = [*zig, *FLAGS, *fpic, *source, "-o", out]
     if "linux" in t.zig:
         cmd.append("-lm")
+    if "macos" in t.zig:
+        # Else the id of the library is the path it was built at, which differs by checkout.
+        cmd.append(f"-Wl,-install_name,@rpath/{t.library}")
     subprocess.run(cmd, check=True, cwd=out_dir)
+    if "windows" in t.zig:
+        os.remove(os.path.join(out_dir, "hybridsql.lib"))  # the import library, for linkers only
     return out
+
+
+def musl_libc_stub(t: Target, out_dir: str) -> str:
+    """An empty shared library named as musl's libc is on Alpine (libc.musl-<arch>.so.1), made
+    in ``out_dir`` for ``t``: what the musl libraries link against, and the libc
+    ``auditwheel show`` finds for them (--ldpaths), where the host's libc.so is glibc's."""
+    arch = t.zig.split("-")[0]
+    name = f"libc.musl-{arch}.so.1"
+    empty = os.path.join(out_dir, "empty.c")
+    with open(empty, "w") as f:
+        f.write("")
+    stub = os.path.join(out_dir, name)
+    cmd = [sys.executable, "-m", "ziglang", "cc", "-target", t.zig, "-shared", "-nostdlib"]
+    subprocess.run([*cmd, f"-Wl,-soname,{name}", "-o", stub, empty], check=True)
+    os.remove(empty)
+    return stub
+
+
+class CheckError(Exception):
+    """A built library or wheel is not what its platform needs; the message says what."""
+
+
+@dataclass(frozen=True)
+class Library:
+    """What a built library says about itself."""
+
+    format: str  # "ELF", "PE" or "Mach-O"
+    arch: str  # "x86_64" or "aarch64"
+    min_os: str  # "glibc 2.17", "musl", "macOS 10.13", "Windows"
+    exports: tuple[str, ...]  # sorted, without Mach-O's leading underscore
+    needs: tuple[str, ...]  # the shared libraries it loads, sorted
+
+
+def exports() -> tuple[str, ...]:
+    """The symbols every library exports, sorted: the entry point SQLite derives from the file
+    name, and the kernels hybridsql.h marks HS_EXPORT."""
+    with open(os.path.join(ROOT, "csrc", "hybridsql.h")) as f:
+        kernels = re.findall(r"^HS_EXPORT [^(]*?(\w+)\(", f.read(), re.M)
+    return tuple(sorted([*kernels, "sqlite3_hybridsql_init"]))
+
+
+def inspect_library(path: str) -> Library:
+    """Reads ``path`` (ELF, PE or Mach-O) with pyelftools, pefile or macholib."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"\x7fELF":
+        return _inspect_elf(path)
+    if magic[:2] == b"MZ":
+        return _inspect_pe(path)
+    if magic in (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"):
+        return _inspect_macho(path)
+    raise CheckError(f"{path}: not an ELF, PE or Mach-O file (starts with {magic!r})")
+
+
+def _inspect_elf(path: str) -> Library:
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        arch = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}.get(elf["e_machine"], "other")
+        dynamic = elf.get_section_by_name(".dynamic")
+        needs = sorted(tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED")
+        symbols = elf.get_section_by_name(".dynsym")
+        exported = sorted(
+            s.name
+            for s in symbols.iter_symbols()
+            if s["st_shndx"] != "SHN_UNDEF"
+            and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
+            and s["st_other"]["visibility"] == "STV_DEFAULT"
+            and s.name
+        )
+        glibc = []
+        versions = elf.get_section_by_name(".gnu.version_r")
+        if versions is not None:
+            for _, auxiliaries in versions.iter_versions():
+                for aux in auxiliaries:
+                    if aux.name.startswith("GLIBC_"):
+                        glibc.append(tuple(int(n) for n in aux.name[6:].split(".")))
+    if any(n.startswith("libc.musl-") for n in needs):
+        min_os = "musl"
+    else:
+        min_os = "glibc " + ".".join(map(str, max(glibc))) if glibc else "none"
+    return Library("ELF", arch, min_os, tuple(exported), tuple(needs))
+
+
+def _inspect_pe(path: str) -> Library:
+    import pefile
+
+    pe = pefile.PE(path, fast_load=True)
+    pe.parse_data_directories(
+        directories=[
+            pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_EXPORT"],
+            pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"],
+        ]
+    )
+    arch = {0x8664: "x86_64", 0xAA64: "aarch64"}.get(pe.FILE_HEADER.Machine, "other")
+    table = getattr(pe, "DIRECTORY_ENTRY_EXPORT", None)  # absent where nothing is exported
+    exported = sorted(s.name.decode() for s in table.symbols if s.name) if table else []
+    needs = sorted(d.dll.decode() for d in getattr(pe, "DIRECTORY_ENTRY_IMPORT", []))
+    pe.close()
+    return Library("PE", arch, "Windows", tuple(exported), tuple(needs))
+
+
+def _inspect_macho(path: str) -> Library:
+    from macholib import mach_o
+    from macholib.MachO import MachO
+    from macholib.SymbolTable import SymbolTable
+
+    macho = MachO(path)
+    (header,) = macho.headers  # one architecture per file, not a universal binary
+    cpu = header.header.cputype
+    arch = {"x86_64": "x86_64", "ARM64": "aarch64"}.get(mach_o.CPU_TYPE_NAMES.get(cpu), "other")
+    min_os, needs = "none", []
+    for command, body, data in header.commands:
+        if command.cmd == mach_o.LC_BUILD_VERSION:
+            min_os = "macOS " + _macho_version(body.minos)
+        elif command.cmd == mach_o.LC_VERSION_MIN_MACOSX:
+            min_os = "macOS " + _macho_version(body.version)
+        elif command.cmd == mach_o.LC_LOAD_DYLIB:
+            needs.append(data.rstrip(b"\0").decode())
+    # Defined, external and not private-external (N_PEXT): what dlsym finds.
+    exported = sorted(
+        name.decode()[1:]
+        for entry, name in SymbolTable(macho).extdefsyms
+        if not entry.n_type & mach_o.N_PEXT and name.startswith(b"_") and name[1:2] != b"_"
+    )
+    return Library("Mach-O", arch, min_os, tuple(exported), tuple(sorted(needs)))
+
+
+def _macho_version(packed: int) -> str:
+    """Mach-O's xxxx.yy.zz nibbles as "11.0" (the patch level only where it is not 0)."""
+    major, minor, patch = packed >> 16, (packed >> 8) & 0xFF, packed & 0xFF
+    return f"{major}.{minor}" + (f".{patch}" if patch else "")
+
+
+# What each target's library must say of itself, beside the exports.
+EXPECTED = {
+    "linux-x86_64": ("ELF", "x86_64", "glibc 2.17"),
+    "linux-aarch64": ("ELF", "aarch64", "glibc 2.17"),
+    "musllinux-x86_64": ("ELF", "x86_64", "musl"),
+    "musllinux-aarch64": ("ELF", "aarch64", "musl"),
+    "macos-x86_64": ("Mach-O", "x86_64", "macOS 10.13"),
+    "macos-arm64": ("Mach-O", "aarch64", "macOS 11.0"),
+    "windows-x86_64": ("PE", "x86_64", "Windows"),
+}
+
+# The only libraries a Windows DLL may import: the OS's own and the universal C runtime.
+WINDOWS_SYSTEM = re.compile(r"(kernel32|msvcrt|api-ms-win-crt-[a-z]+-l1-1-0)\.dll", re.I)
+
+
+def check_library(t: Target, path: str) -> Library:
+    """Raises CheckError where the library at ``path`` is not right for ``t``: its format,
+    CPU, minimum OS, exports (exactly exports()) and the libraries it loads (the C library
+    and nothing else). Returns what it read."""
+    lib = inspect_library(path)
+    problems = []
+    fmt, arch, min_os = EXPECTED[t.name]
+    if lib.format != fmt or lib.arch != arch:
+        problems.append(f"is {lib.format} for {lib.arch}, expected {fmt} for {arch}")
+    # glibc: the newest symbol version it needs may be older than the baseline, not newer.
+    if min_os.startswith("glibc ") and lib.min_os.startswith("glibc "):
+        if _version(lib.min_os[6:]) > _version(min_os[6:]):
+            problems.append(f"needs {lib.min_os}, newer than {min_os}")
+    elif lib.min_os != min_os:
+        problems.append(f"has minimum OS {lib.min_os!r}, expected {min_os!r}")
+    if lib.exports != exports():
+        problems.append(f"exports {list(lib.exports)}, expected {list(exports())}")
+    allowed = {
+        "ELF": lambda n: n in ("libc.so.6", "libm.so.6", f"libc.musl-{arch}.so.1"),
+        "PE": WINDOWS_SYSTEM.fullmatch,
+        "Mach-O": lambda n: n == "/usr/lib/libSystem.B.dylib",
+    }[fmt]
+    foreign = [n for n in lib.needs if not allowed(n)]
+    if foreign:
+        problems.append(f"loads libraries that are not the system's: {foreign}")
+    if problems:
+        raise CheckError(f"{t.name} library {path}: " + "; ".join(problems))
+    return lib
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in text.split("."))
+
+
+def check_wheel(t: Target, wheel: str) -> None:
+    """Raises CheckError where the wheel is not right for ``t``: its name and WHEEL tag
+    (py3-none-<platform>, not purelib), exactly one library, the one of ``t`` (check_library),
+    and for Linux ``auditwheel show`` consistent with the tag the wheel carries."""
+    name = os.path.basename(wheel)
+    tag = f"py3-none-{t.wheel}"
+    if not name.endswith(f"-{tag}.whl"):
+        raise CheckError(f"{name}: expected a wheel tagged {tag}")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        (dist_info,) = {n.split("/")[0] for n in names if ".dist-info/" in n}
+        metadata = z.read(f"{dist_info}/WHEEL").decode()
+        libraries = [n for n in names if n.endswith((".so", ".dylib", ".dll", ".pyd"))]
+        if libraries != [f"hybridsql/{t.library}"]:
+            raise CheckError(f"{name}: holds libraries {libraries}, expected hybridsql/{t.library}")
+        with tempfile.TemporaryDirectory() as tmp:
+            check_library(t, z.extract(libraries[0], tmp))
+    if f"Tag: {tag}\n" not in metadata or "Root-Is-Purelib: false\n" not in metadata:
+        raise CheckError(f"{name}: WHEEL says {metadata!r}, expected Tag: {tag}, not purelib")
+    if "linux" in t.wheel:
+        _auditwheel_show(t, wheel)
+
+
+def _auditwheel_show(t: Target, wheel: str) -> None:
+    """``auditwheel show``: the wheel must be consistent with its own tag or an older one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "auditwheel", "show", "--json", wheel]
+        if "musl" in t.zig:
+            cmd[4:4] = ["--ldpaths", os.path.dirname(musl_libc_stub(t, tmp))]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    found, carried = _policy(json.loads(out)["overall_tag"]), _policy(t.wheel)
+    if found is None or found[:2] != carried[:2] or found[2] > carried[2]:
+        tag = json.loads(out)["overall_tag"]
+        raise CheckError(f"{os.path.basename(wheel)}: auditwheel show says it is {tag}")
+
+
+def _policy(tag: str):
+    """("manylinux", arch, (2, 17)) for manylinux2014_x86_64 or manylinux_2_17_x86_64; None
+    for a tag of no policy (linux_x86_64)."""
+    tag = tag.replace("manylinux2014_", "manylinux_2_17_")
+    m = re.fullmatch(r"(manylinux|musllinux)_(\d+)_(\d+)_(\w+)", tag)
+    return m and (m[1], m[4], (int(m[2]), int(m[3])))
 
 
 # ---------------------------------------------------------------------------------------------

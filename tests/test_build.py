@@ -1,10 +1,23 @@
-"""Building from source: what a user without a C compiler sees, and what a wheel is tagged."""
+"""Building: what a user without a C compiler sees, what a wheel is tagged, the library zig
+cross-compiles for each release platform (scripts/platforms.py), and the sdist."""
 
 import os
+import re
 import subprocess
 import sys
+import sysconfig
+
+import pytest
+
+import hybridsql
+from hybridsql import _native
+from hybridsql.extension import loadable_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import platforms  # noqa: E402 (scripts/ is not a package)
+
+EXPORTS = platforms.exports()
 
 
 def test_a_build_without_a_compiler_says_so_first(tmp_path):
@@ -42,3 +55,93 @@ def test_the_wheel_serves_every_python_of_its_platform(tmp_path):
     )
     (wheel,) = os.listdir(tmp_path)
     assert wheel.startswith("hybridsql-0.1.0-py3-none-linux_") and wheel.endswith(".whl")
+
+
+def test_the_tests_import_the_installed_package():
+    """pytest from the repository root imports the installed hybridsql (the wheel's, in CI),
+    not the source folder beside it, which has no library."""
+    installed = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    assert os.path.dirname(os.path.dirname(hybridsql.__file__)) in installed
+    assert os.path.exists(loadable_path())
+
+
+# What each target's library says of itself: file format, CPU, minimum OS, what it loads.
+LIBRARIES = {
+    "linux-x86_64": ("ELF", "x86_64", "glibc 2.14", ("libc.so.6", "libm.so.6")),
+    "linux-aarch64": ("ELF", "aarch64", "glibc 2.17", ("libc.so.6", "libm.so.6")),
+    "musllinux-x86_64": ("ELF", "x86_64", "musl", ("libc.musl-x86_64.so.1",)),
+    "musllinux-aarch64": ("ELF", "aarch64", "musl", ("libc.musl-aarch64.so.1",)),
+    "macos-x86_64": ("Mach-O", "x86_64", "macOS 10.13", ("/usr/lib/libSystem.B.dylib",)),
+    "macos-arm64": ("Mach-O", "aarch64", "macOS 11.0", ("/usr/lib/libSystem.B.dylib",)),
+    # KERNEL32 and those parts of the Universal C Runtime that the code calls
+    "windows-x86_64": ("PE", "x86_64", "Windows", None),
+}
+
+
+@pytest.mark.parametrize("target", platforms.TARGETS, ids=lambda t: t.name)
+def test_each_platform_library_is_built_and_checked(target, tmp_path):
+    """zig cross-compiles the library for each release target: the right format, CPU and
+    minimum OS, the entry point and the kernels exported and nothing else, only the system's
+    C library loaded; and nothing but the library is left beside it."""
+    path = platforms.build_library(target, str(tmp_path))
+    assert os.listdir(tmp_path) == [target.library]
+    lib = platforms.check_library(target, path)
+    fmt, arch, min_os, needs = LIBRARIES[target.name]
+    assert (lib.format, lib.arch, lib.min_os) == (fmt, arch, min_os)
+    if needs is None:
+        assert lib.needs[0] == "KERNEL32.dll"
+        assert all(re.fullmatch(r"api-ms-win-crt-[a-z]+-l1-1-0\.dll", n) for n in lib.needs[1:])
+    else:
+        assert lib.needs == needs
+    assert lib.exports == EXPORTS
+
+
+def test_a_library_for_another_platform_fails_the_check(tmp_path):
+    """The check is what build-dist relies on: a library of the wrong platform stops it."""
+    path = platforms.build_library(platforms.target("linux-x86_64"), str(tmp_path))
+    mac = platforms.target("macos-arm64")
+    msg = (
+        f"macos-arm64 library {path}: is ELF for x86_64, expected Mach-O for aarch64; "
+        "has minimum OS 'glibc 2.14', expected 'macOS 11.0'; "
+        "loads libraries that are not the system's: ['libc.so.6', 'libm.so.6']"
+    )
+    with pytest.raises(platforms.CheckError, match=re.escape(msg)):
+        platforms.check_library(mac, path)
+
+
+def test_the_exports_are_those_of_the_header():
+    """What the checks demand: SQLite's entry point and the kernels _native.py declares."""
+    assert EXPORTS == ("hs_cosine", "hs_first_nonfinite", "hs_simd_path", "sqlite3_hybridsql_init")
+    declared = re.findall(r"(\w+)\(", _native.CDEF)
+    assert sorted([*declared, "sqlite3_hybridsql_init"]) == list(EXPORTS)
+
+
+def test_the_sdist_builds_and_installs_from_source(tmp_path):
+    """The sdist carries what a build from source needs (csrc/ with SQLite's headers): pip
+    compiles it with the system compiler, and the library it makes loads in the sqlite3 shell."""
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "sdist"), ROOT],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (sdist,) = os.listdir(tmp_path / "sdist")
+    assert sdist == f"hybridsql-{hybridsql.__version__}.tar.gz"
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site)]
+        + [str(tmp_path / "sdist" / sdist)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    library = site / "hybridsql" / "hybridsql.so"
+    assert platforms.inspect_library(str(library)).exports == EXPORTS
+    shell = subprocess.run(
+        ["sqlite3", ":memory:", f".load {library}", "select hybridsql_version()"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.stdout == f"{hybridsql.__version__}\n"

@@ -608,3 +608,34 @@ def test_sql_embed_writes_cache_inside_a_statement(local):
     stored = conn.execute("SELECT vec FROM notes ORDER BY body").fetchall()
     cached = conn.execute("SELECT vector FROM embedding_cache").fetchall()
     assert sorted(stored) == sorted(cached) and len(cached) == 2
+
+
+def test_an_interrupt_stops_a_statement_that_embeds_between_two_texts(local):
+    """SQLite cannot stop a function while it runs, only between calls; each call is bounded
+    (no text is read past its windows' characters), so an interrupt waits for one text at most.
+    A statement embedding 2,000 ten-megabyte texts is stopped after the first few."""
+    conn = apsw.Connection(":memory:")
+    counting = Counting(local)
+    embed.register_embed(conn, embed.Embedder(counting))
+    conn.execute("create table t(x)")
+    conn.execute(
+        "with recursive n(i) as (select 1 union all select i + 1 from n where i < 2000)"
+        " insert into t select 'word ' || i from n"
+    )
+    big = "deploy " * 1_500_000
+    started = threading.Event()
+
+    def interrupt_once_started():
+        started.wait(60)
+        conn.interrupt()
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+
+    def first_call(text):
+        started.set()
+        return text
+
+    conn.create_scalar_function("mark", first_call, 1)
+    with pytest.raises(apsw.InterruptError):
+        conn.execute("select embed(mark(?) || x) from t", (big,)).fetchall()
+    assert 1 <= len(counting.calls) < 20  # one text at a time, and far from all 2,000
