@@ -1,29 +1,55 @@
 """hybridsql: hybrid keyword + vector search inside SQLite, for agent memory."""
 
-from hybridsql.errors import (
-    DamagedCopyError,
-    DatabaseError,
-    EmbeddingError,
-    ExtensionError,
-    HybridSQLError,
-    IndexingError,
-    NotFoundError,
-    ProjectError,
-    QueryError,
-    ReplicationError,
-    VectorError,
-)
-from hybridsql.extension import backend_of, connect, load, loadable_path
-from hybridsql.memory import (
-    ExtractedEntry,
-    Memory,
-    MemoryHit,
-    MemoryStore,
-    Ranking,
-    Session,
-    SessionContext,
-    TimelineEntry,
-)
+# Each public name is imported on first use (PEP 562), so that ``import hybridsql`` (and
+# ``hybridsql --version``) loads neither apsw, numpy nor the embedder.
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "DamagedCopyError",
+            "DatabaseError",
+            "EmbeddingError",
+            "ExtensionError",
+            "HybridSQLError",
+            "IndexingError",
+            "NotFoundError",
+            "ProjectError",
+            "QueryError",
+            "ReplicationError",
+            "VectorError",
+        ),
+        "hybridsql.errors",
+    ),
+    **dict.fromkeys(("backend_of", "connect", "load", "loadable_path"), "hybridsql.extension"),
+    **dict.fromkeys(
+        (
+            "ExtractedEntry",
+            "Memory",
+            "MemoryHit",
+            "MemoryStore",
+            "Ranking",
+            "Session",
+            "SessionContext",
+            "TimelineEntry",
+        ),
+        "hybridsql.memory",
+    ),
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hybridsql' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

@@ -14,14 +14,11 @@ import os
 import sys
 from dataclasses import asdict
 
-import apsw
 import click
 
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.extension import file_error, loadable_path, writable
-from hybridsql.index import IndexReport
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
@@ -64,6 +61,10 @@ def db_options(command=None, *, required: bool = True):
 
     @functools.wraps(command)
     def run(*args, db, **kwargs):
+        import apsw
+
+        from hybridsql.extension import file_error
+
         try:
             return command(*args, db=db, **kwargs)
         except apsw.Error as e:
@@ -132,6 +133,8 @@ def cli():
 )
 def path():
     """Print the path of the loadable SQLite extension."""
+    from hybridsql.extension import loadable_path
+
     click.echo(loadable_path())
 
 
@@ -175,6 +178,8 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch):
     """
     if not os.path.isdir(folder):  # before the database is made
         raise IndexingError(f"{folder} is not a folder")
+    from hybridsql.index import IndexReport
+
     report = IndexReport()
     bar = terminal.Bar(report)
     if watch:
@@ -274,6 +279,8 @@ def search(query, db, embedder, as_json, explain, **options):
         found = idx.search(query, **options)
     if explain:
         click.echo(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
+        from hybridsql.extension import loadable_path
+
         click.echo(f"-- run after: .load {loadable_path()}")
         click.echo(explain_sql(found.sql, found.params))
         return
@@ -316,6 +323,7 @@ def store_command(opening: str, lines):
         @json_option
         @functools.wraps(run)
         def command(db, embedder, as_json, memory_dir=None, **options):
+            from hybridsql.extension import writable
             from hybridsql.memory import MemoryStore
 
             # A search that does not reinforce writes nothing, so it opens the file read-only;

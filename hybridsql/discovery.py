@@ -269,3 +269,21 @@ def link_reason(root: str, error: OSError) -> str | None:
     if os.path.islink(os.path.join(root, error.filename)):
         return f"{error.filename} is a symbolic link (links are not followed)"
     return f"{error.filename} is not a folder"
+
+
+class Progress:
+    """What index_folder tells as it goes: the number of files (start), each step of the work
+    (update: before a file is read, after one is written, after a batch of vectors) and the
+    end (close). Between updates no transaction is open. This one tells no one; the command
+    line's bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are
+    others."""
+
+    def start(self, total: int) -> None:
+        """``total`` files were found."""
+
+    def update(self, done: int, label: str) -> None:
+        """``done`` files are finished (written, unchanged or skipped); ``label`` is the file at
+        hand (may be empty). The run's report holds the other counts as they are now."""
+
+    def close(self) -> None:
+        """The run ended (or failed)."""

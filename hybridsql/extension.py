@@ -16,11 +16,10 @@ import apsw
 
 from hybridsql import _native
 from hybridsql.errors import DatabaseError, ExtensionError
-from hybridsql.functions import Functions, make_math
+from hybridsql.functions import BACKENDS, Functions, make_math
 
 # The backends, one name each, here and in searches (SearchOptions.backend): the native
 # extension inside SQLite, or Python (with numpy and the C kernels through cffi, or pure).
-BACKENDS = ("auto", "extension", "numpy", "python")
 
 # (SQL name, number of arguments) of every scalar function; cosine_topk is the aggregate.
 SCALARS = (

@@ -17,6 +17,7 @@ from hybridsql.errors import VectorError
 VERSION = "0.1.0"
 MAX_DIMS = 65536
 MAX_K = 10000
+BACKENDS = ("auto", "extension", "numpy", "python")
 SATURATION = 10.0
 HALF_LIFE = 30.0
 MAX_NUMBER = 511

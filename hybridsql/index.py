@@ -20,6 +20,7 @@ from hybridsql.discovery import (
     DEFAULT_GLOBS,
     FOLDER_NOT_READ,
     UNREADABLE,
+    Progress,
     discover,
     glob_spec,
     is_markdown,
@@ -65,24 +66,6 @@ class IndexReport:
     globs: list = field(default_factory=list)  # the patterns that chose the files
     gitignore: bool = True
     left_out: dict = field(default_factory=dict)  # see discovery.discover
-
-
-class Progress:
-    """What index_folder tells as it goes: the number of files (start), each step of the work
-    (update: before a file is read, after one is written, after a batch of vectors) and the
-    end (close). Between updates no transaction is open. This one tells no one; the command
-    line's bar (terminal.Bar) and the MCP server's background run (mcp_server.Indexing) are
-    others."""
-
-    def start(self, total: int) -> None:
-        """``total`` files were found."""
-
-    def update(self, done: int, label: str) -> None:
-        """``done`` files are finished (written, unchanged or skipped); ``label`` is the file at
-        hand (may be empty). The run's report holds the other counts as they are now."""
-
-    def close(self) -> None:
-        """The run ended (or failed)."""
 
 
 def read_markdown(root: str, rel: str, max_bytes: int):

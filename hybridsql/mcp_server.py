@@ -250,11 +250,28 @@ def bounded(answer: dict, lists: tuple, max_chars: int) -> dict:
     return answer
 
 
+class StrictServer(MCPServer):
+    """An MCPServer that refuses a tool call naming an argument the tool does not take (the SDK
+    drops those silently, so a misspelt ``limt=5`` would be a search with the default limit)."""
+
+    async def call_tool(self, name, arguments, context=None):
+        schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+        if schema is not None:
+            valid = list(schema.get("properties", {}))
+            unknown = [key for key in arguments if key not in valid]
+            if unknown:
+                raise ToolError(
+                    f"{name}: unknown argument{'s' if len(unknown) > 1 else ''}"
+                    f" {', '.join(map(repr, unknown))}; valid arguments: {', '.join(valid)}"
+                )
+        return await super().call_tool(name, arguments, context)
+
+
 def build_server(where, indexing: Indexing | None = None) -> MCPServer:
-    """An MCPServer whose tools work where ``where(project, write)`` says (a Place, or None
+    """A StrictServer whose tools work where ``where(project, write)`` says (a Place, or None
     for a project that holds nothing yet and is only read); searches say how far ``indexing``
     got while it runs."""
-    server = MCPServer("hybridsql", instructions=INSTRUCTIONS, version=__version__)
+    server = StrictServer("hybridsql", instructions=INSTRUCTIONS, version=__version__)
 
     def by_id(memory_id: int, project: str | None) -> Place:
         """The place of a tool that names a memory by id: the index of ``project`` (or the

@@ -26,7 +26,6 @@ from datetime import datetime
 
 from hybridsql.discovery import link_reason, open_inside
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
-from hybridsql.index import HybridIndex, transaction
 from hybridsql.options import option
 from hybridsql.search import (
     MAX_RESULTS,
@@ -59,6 +58,14 @@ _SOURCE_SESSION = (
     "(select session_id from session_memories"
     " where memory_id = {id} and usage = 'created' order by at, rowid limit 1)"
 )
+
+
+def transaction(conn):
+    """hybridsql.index.transaction, imported on first use: importing this module (as the
+    command line does for its options) must not pull in apsw, numpy or the embedder."""
+    from hybridsql.index import transaction as index_transaction
+
+    return index_transaction(conn)
 
 
 @dataclass
@@ -355,7 +362,7 @@ class MemoryStore:
 
     def __init__(
         self,
-        index: HybridIndex,
+        index: "HybridIndex",  # noqa: F821 (hybridsql.index, imported on first use)
         memory_dir: str | None = None,
         ranking: Ranking | None = None,
         options: SearchOptions | None = None,

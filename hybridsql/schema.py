@@ -7,13 +7,16 @@ deletes (files to chunks to vectors). ``vectors`` is a ``vector_index`` table of
 what any connection caches of it correct by itself.
 """
 
+from __future__ import annotations
+
 import json
 import re
-
-import apsw
+from typing import TYPE_CHECKING
 
 from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
-from hybridsql.extension import loadable_path
+
+if TYPE_CHECKING:
+    import apsw
 
 SCHEMA_VERSION = 3
 
@@ -225,6 +228,8 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
     In an index of this version, a lost column is refused (DatabaseError naming ``path``, by
     default the connection's file), and lost tables, views and triggers are made again, then
     what they keep in step is brought back in step (_resync)."""
+    import apsw  # here, not at import: a cold start stays light
+
     with conn:
         version = schema_version(conn)
         if version is not None and version > SCHEMA_VERSION:
@@ -245,6 +250,8 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
         except apsw.SQLError as e:
             if "vector_index" in str(e):
                 try:
+                    from hybridsql.extension import loadable_path
+
                     loadable_path()
                 except ExtensionError as missing:
                     raise IndexingError(
@@ -348,6 +355,8 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
     (a malformed vector, or dimensions unlike its model's other vectors) is left out; its chunk
     is embedded again by the next indexing run. Its full-text tables held both kinds of chunks:
     they are made again, one pair per kind."""
+    import apsw  # here, not at import: a cold start stays light
+
     conn.execute(
         "drop trigger if exists vectors_count_insert; drop trigger if exists vectors_count_update;"
         " drop trigger if exists vectors_count_delete; drop trigger if exists chunks_delete;"
@@ -417,6 +426,8 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
     accepts a new or empty file (ensure_schema makes the index), never one that holds another
     application's tables: nothing is added to it.
     """
+    import apsw  # here, not at import: a cold start stays light
+
     if create and not conn.execute("select count(*) from sqlite_schema").fetchone()[0]:
         return
     try:

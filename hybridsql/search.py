@@ -14,16 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-import numpy as np
-
 from hybridsql.chunking import heading_at
 from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
-from hybridsql.extension import BACKENDS
-from hybridsql.functions import MAX_K
+from hybridsql.functions import BACKENDS, MAX_K
 from hybridsql.options import option
 from hybridsql.schema import FTS_TABLES, has_fts
-from hybridsql.vectors import VectorReader
 
 MODES = ("hybrid", "keyword", "semantic")
 FUSIONS = ("linear", "rrf")
@@ -691,7 +687,9 @@ class Searcher:
         reader = self._reader("numpy")
         return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
 
-    def _reader(self, math_: str) -> VectorReader:
+    def _reader(self, math_: str) -> "VectorReader":  # noqa: F821 (imported on first use)
+        from hybridsql.vectors import VectorReader
+
         if math_ not in self.readers:
             self.readers[math_] = VectorReader(self.conn, "vectors", math_=math_)
         return self.readers[math_]
@@ -749,6 +747,8 @@ class Searcher:
                 {"model": params["model"], **{f"id{i}": v for i, v in enumerate(ids)}},
             ).fetchall()
         )
+        import numpy as np
+
         vecs = {}
         for i in ids:
             if blobs.get(i) is not None:

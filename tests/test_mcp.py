@@ -319,3 +319,38 @@ def test_answers_stay_within_their_budget_and_say_what_was_cut(tmp_path, folder)
         "has 100,001: store a summary, or write the text to a file in the memory folder "
         "(HYBRIDSQL_MAX_MEMORY_CHARS raises the bound)"
     }
+
+
+# Each tool's arguments, in the order its error lists them (issue 25, item 7).
+TOOL_ARGUMENTS = {
+    "search_memory": "query, documents, decay, group_by_file, max_chars, project, sector, tier,"
+    " limit, min_salience, include_superseded, session_id, mode, reinforce",
+    "extract_memory": "topic, title, content, tags",
+    "add": "content, sector, tier, salience, project",
+    "supersede": "memory_id, content, salience, project",
+    "reinforce": "memory_id, amount, project",
+    "timeline": "memory_id, before, after, project, max_chars",
+    "recent_memories": "project, limit, include_superseded, max_chars",
+    "delete": "memory_id, project",
+}
+
+
+def test_every_tool_refuses_an_unknown_argument_and_names_the_valid_ones(tmp_path, folder):
+    db = str(tmp_path / "mcp.db")
+
+    async def steps(client, session):
+        listed = sorted(t.name for t in (await session.list_tools()).tools)
+        one = {name: await client.call(name, limt=5) for name in listed}
+        two = await client.call("add", content="Deploys need a green run", limt=5, sectr="x")
+        left = await client.call("recent_memories")
+        return listed, one, two, left
+
+    listed, one, two, left = run_session(db, folder, steps, embedder="none")
+    assert listed == sorted(TOOL_ARGUMENTS)
+    for name, valid in TOOL_ARGUMENTS.items():
+        expected = f"{name}: unknown argument 'limt'; valid arguments: {valid}"
+        assert one[name] == {"error": expected}
+    assert two == {
+        "error": "add: unknown arguments 'limt', 'sectr'; valid arguments: " + TOOL_ARGUMENTS["add"]
+    }
+    assert left == {"entries": []}  # the refused add stored nothing
