@@ -3719,7 +3719,7 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
           break;
         }
         if (num_filter(a, -1, 1, op, v, &rc) || rc) break; /* tested on the records' ids */
-        /* fall through: SQL tests the rest, as it does metadata */
+        /* fall through - SQL tests the rest, as it does metadata */
       case 'X':
         if (role == 'X' && t->col[col].num >= 0 &&
             (num_filter(a, t->col[col].num, t->col[col].type == VX_INTEGER, op, v, &rc) || rc))
