@@ -241,6 +241,21 @@ def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
         assert [e["memory"]["content"] for e in run(read)["entries"]] == ["The VPN uses WireGuard"]
 
 
+def start_refused(tmp_path, *args):
+    """``hybridsql mcp --embedder none ARGS`` in ``tmp_path``, without the environment's token
+    or database, run to its end: a server that refuses to start."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSQL_TOKEN", "HYBRIDSQL_DB")}
+    return subprocess.run(
+        [HYBRIDSQL, "mcp", "--embedder", "none", *args],
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -274,16 +289,7 @@ def test_a_token_is_required_and_nothing_is_read_without_it(tmp_path):
     ids=["non-loopback", "both", "no-port", "no-http", "memory-dir", "bad-project"],
 )
 def test_the_server_refuses_to_start_with_one_line(tmp_path, args, message):
-    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSQL_TOKEN", "HYBRIDSQL_DB")}
-    done = subprocess.run(
-        [HYBRIDSQL, "mcp", "--embedder", "none", *args],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = start_refused(tmp_path, *args)
     assert (done.returncode, done.stderr) == (1, f"hybridsql: {message}\n")
     assert os.listdir(tmp_path) == []
 
@@ -678,26 +684,8 @@ def test_the_key_file_is_read_again_when_it_changes(tmp_path):
 def test_a_bad_key_file_stops_the_server_with_one_line(tmp_path, text, message):
     keys = tmp_path / "keys"
     keys.write_text(text)
-    env = {k: v for k, v in os.environ.items() if k not in ("HYBRIDSQL_TOKEN", "HYBRIDSQL_DB")}
-    done = subprocess.run(
-        [
-            HYBRIDSQL,
-            "mcp",
-            "--embedder",
-            "none",
-            "--http",
-            "127.0.0.1:0",
-            "--data-dir",
-            "data",
-            "--keys",
-            str(keys),
-        ],
-        check=False,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = start_refused(
+        tmp_path, "--http", "127.0.0.1:0", "--data-dir", "data", "--keys", str(keys)
     )
     assert (done.returncode, done.stderr) == (1, f"hybridsql: {message.format(keys=keys)}\n")
     assert KEY_ALPHA not in done.stderr
