@@ -108,18 +108,24 @@ print(sqlite_utils.utils.sqlite3.__name__)
 """
 
 
-def test_the_line_is_said_once_per_process_however_many_connections(example_db, tmp_path):
-    if STDLIB_LOADS_EXTENSIONS:
-        pytest.skip("this Python's own sqlite3 loads extensions: nothing falls back")
-    out = subprocess.run(
-        [sys.executable, "-c", SEVERAL_CONNECTIONS, example_db],
+def python_without_pysqlite3(script: str, db: str, tmp_path):
+    """Runs ``script`` with ``db`` as its argument in a new Python that cannot import pysqlite3,
+    from ``tmp_path``: not the checkout, whose hybridsql/ is the uncompiled source."""
+    return subprocess.run(
+        [sys.executable, "-c", script, db],
         env={**os.environ, **WITHOUT_PYSQLITE3},
-        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_the_line_is_said_once_per_process_however_many_connections(example_db, tmp_path):
+    if STDLIB_LOADS_EXTENSIONS:
+        pytest.skip("this Python's own sqlite3 loads extensions: nothing falls back")
+    out = python_without_pysqlite3(SEVERAL_CONNECTIONS, example_db, tmp_path)
     assert (out.returncode, out.stdout, out.stderr) == (0, "sqlite3\n", PYTHON_ONLY_LINE + "\n")
 
 
@@ -137,15 +143,7 @@ def test_apsw_has_everything_where_pythons_sqlite3_cannot_load_extensions(exampl
         "import sys, hybridsql; c = hybridsql.connect(sys.argv[1], readonly=True);"
         f" print(hybridsql.backend_of(c), [r[0] for r in c.execute({NEAREST!r})])"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script, example_db],
-        env={**os.environ, **WITHOUT_PYSQLITE3},
-        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = python_without_pysqlite3(script, example_db, tmp_path)
     assert (out.returncode, out.stderr) == (0, "")
     backend, ids = out.stdout.split(" ", 1)
     assert backend == "extension" and json.loads(ids)[0] == 5 and len(json.loads(ids)) == 3
