@@ -16,7 +16,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -24,6 +23,7 @@ import time
 
 from hybridsql.chunking import chunk_markdown
 from hybridsql.index import HybridIndex, transaction
+from measures import ndcg_at_10
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The full set in the BEIR layout (the tests use the part of it in tests/data/scifact): the folder
@@ -135,13 +135,6 @@ def dated_copy() -> HybridIndex:
             "update chunks set path = ? where id = ?", [(dated_path(p), i) for i, p in rows]
         )
     return idx
-
-
-def ndcg_at_10(ranked, judged):
-    dcg = sum(judged.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:10]))
-    ideal = sorted(judged.values(), reverse=True)[:10]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg else 0.0
 
 
 def evaluate(idx, queries, qrels, **options):
