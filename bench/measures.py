@@ -26,8 +26,10 @@ def paired_bootstrap(a, b, samples=10_000, seed=0):
     """Mean of a - b over the queries and its 95 % interval: the 2.5th and 97.5th percentiles
     of the mean difference over ``samples`` resamplings of the queries (with replacement)."""
     if len(a) != len(b) or not a:
-        raise ValueError(f"paired_bootstrap needs two equal, non-empty lists, not {len(a)}, {len(b)}")
-    diffs = [x - y for x, y in zip(a, b)]
+        raise ValueError(
+            f"paired_bootstrap needs two equal, non-empty lists, not {len(a)}, {len(b)}"
+        )
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
     rng = random.Random(seed)
     n = len(diffs)
     means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(samples))

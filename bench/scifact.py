@@ -21,9 +21,10 @@ import shutil
 import sys
 import time
 
+from measures import ndcg_at_10
+
 from hybridsql.chunking import chunk_markdown
 from hybridsql.index import HybridIndex, transaction
-from measures import ndcg_at_10
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The full set in the BEIR layout (the tests use the part of it in tests/data/scifact): the folder
