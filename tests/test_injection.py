@@ -189,16 +189,23 @@ REVIEWED = {
     "embed.py": {
         "spec": "the refused embedder name in an error message (openai:MODEL), not SQL",
     },
-    "memory.py": {
-        "kept": "one of two literals of MemoryStore.recent, chosen by include_superseded",
-        "_SESSION_SQL": "module constant: the columns of sessions",
-        "_MEMORY_SQL": "module constant: the columns of a memory",
-        "_SOURCE_SESSION.format(id='?')": "module constant with a placeholder in it",
+    "memory/ranking.py": {
         "PREVIEW_CHARS": "module constant, an int",
         "SUPERSEDES": "module constant, the relation name",
         "DAY": "module constant, a float",
         "s": "each of SECTORS, a module constant tuple",
+    },
+    "memory/sessions.py": {
+        "_SESSION_SQL": "module constant: the columns of sessions",
+        "_SOURCE_SESSION.format(id='?')": "module constant with a placeholder in it",
+    },
+    "memory/timeline.py": {
+        "kept": "one of two literals of MemoryStore.recent, chosen by include_superseded",
+        "_MEMORY_SQL": "module constant: the columns of a memory",
         "sql": "timeline()'s own constant text, formatted with literals",
+    },
+    "memory/writes.py": {
+        "_MEMORY_SQL": "module constant: the columns of a memory",
     },
     "search/statement.py": {
         "join": "Profile.join: SQL written in code (document_profile, memory_profile)",
