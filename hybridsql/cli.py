@@ -375,8 +375,9 @@ def add(store, content, project, sector, tier, salience, session):
 def memory_search(store, query, **options):
     """Search memories; filters apply before ranking.
 
-    Each memory found gains a little salience and is linked to the session as recalled (so it
-    ranks higher next time); --no-reinforce only looks, and opens the file read-only.
+    Each memory found is linked to the session as recalled and gains a little salience, once
+    per session and fading over days (so it ranks a little higher next time); --no-reinforce
+    only looks, and opens the file read-only.
     """
     found = store.search(query, **options)
     hits = [h.as_dict() for h in found]

@@ -296,8 +296,9 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         that superseded it; and up to `documents` matching passages of the memory folder's files.
         Filters (project, sector, tier, min_salience, session_id: memories that session used)
         apply before ranking. Superseded memories are left out unless include_superseded.
-        Each memory returned gains a little salience and is linked to this session as recalled,
-        so what searches found before ranks higher later; reinforce=false only looks. Dated
+        Each memory returned is linked to this session as recalled and gains a little salience
+        (once per session, fading over days), so what searches found before ranks a little
+        higher later; reinforce=false only looks. Dated
         notes (memory/YYYY-MM-DD.md) lose half their score every 30 days; decay=false ranks
         them by relevance alone. group_by_file: one passage per file, with the lines of its
         other matches. max_chars bounds the answer (texts shortened, then the lowest ranked
