@@ -37,7 +37,7 @@ from hybridsql.memory import MemoryStore, Ranking
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "realmem", "realmem.json.gz")
 CACHE = os.path.join(HERE, "results", "realmem-cache.db")
-RUN = os.path.join(HERE, "results", "realmem-run.db")
+RUN = os.path.join(HERE, "results", f"realmem-run-{os.getpid()}.db")
 MODES = {
     "default (hybrid)": {"mode": "hybrid"},
     "keyword": {"mode": "keyword"},
@@ -128,6 +128,9 @@ def replay(collection, searches, reinforce: bool, sessions="dialogue", ranking=N
     options of each question; ``sessions`` is what a reinforcing search recalls into: the
     dialogue's session, a new session for each question, or none (the store's own).
     Returns label -> [(R@5, nDCG@10) per question, in order]."""
+    for stale in (RUN, RUN + "-wal", RUN + "-shm"):  # a WAL left over would corrupt the copy
+        if os.path.exists(stale):
+            os.remove(stale)
     shutil.copy(CACHE, RUN)
     now = [0.0]
     scores = {label: [] for label in searches}
@@ -173,6 +176,7 @@ def replay(collection, searches, reinforce: bool, sessions="dialogue", ranking=N
                     now[0] += 1
                     added.append(any_store.add(text, person["name"], session_id=session).id)
                 ids.append(added)
+    os.remove(RUN)
     return scores
 
 
