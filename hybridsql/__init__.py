@@ -51,6 +51,9 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
+# The one place the version is written: pyproject.toml reads it (dynamic), setup.py passes it to
+# the C build (-DHYBRIDSQL_VERSION), scripts/platforms.py to zig, and the CLI, the MCP servers and
+# the Python hybridsql_version() import it (tests/test_version.py checks they all agree).
 __version__ = "0.1.0"
 
 __all__ = [
