@@ -1,0 +1,155 @@
+"""Docs that cannot go stale (issue 27, item 4): every SQL example of README.md, docs/sql.md and
+examples/README.md is run in the stock ``sqlite3`` shell against the example folder's index and
+prints what the page says; docs/cli.md is the commands' --help; docs/api.md has every public
+name with its parameters; docs/architecture.md names every module once; CHANGELOG.md starts at
+this release."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import HYBRIDSQL, ROOT
+
+import hybridsql
+
+SHELL = shutil.which("sqlite3")
+SQL_PAGES = ("README.md", "docs/sql.md", "examples/README.md")
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def read(page: str) -> str:
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        return f.read()
+
+
+def blocks(page: str):
+    """(line, language, body) of each fenced block of ``page``."""
+    text = read(page)
+    for m in FENCE.finditer(text):
+        yield text[: m.start()].count("\n") + 1, m.group(1), m.group(2)
+
+
+def transcript(body: str) -> list:
+    """A ``sqlite>`` transcript as [(statement, expected lines)], continuation lines
+    (``   ...> ``) joined to their statement with newlines."""
+    steps: list = []
+    for line in body.splitlines():
+        if line.startswith("sqlite> "):
+            steps.append([line[len("sqlite> ") :], []])
+        elif line.startswith("   ...> "):
+            assert not steps[-1][1], f"a continuation after output: {line!r}"
+            steps[-1][0] += "\n" + line[len("   ...> ") :]
+        else:
+            steps[-1][1].append(line)
+    return [(statement, lines) for statement, lines in steps]
+
+
+def transcripts() -> list:
+    found = []
+    for page in SQL_PAGES:
+        for line, _, body in blocks(page):
+            if body.startswith("sqlite> "):
+                found.append(pytest.param(body, id=f"{page}:{line}"))
+    return found
+
+
+def shell_lines(db: str, *statements: str) -> list:
+    """What the stock sqlite3 shell prints for ``statements`` given on its command line after
+    ``.load`` of the extension (as the pages' first example runs it): stdout, then stderr."""
+    done = subprocess.run(
+        [SHELL, db, f".load {hybridsql.loadable_path()}", *statements],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.splitlines() + done.stderr.splitlines()
+
+
+def machine_specific(expected: list, db: str) -> list:
+    """``expected`` with the fields of hybridsql_debug() that depend on the machine (the SIMD
+    path its CPU takes, the version of the SQLite library the shell runs) set to this one's."""
+    simd, sqlite = shell_lines(db, "select hybridsql_simd(), sqlite_version()")[0].split("|")
+    return [
+        re.sub(r"; simd [^;]+; sqlite [^;]+;", f"; simd {simd}; sqlite {sqlite};", line)
+        if line.startswith("hybridsql ")
+        else line
+        for line in expected
+    ]
+
+
+@pytest.fixture
+def example_copy(example_db, tmp_path):
+    """A function that gives a fresh copy of the example folder's index, named mem.db."""
+    count = iter(range(1_000_000))
+
+    def copy() -> str:
+        folder = tmp_path / str(next(count))
+        folder.mkdir()
+        shutil.copyfile(example_db, folder / "mem.db")
+        return str(folder / "mem.db")
+
+    return copy
+
+
+@pytest.mark.parametrize("body", transcripts())
+def test_every_sql_transcript_prints_what_the_page_says(body, example_copy):
+    """Each statement runs in a fresh copy of the index, after the statements before it in the
+    same block that print nothing (the tables they make, the rows they insert)."""
+    earlier: list = []
+    for statement, expected in transcript(body):
+        db = example_copy()
+        assert shell_lines(db, *earlier, statement) == machine_specific(expected, db), statement
+        if not expected:
+            earlier.append(statement)
+
+
+def sh_examples() -> list:
+    """Each ``sqlite3 mem.db ...`` command line of a ```sh block, with the lines the page shows
+    under it as ``# output``."""
+    found = []
+    for page in SQL_PAGES:
+        for line, language, body in blocks(page):
+            if language != "sh":
+                continue
+            lines = body.splitlines()
+            for i, command in enumerate(lines):
+                if command.startswith("sqlite3 mem.db "):
+                    shown = []
+                    for after in lines[i + 1 :]:
+                        if not after.startswith("# "):
+                            break
+                        shown.append(after[2:])
+                    found.append(pytest.param(command, shown, id=f"{page}:{line + 1 + i}"))
+    return found
+
+
+@pytest.mark.parametrize(("command", "shown"), sh_examples())
+def test_every_sqlite3_command_line_prints_what_the_page_says(command, shown, example_copy):
+    db = example_copy()
+    bin_dir = os.path.dirname(HYBRIDSQL)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=os.path.dirname(db),
+        env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.splitlines() + done.stderr.splitlines() == shown
+
+
+def test_no_sql_example_escapes_the_run():
+    """A ```sql block would show SQL that no test runs: the pages write each example as a
+    ``sqlite>`` transcript with its output."""
+    unrun = [
+        f"{page}:{line}"
+        for page in SQL_PAGES
+        for line, language, _ in blocks(page)
+        if language == "sql"
+    ]
+    assert unrun == []
+    assert len(transcripts()) >= 12 and len(sh_examples()) >= 2
