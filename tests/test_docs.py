@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from conftest import HYBRIDSQL, ROOT
@@ -153,3 +154,42 @@ def test_no_sql_example_escapes_the_run():
     ]
     assert unrun == []
     assert len(transcripts()) >= 12 and len(sh_examples()) >= 2
+
+
+# -- docs/cli.md ----------------------------------------------------------------------------
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import cli_reference  # noqa: E402 (scripts/ is not a package)
+
+
+def cli_sections() -> dict:
+    """docs/cli.md's sections: each command's path and the help text shown under it."""
+    found = re.findall(
+        r"^## (hybridsql[\w -]*)\n\n```\n(.*?)```\n", read("docs/cli.md"), re.M | re.S
+    )
+    return dict(found)
+
+
+def test_the_cli_reference_is_what_the_script_writes():
+    assert read("docs/cli.md") == cli_reference.page(), (
+        "docs/cli.md is stale: run python scripts/cli_reference.py"
+    )
+
+
+def test_the_cli_reference_shows_every_commands_help_as_it_prints():
+    from hybridsql.cli import cli
+
+    sections = cli_sections()
+    paths = [" ".join(path) for path, _ in cli_reference.commands(cli)]
+    assert list(sections) == paths
+    assert {"hybridsql", "hybridsql search", "hybridsql memory session end"} <= set(paths)
+    for path, shown in sections.items():
+        done = subprocess.run(
+            [HYBRIDSQL, *path.split()[1:], "--help"],
+            env={**os.environ, "COLUMNS": cli_reference.COLUMNS},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert done.stdout == shown, path
