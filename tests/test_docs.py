@@ -193,3 +193,92 @@ def test_the_cli_reference_shows_every_commands_help_as_it_prints():
             check=True,
         )
         assert done.stdout == shown, path
+
+
+# -- docs/api.md ----------------------------------------------------------------------------
+
+
+def shown_default(value) -> str:
+    """A default as docs/api.md writes it: its repr, a function by its dotted name."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return repr(value)
+
+
+def signature(obj) -> str:
+    """``(a, b=1, **options)``: the parameters of a public function, class or method as the API
+    page writes them (a dataclass field's default factory by what it makes)."""
+    import dataclasses
+    import inspect
+
+    factories = {}
+    if dataclasses.is_dataclass(obj):
+        factories = {
+            f.name: f.default_factory()
+            for f in dataclasses.fields(obj)
+            if f.default_factory is not dataclasses.MISSING
+        }
+    parts = []
+    for p in inspect.signature(obj).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            parts.append(f"**{p.name}")
+        elif p.name in factories:
+            parts.append(f"{p.name}={factories[p.name]!r}")
+        elif p.default is not p.empty:
+            parts.append(f"{p.name}={shown_default(p.default)}")
+        else:
+            parts.append(p.name)
+    return f"({', '.join(parts)})"
+
+
+def api_entries() -> list:
+    """What docs/api.md must show: each public name (with its parameters, but for the errors),
+    and each public method of a public class, as ``Class.method(params)``."""
+    import inspect
+
+    entries = []
+    for name in hybridsql.__all__:
+        obj = getattr(hybridsql, name)
+        if inspect.isclass(obj) and issubclass(obj, BaseException):
+            entries.append(f"{name}({obj.__mro__[1].__name__})")
+            continue
+        entries.append(name + signature(obj))
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                # as_dict() (plain dicts, for JSON) is said once on the page, not per class
+                public = not attr.startswith("_") and attr != "as_dict"
+                if public and inspect.isfunction(member):
+                    entries.append(f"{name}.{attr}{signature(member)}")
+    return entries
+
+
+def test_the_api_page_shows_every_public_name_with_its_parameters():
+    """Every public name is on docs/api.md as a heading, with its parameters and defaults as
+    they are; every public method as a line of its class; nothing else is written as one."""
+    page = read("docs/api.md")
+    shown = re.findall(r"^#{3,4} `([^`]+)`$", page, re.MULTILINE)
+    assert sorted(shown) == sorted(api_entries())
+    assert len(shown) == len(set(shown))
+    assert "SearchOptions(mode='hybrid'" in "\n".join(shown)  # the page was read
+
+
+def test_the_api_pages_example_runs(example_db, tmp_path):
+    """From another folder than the checkout (which would import the unbuilt source), on a
+    copy of the example index (its embedding cache spares the model the work)."""
+    (code,) = [body for _, language, body in blocks("docs/api.md") if language == "python"]
+    shutil.copytree(os.path.join(ROOT, "examples"), tmp_path / "examples")
+    shutil.copyfile(example_db, tmp_path / "mem.db")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    *found, memories = done.stdout.splitlines()
+    assert found and all(re.fullmatch(r"\S+\.md \d+ \d\.\d+", line) for line in found)
+    assert memories == "['Deploys are frozen from 2026-11-26 to 12-01']"
