@@ -282,3 +282,23 @@ def test_the_api_pages_example_runs(example_db, tmp_path):
     *found, memories = done.stdout.splitlines()
     assert found and all(re.fullmatch(r"\S+\.md \d+ \d\.\d+", line) for line in found)
     assert memories == "['Deploys are frozen from 2026-11-26 to 12-01']"
+
+
+# -- CHANGELOG.md ---------------------------------------------------------------------------
+
+KINDS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")
+
+
+def test_the_changelog_keeps_a_changelogs_form_and_starts_at_this_release():
+    text = read("CHANGELOG.md")
+    assert text.startswith("# Changelog\n")
+    releases = re.findall(r"^## \[([^\]]+)\](.*)$", text, re.MULTILINE)
+    names = [name for name, _ in releases]
+    assert names[0] == "Unreleased" and releases[0][1] == ""
+    versions = releases[1:]
+    assert versions, "no release in CHANGELOG.md"
+    for name, rest in versions:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", name) and re.fullmatch(r" - \d{4}-\d{2}-\d{2}", rest)
+    assert versions[0][0] == hybridsql.__version__
+    kinds = re.findall(r"^### (.+)$", text, re.MULTILINE)
+    assert kinds and set(kinds) <= set(KINDS)
