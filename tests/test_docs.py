@@ -302,3 +302,39 @@ def test_the_changelog_keeps_a_changelogs_form_and_starts_at_this_release():
     assert versions[0][0] == hybridsql.__version__
     kinds = re.findall(r"^### (.+)$", text, re.MULTILINE)
     assert kinds and set(kinds) <= set(KINDS)
+
+
+# -- docs/architecture.md -------------------------------------------------------------------
+
+
+def package_modules() -> list:
+    """Every module of the package, as a path below hybridsql/ (search/plan.py)."""
+    package = os.path.join(ROOT, "hybridsql")
+    found = []
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                found.append(os.path.relpath(os.path.join(folder, name), package))
+    return sorted(path.replace(os.sep, "/") for path in found)
+
+
+def architecture_modules() -> list:
+    """The modules docs/architecture.md's map names: its first block's lines below
+    ``hybridsql/``, each ``  path.py[, path.py]  role``."""
+    _, _, body = next(blocks("docs/architecture.md"))
+    below = body.split("hybridsql/\n", 1)[1]
+    named = []
+    for line in below.splitlines():
+        m = re.match(r"^  ((?:[\w/]+\.py)(?:, [\w/]+\.py)*)  +\S", line)
+        if m:
+            named += m.group(1).split(", ")
+        else:
+            assert line.startswith("    ") or not line.strip(), f"not a module line: {line!r}"
+    return named
+
+
+def test_the_architecture_map_names_every_module_once_with_its_role():
+    named = architecture_modules()
+    assert len(named) == len(set(named)), "a module is named twice"
+    assert sorted(named) == package_modules()
