@@ -321,16 +321,24 @@ def package_modules() -> list:
 
 def architecture_modules() -> list:
     """The modules docs/architecture.md's map names: its first block's lines below
-    ``hybridsql/``, each ``  path.py[, path.py]  role``."""
+    ``hybridsql/``, each ``  name.py  role``, or ``  package/  role`` (its __init__.py) with
+    its modules below it, indented by two more spaces."""
     _, _, body = next(blocks("docs/architecture.md"))
     below = body.split("hybridsql/\n", 1)[1]
-    named = []
+    named, package = [], None
     for line in below.splitlines():
-        m = re.match(r"^  ((?:[\w/]+\.py)(?:, [\w/]+\.py)*)  +\S", line)
-        if m:
-            named += m.group(1).split(", ")
+        m = re.fullmatch(r"(  |    )(\w+\.py|\w+/)  +\S.*", line)
+        assert m, f"not a module line with its role: {line!r}"
+        indent, name = m.groups()
+        if indent == "    ":
+            assert package, f"a module below no package: {line!r}"
+            named.append(package + name)
+        elif name.endswith("/"):
+            package = name
+            named.append(name + "__init__.py")
         else:
-            assert line.startswith("    ") or not line.strip(), f"not a module line: {line!r}"
+            package = None
+            named.append(name)
     return named
 
 
