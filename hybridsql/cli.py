@@ -24,7 +24,7 @@ from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
-MAX_RESULTS_DEPRECATED = "--max-results is deprecated, use --limit (-n); it goes in 0.2.0"
+FLAG_DEPRECATED = "--max-results is deprecated, use --limit (-n); it goes in 0.2.0"
 
 # How a command opens its database: "create" makes or upgrades the index (commands that add
 # content), "write" needs an index that exists (commands that change one), "read" opens
@@ -280,7 +280,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         ctx = click.get_current_context()
         if ctx.get_parameter_source("limit") is click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError("--max-results is the old name of --limit: give --limit alone")
-        click.echo(f"hybridsql search: {MAX_RESULTS_DEPRECATED}", err=True)
+        click.echo(f"hybridsql search: {FLAG_DEPRECATED}", err=True)
         options["limit"] = max_results
     SearchOptions(**options).check()  # before the database is opened
     with open_index(db, embedder, "read") as idx:

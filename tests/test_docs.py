@@ -246,10 +246,12 @@ def api_entries() -> list:
             continue
         entries.append(name + signature(obj))
         if inspect.isclass(obj):
-            for attr, member in vars(obj).items():
+            for attr in dir(obj):  # its own methods and those of the classes it is made of
+                member = inspect.getattr_static(obj, attr)
                 # as_dict() (plain dicts, for JSON) is said once on the page, not per class
                 public = not attr.startswith("_") and attr != "as_dict"
-                if public and inspect.isfunction(member):
+                ours = (getattr(member, "__module__", None) or "").startswith("hybridsql")
+                if public and inspect.isfunction(member) and ours:
                     entries.append(f"{name}.{attr}{signature(member)}")
     return entries
 

@@ -170,9 +170,7 @@ def memory_search(store):
     """MemoryStore.search with the options it takes, hostile values in the text filters."""
 
     def search(query, mode, **options):
-        return store.search(
-            query, mode=mode, limit=options["limit"], project=options["project"]
-        )
+        return store.search(query, mode=mode, limit=options["limit"], project=options["project"])
 
     return search
 

@@ -43,7 +43,7 @@ def test_every_count_of_results_is_called_limit():
         "memory documents": cli.commands["memory"].commands["documents"],
     }
     for name, command in commands.items():
-        shown = [p for p in command.params if not p.hidden]
+        shown = [p for p in command.params if not getattr(p, "hidden", False)]
         counts = [p.opts for p in shown if "-n" in p.opts]
         assert counts == [["--limit", "-n"]], name
         assert not [p for p in shown if "max" in p.name and "chars" not in p.name], name
