@@ -183,9 +183,14 @@ def params_limit(opts: SearchOptions) -> int:
 def _caller_level() -> int:
     """The stacklevel, for warnings.warn in the function that calls this, of the first caller
     outside hybridsql (and the __init__ dataclasses generate): the line a warning is about."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+    def ours(code) -> bool:
+        generated = code.co_name == "__init__" and code.co_filename.startswith("<")
+        return generated or code.co_filename.startswith(package)
+
     frame: FrameType | None = sys._getframe(1)
     level = 1
-    while frame is not None and (frame.f_code.co_filename.startswith((package + os.sep, "<"))):
+    while frame is not None and ours(frame.f_code):
         frame, level = frame.f_back, level + 1
     return level
