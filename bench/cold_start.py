@@ -88,8 +88,11 @@ def commands() -> None:
         for name in cmds:
             print(f"{name}: {median_ms(times[name])}", flush=True)
         embeds = [
-            float(subprocess.run([sys.executable, "-c", EMBED_ONE], capture_output=True,
-                                 text=True, check=True).stdout)
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", EMBED_ONE], capture_output=True, text=True, check=True
+                ).stdout
+            )
             for _ in range(3)
         ]
         embed_one = statistics.median(embeds)
@@ -212,8 +215,11 @@ def vectors(n: int, rounds: int = 9) -> None:
     warm_conn = hybridsql.connect(path, backend="extension")
     for blob in blobs[:3]:
         warm_conn.execute(KNN, (blob,)).fetchall()
-    mmaps = {"fresh, mmap_size 0": 0, "fresh, mmap_size 64 GiB": 1 << 36,
-             "fresh, as connect() opens": None}
+    mmaps = {
+        "fresh, mmap_size 0": 0,
+        "fresh, mmap_size 64 GiB": 1 << 36,
+        "fresh, as connect() opens": None,
+    }
     found = {"warm": [], **{name: [] for name in mmaps}, "new process, as connect() opens": []}
     answers = {}
     for r in range(rounds):
