@@ -1,6 +1,7 @@
 """Cold start (issue 25, item 6): what a new process or a new connection pays before it answers.
 
     python bench/cold_start.py                 # the command line: medians of 15 new processes
+    python bench/cold_start.py commands A/bin B/bin  # two installs (before, after), in turn
     python bench/cold_start.py model           # where a hybrid search's time goes; the model's load
     python bench/cold_start.py vectors 1000000 # a new connection's first k-nearest query, 1M x 384
 
@@ -68,42 +69,61 @@ print(statistics.median(times))
 """
 
 
-def commands() -> None:
+def commands(bins: list) -> None:
+    """``bins``: the bin folders of the installs to compare (their hybridsql and python), all
+    timed in turn; by default the hybridsql on PATH and this Python."""
+    installs = {b: (os.path.join(b, "hybridsql"), os.path.join(b, "python")) for b in bins} or {
+        "": ("hybridsql", sys.executable)
+    }
     with tempfile.TemporaryDirectory() as tmp:
         keyword_db = notes_index(tmp, "none")
         hybrid_db = notes_index(tmp, "local")
-        search = ["hybridsql", "search", "fox", "--db"]
-        cmds = {
-            "python -c pass": [sys.executable, "-c", "pass"],
-            "hybridsql --version": ["hybridsql", "--version"],
-            "hybridsql --help": ["hybridsql", "--help"],
-            "hybridsql search fox --mode keyword": [*search, keyword_db, "--mode", "keyword"],
-            "hybridsql search fox (hybrid)": [*search, hybrid_db],
-        }
-        wall(cmds["hybridsql search fox (hybrid)"])  # writes the cached optimized model once
+        cmds = {"python -c pass": [sys.executable, "-c", "pass"]}
+        for label, (exe, _) in installs.items():
+            tag = f" [{label}]" if label else ""
+            cmds.update(
+                {
+                    f"hybridsql --version{tag}": [exe, "--version"],
+                    f"hybridsql --help{tag}": [exe, "--help"],
+                    f"search --mode keyword{tag}": [
+                        exe,
+                        "search",
+                        "fox",
+                        "--db",
+                        keyword_db,
+                        "--mode",
+                        "keyword",
+                    ],
+                    f"search (hybrid){tag}": [exe, "search", "fox", "--db", hybrid_db],
+                }
+            )
+        for cmd in cmds.values():  # each once first: the cached optimized model is written
+            wall(cmd)
         times = {name: [] for name in cmds}
         for _ in range(RUNS):  # in turn, so that every command sees the same load
             for name, cmd in cmds.items():
                 times[name].append(wall(cmd))
         for name in cmds:
             print(f"{name}: {median_ms(times[name])}", flush=True)
-        embeds = [
-            float(
-                subprocess.run(
-                    [sys.executable, "-c", EMBED_ONE], capture_output=True, text=True, check=True
-                ).stdout
+        for label, (_, python) in installs.items():
+            tag = f" [{label}]" if label else ""
+            embeds = [
+                float(
+                    subprocess.run(
+                        [python, "-c", EMBED_ONE], capture_output=True, text=True, check=True
+                    ).stdout
+                )
+                for _ in range(3)
+            ]
+            embed_one = statistics.median(embeds)
+            keyword = statistics.median(times[f"search --mode keyword{tag}"])
+            hybrid = statistics.median(times[f"search (hybrid){tag}"])
+            ratio = hybrid / (keyword + embed_one)
+            print(
+                f"one query embedding, warm{tag}: {embed_one * 1000:.1f} ms; hybrid / (keyword +"
+                f" one embedding) = {hybrid * 1000:.0f} / ({keyword * 1000:.0f} +"
+                f" {embed_one * 1000:.1f}) = {ratio:.2f} x"
             )
-            for _ in range(3)
-        ]
-        embed_one = statistics.median(embeds)
-        keyword = statistics.median(times["hybridsql search fox --mode keyword"])
-        hybrid = statistics.median(times["hybridsql search fox (hybrid)"])
-        print(f"one query embedding, warm: {embed_one * 1000:.1f} ms")
-        ratio = hybrid / (keyword + embed_one)
-        print(
-            f"hybrid / (keyword + one embedding) = {hybrid * 1000:.0f} / "
-            f"({keyword * 1000:.0f} + {embed_one * 1000:.1f}) = {ratio:.2f} x"
-        )
 
 
 # One new process: each step of a hybrid search's model work, timed in order.
@@ -258,7 +278,7 @@ def main() -> None:
     args = sys.argv[1:]
     which = args[0] if args else "commands"
     if which == "commands":
-        commands()
+        commands(args[1:])
     elif which == "model":
         model()
     elif which == "vectors":
