@@ -16,6 +16,7 @@ reads, and the first query of a new process as `hybridsql.connect` opens it.
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,9 +34,19 @@ def median_ms(times: list) -> str:
 
 
 def wall(cmd: list, env=None) -> float:
+    return run_timed(cmd, env)[0]
+
+
+def run_timed(cmd: list, env=None) -> tuple:
+    """The wall time and the CPU time (user and system, all threads) of one run of ``cmd``: on a
+    shared machine the CPU time moves less with the load; the wall time shows what overlaps."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return elapsed, cpu
 
 
 def notes_index(tmp: str, embedder: str) -> str:
@@ -100,11 +111,14 @@ def commands(bins: list) -> None:
         for cmd in cmds.values():  # each once first: the cached optimized model is written
             wall(cmd)
         times = {name: [] for name in cmds}
+        cpu = {name: [] for name in cmds}
         for _ in range(RUNS):  # in turn, so that every command sees the same load
             for name, cmd in cmds.items():
-                times[name].append(wall(cmd))
+                elapsed, used = run_timed(cmd)
+                times[name].append(elapsed)
+                cpu[name].append(used)
         for name in cmds:
-            print(f"{name}: {median_ms(times[name])}", flush=True)
+            print(f"{name}: wall {median_ms(times[name])}; CPU {median_ms(cpu[name])}", flush=True)
         for label, (_, python) in installs.items():
             tag = f" [{label}]" if label else ""
             embeds = [
