@@ -275,10 +275,6 @@ def search(query, db, embedder, as_json, explain, **options):
     query's words in bold.
     """
     SearchOptions(**options).check()  # before the database is opened
-    if options.get("mode") != "keyword":
-        from hybridsql.embed import load_local_in_background
-
-        load_local_in_background(embedder)  # while the index opens
     with open_index(db, embedder, "read") as idx:
         found = idx.search(query, **options)
     if explain:

@@ -83,21 +83,6 @@ def _load_local():
         return _local_model
 
 
-def load_local_in_background(name: str | None = None) -> None:
-    """When the provider called ``name`` (as resolve_provider reads it) is the local model, starts
-    loading it in a thread of its own, so that a command loads it while it opens its index. The
-    first embedding waits for it (the same lock), and loads it itself if this failed."""
-    spec = (name or os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower()
-    if _local_model is not None or spec not in ("auto", "local") or not _local_available():
-        return
-
-    def load():
-        with contextlib.suppress(Exception):
-            _load_local()
-
-    threading.Thread(target=load, name="hybridsql-model", daemon=True).start()
-
-
 def _tokenizer():
     """The local model's tokenizer: truncating at its window, no padding."""
     from tokenizers import Tokenizer

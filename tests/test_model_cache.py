@@ -2,7 +2,6 @@
 the same vectors either way, and passed over when it cannot be written or read."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -117,30 +116,3 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
         "darwin": Path.home() / "Library" / "Caches" / "hybridsql",
     }
     assert embed.cache_dir() == platform_dir.get(sys.platform, tmp_path / "xdg" / "hybridsql")
-
-
-LOAD_IN_BACKGROUND = """
-import sys, threading
-from hybridsql import embed
-embed.load_local_in_background(sys.argv[1])
-loaders = [t for t in threading.enumerate() if t.name == "hybridsql-model"]
-for t in loaders:
-    t.join()
-print(len(loaders), embed._local_model is not None, "onnxruntime" in sys.modules)
-"""
-
-
-@pytest.mark.parametrize(
-    "name, expected",
-    [("auto", "1 True True"), ("local", "1 True True"), ("none", "0 False False")],
-)
-def test_a_search_loads_the_model_in_the_background_only_for_it(tmp_path, name, expected):
-    out = subprocess.run(
-        [sys.executable, "-c", LOAD_IN_BACKGROUND, name],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if k != "HYBRIDSQL_EMBEDDER"},
-    )
-    assert (out.stdout.strip(), out.stderr) == (expected, "")
