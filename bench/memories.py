@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import replace
 
+from common import RESULTS, remove_db
 from measures import ndcg_at_10, paired_bootstrap, recall_at
 
 from hybridsql.index import HybridIndex
@@ -36,8 +37,8 @@ from hybridsql.memory import MemoryStore, Ranking
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "realmem", "realmem.json.gz")
-CACHE = os.path.join(HERE, "results", "realmem-cache.db")
-RUN = os.path.join(HERE, "results", f"realmem-run-{os.getpid()}.db")
+CACHE = os.path.join(RESULTS, "realmem-cache.db")
+RUN = os.path.join(RESULTS, f"realmem-run-{os.getpid()}.db")
 MODES = {
     "default (hybrid)": {"mode": "hybrid"},
     "keyword": {"mode": "keyword"},
@@ -128,9 +129,7 @@ def replay(collection, searches, reinforce: bool, sessions="dialogue", ranking=N
     options of each question; ``sessions`` is what a reinforcing search recalls into: the
     dialogue's session, a new session for each question, or none (the store's own).
     Returns label -> [(R@5, nDCG@10) per question, in order]."""
-    for stale in (RUN, RUN + "-wal", RUN + "-shm"):  # a WAL left over would corrupt the copy
-        if os.path.exists(stale):
-            os.remove(stale)
+    remove_db(RUN)  # a WAL left over would corrupt the copy
     shutil.copy(CACHE, RUN)
     now = [0.0]
     scores = {label: [] for label in searches}
@@ -176,7 +175,7 @@ def replay(collection, searches, reinforce: bool, sessions="dialogue", ranking=N
                     now[0] += 1
                     added.append(any_store.add(text, person["name"], session_id=session).id)
                 ids.append(added)
-    os.remove(RUN)
+    remove_db(RUN)
     return scores
 
 
