@@ -57,14 +57,16 @@ def require_data():
         )
 
 
-def load_jsonl(name):
-    with open(os.path.join(DATA, name)) as f:
+def load_jsonl(name, folder=DATA):
+    with open(os.path.join(folder, name)) as f:
         return [json.loads(line) for line in f]
 
 
-def load_qrels(split):
+def load_qrels(split, folder=DATA):
+    """{query id: {document id: grade}} of ``qrels-<split>.tsv`` (BEIR's layout), or of
+    ``qrels.tsv`` where ``split`` is None."""
     qrels = {}
-    with open(os.path.join(DATA, f"qrels-{split}.tsv")) as f:
+    with open(os.path.join(folder, f"qrels-{split}.tsv" if split else "qrels.tsv")) as f:
         next(f)
         for line in f:
             q, doc, score = line.split()
