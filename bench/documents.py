@@ -23,7 +23,7 @@ import random
 import sys
 from collections import Counter
 
-from scifact import load_jsonl, load_qrels, ndcg_at_10, open_index, require_data
+from scifact import build, load_jsonl, load_qrels, ndcg_at_10, open_index, require_data
 
 from hybridsql.index import HybridIndex
 
@@ -40,9 +40,15 @@ CONFIGS = {
 }
 # --variants: the other ways of ranking files (group_by_file is the strict one).
 VARIANTS = {
+    "default, by chunk (max_per_file 0)": {"max_per_file": 0},
+    "RRF, by chunk": {"fusion": "rrf", "max_per_file": 0},
+    "keyword, by chunk": {"mode": "keyword", "max_per_file": 0},
+    "semantic, by chunk": {"mode": "semantic", "vector_floor": 0.0, "max_per_file": 0},
+    "default, max_per_file 1": {"max_per_file": 1},
     "default, group_by_file": {"group_by_file": True},
     "RRF, group_by_file": {"fusion": "rrf", "group_by_file": True},
 }
+SCIFACT_FIRST = 1000  # scifact-chunks: the abstracts taken besides the judged ones
 CROWDED = 2  # more chunks of one file than this in a top 10 is crowding
 BOOTSTRAP = 10_000
 
@@ -74,7 +80,18 @@ def scifact():
     return open_index(), load_jsonl("queries.jsonl"), load_qrels("test"), str
 
 
-COLLECTIONS = {"xquad": xquad, "scifact": scifact}
+def scifact_chunks():
+    """SciFact's test split on a part of its abstracts cut into chunks of the window, each a
+    file: the first SCIFACT_FIRST abstracts and every abstract judged for a test query."""
+    require_data()
+    qrels = load_qrels("test")
+    judged = {doc for docs in qrels.values() for doc in docs}
+    idx = HybridIndex(os.path.join(RESULTS, "scifact-chunks.db"), embedder="local")
+    build(idx, chunked=True, keep=lambda i, d: i < SCIFACT_FIRST or d["_id"] in judged)
+    return idx, load_jsonl("queries.jsonl"), qrels, str
+
+
+COLLECTIONS = {"xquad": xquad, "scifact": scifact, "scifact-chunks": scifact_chunks}
 
 
 def run(idx, queries, qrels, doc_of, options) -> dict:
