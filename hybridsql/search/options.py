@@ -69,6 +69,11 @@ class SearchOptions:
     group_by_file: bool = option(
         False, "one result per file: its best chunk, with the lines of its other matches"
     )
+    max_per_file: int = option(
+        2,
+        "most results from one file, each with its neighbouring matching chunks merged in, the"
+        " lines of the rest on the file's first; 0: every matching chunk a result of its own",
+    )
 
     def check(self) -> None:
         """Raises QueryError for a value no search can use."""
@@ -145,7 +150,7 @@ def finite(value) -> bool:
 
 # The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
 # every term.
-COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0}
+COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0, "max_per_file": 0}
 NUMBERS = (
     "vector_weight",
     "keyword_weight",
@@ -159,5 +164,10 @@ NUMBERS = (
 
 
 def params_limit(opts: SearchOptions) -> int:
-    """MMR picks from the whole pool; otherwise the statement stops at max_results."""
-    return max(opts.candidate_pool, opts.max_results) if opts.mmr else opts.max_results
+    """MMR picks from the whole pool, and max_per_file from every candidate (a file's chunks
+    past its results are merged into them or listed on them): up to a pool from each side.
+    Otherwise the statement stops at max_results."""
+    pool = max(opts.candidate_pool, opts.max_results)
+    if opts.max_per_file and not opts.group_by_file:
+        return 2 * pool
+    return pool if opts.mmr else opts.max_results

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
 from hybridsql.schema import FTS_TABLES, has_fts
+from hybridsql.search.files import file_hits
 from hybridsql.search.keywords import _like_pattern, clean_text, keyword_plan
 from hybridsql.search.options import MAX_QUERY_CHARS, SearchOptions, params_limit, unix_time
 from hybridsql.search.results import SearchResult, SearchResults
@@ -92,6 +93,9 @@ class Searcher:
         params = {k: v for k, v in params.items() if k in used}
         names = result_names(profile)
         rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
+        if opts.max_per_file and not opts.group_by_file:
+            rows = file_hits(rows, opts.max_per_file)
+            rows = rows if opts.mmr else rows[: opts.max_results]
         terms = highlight_terms(query)
         results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
         if opts.mmr and results:
