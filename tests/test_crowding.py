@@ -1,10 +1,13 @@
 """No file crowds the results: a file's neighbouring matching chunks are one hit, at most
 max_per_file hits a file, the lines of the rest kept on its first hit; group_by_file is one."""
 
+import json
 import re
 
 import pytest
+from conftest import run_hybridsql
 
+from hybridsql import terminal
 from hybridsql.errors import QueryError
 from hybridsql.index import HybridIndex
 
@@ -105,3 +108,19 @@ def test_max_per_file_is_checked(idx, value):
     message = f"max_per_file must be an integer from 0 to 10000, not {value!r}"
     with pytest.raises(QueryError, match=f"^{re.escape(message)}$"):
         idx.search("zebra", max_per_file=value)
+
+
+def test_the_command_shows_the_merged_lines_and_the_others(idx):
+    chunks = chunk_lines(idx)
+    args = ("search", "zebra", "--db", idx.db_path, "--embedder", "none", "--mode", "keyword")
+    as_json = run_hybridsql(*args, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    results = json.loads(as_json.stdout)["results"]
+    assert results == [r.as_dict() for r in idx.search("zebra", mode="keyword")]
+    # On a terminal (piped, the command writes JSON):
+    first = f"long.md:{chunks[0][0]}-{chunks[1][1]}"
+    shown = terminal.document_lines(results, [])
+    line = next(line for line in shown if first in line)
+    assert line.endswith(f"also lines {chunks[5][0]}-{chunks[5][1]}")
+    explain = run_hybridsql(*args, "--explain").stdout
+    assert "which Python makes into at most 2 results a file" in explain
