@@ -163,11 +163,17 @@ NUMBERS = (
 )
 
 
-def params_limit(opts: SearchOptions) -> int:
+def by_file(opts: SearchOptions, kind: str) -> bool:
+    """Whether a search's chunks are made into at most max_per_file results a file: documents
+    only (a memory has no file), and not with group_by_file (one a file, in the statement)."""
+    return bool(opts.max_per_file) and not opts.group_by_file and kind == "document"
+
+
+def params_limit(opts: SearchOptions, kind: str = "document") -> int:
     """MMR picks from the whole pool, and max_per_file from every candidate (a file's chunks
     past its results are merged into them or listed on them): up to a pool from each side.
     Otherwise the statement stops at max_results."""
     pool = max(opts.candidate_pool, opts.max_results)
-    if opts.max_per_file and not opts.group_by_file:
+    if by_file(opts, kind):
         return 2 * pool
     return pool if opts.mmr else opts.max_results

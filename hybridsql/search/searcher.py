@@ -15,7 +15,13 @@ from hybridsql.errors import QueryError
 from hybridsql.schema import FTS_TABLES, has_fts
 from hybridsql.search.files import file_hits
 from hybridsql.search.keywords import _like_pattern, clean_text, keyword_plan
-from hybridsql.search.options import MAX_QUERY_CHARS, SearchOptions, params_limit, unix_time
+from hybridsql.search.options import (
+    MAX_QUERY_CHARS,
+    SearchOptions,
+    by_file,
+    params_limit,
+    unix_time,
+)
 from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
 from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
@@ -73,7 +79,7 @@ class Searcher:
             "now": time.time() if opts.now is None else unix_time(opts.now),
             "half_life_days": opts.half_life_days,
             "min_score": opts.min_score,
-            "limit": params_limit(opts),
+            "limit": params_limit(opts, profile.kind),
             "kind": profile.kind,
             **{f"like{i}": _like_pattern(t) for i, t in enumerate(plan.like_terms)},
             **profile.params,
@@ -93,7 +99,7 @@ class Searcher:
         params = {k: v for k, v in params.items() if k in used}
         names = result_names(profile)
         rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
-        if opts.max_per_file and not opts.group_by_file:
+        if by_file(opts, profile.kind):
             rows = file_hits(rows, opts.max_per_file)
             rows = rows if opts.mmr else rows[: opts.max_results]
         terms = highlight_terms(query)
