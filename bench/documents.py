@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 XQUAD = os.path.join(HERE, "data", "xquad")
 RESULTS = os.path.join(HERE, "results")
 # What every configuration shares: the top 10, nothing cut by score, no decay.
-BASE = {"min_score": 0.0, "max_results": 10, "candidate_pool": 100, "decay": False}
+BASE = {"min_score": 0.0, "limit": 10, "candidate_pool": 100, "decay": False}
 CONFIGS = {
     "default": {},
     "keyword": {"mode": "keyword"},

@@ -53,7 +53,7 @@ def main():
         for label, options in ways.items():
             files, counts, most = [], [], 0
             for q in args.query or QUERIES:
-                found = idx.search(q, max_results=10, decay=False, **options)
+                found = idx.search(q, limit=10, decay=False, **options)
                 files.append(len({r.path for r in found}))
                 counts.append(len(found))
                 most = max(most, *Counter(r.path for r in found).values())

@@ -98,7 +98,7 @@ def test_one_hit_a_file_is_group_by_file(idx):
 
 
 def test_the_limit_counts_hits(idx):
-    found = idx.search("zebra", mode="keyword", max_results=2)
+    found = idx.search("zebra", mode="keyword", limit=2)
     assert len(found) == 2
     assert lines(found) == lines(idx.search("zebra", mode="keyword"))[:2]
 

@@ -9,6 +9,7 @@ import json
 import re
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
@@ -26,6 +27,9 @@ from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
 from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
 
+if TYPE_CHECKING:  # imported on first use: numpy
+    from hybridsql.vectors import VectorReader
+
 
 class Searcher:
     """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
@@ -35,7 +39,7 @@ class Searcher:
         self.conn = conn
         self.embedder = embedder
         self.native = native
-        self.readers = {}  # numpy or python -> VectorReader, which keeps the blocks it read
+        self.readers: dict = {}  # numpy or python -> VectorReader, which keeps the blocks it read
         self.fts = has_fts(conn)
 
     def search(
@@ -68,7 +72,7 @@ class Searcher:
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
         plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
-            "pool": max(opts.candidate_pool, opts.max_results),
+            "pool": max(opts.candidate_pool, opts.limit),
             "fts_query": plan.match,
             "fts_terms": json.dumps(plan.any_of),
             "keyword_terms": opts.keyword_terms,
@@ -101,13 +105,13 @@ class Searcher:
         rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
         if by_file(opts, profile.kind):
             rows = file_hits(rows, opts.max_per_file)
-            rows = rows if opts.mmr else rows[: opts.max_results]
+            rows = rows if opts.mmr else rows[: opts.limit]
         terms = highlight_terms(query)
         results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
         if opts.mmr and results:
             results = self._mmr(results, params, opts, vector_of)
         return SearchResults(
-            results=results[: opts.max_results],
+            results=results[: opts.limit],
             mode=mode,
             backend=backend,
             keyword_tier=next((r["keyword_tier"] for r in rows if r["keyword_tier"]), "none"),
@@ -137,7 +141,7 @@ class Searcher:
         reader = self._reader("numpy")
         return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
 
-    def _reader(self, math_: str) -> "VectorReader":  # noqa: F821 (imported on first use)
+    def _reader(self, math_: str) -> "VectorReader":
         from hybridsql.vectors import VectorReader
 
         if math_ not in self.readers:
@@ -208,8 +212,9 @@ class Searcher:
                 v = np.frombuffer(blobs[i], dtype="<f4").astype(np.float64)
                 n = np.linalg.norm(v)
                 vecs[i] = v / n if n else v
-        chosen, rest = [], list(results)
-        while rest and len(chosen) < opts.max_results:
+        chosen: list = []
+        rest = list(results)
+        while rest and len(chosen) < opts.limit:
 
             def gain(r):
                 sim = max(
