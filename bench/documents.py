@@ -43,11 +43,11 @@ CONFIGS = {
 }
 # --variants: the other ways of ranking files (group_by_file is the strict one).
 VARIANTS = {
-    "default, by chunk (max_per_file 0)": {"max_per_file": 0},
-    "RRF, by chunk": {"fusion": "rrf", "max_per_file": 0},
-    "keyword, by chunk": {"mode": "keyword", "max_per_file": 0},
-    "semantic, by chunk": {"mode": "semantic", "vector_floor": 0.0, "max_per_file": 0},
-    "default, max_per_file 1": {"max_per_file": 1},
+    "default, by chunk (per_file 0)": {"per_file": 0},
+    "RRF, by chunk": {"fusion": "rrf", "per_file": 0},
+    "keyword, by chunk": {"mode": "keyword", "per_file": 0},
+    "semantic, by chunk": {"mode": "semantic", "vector_floor": 0.0, "per_file": 0},
+    "default, per_file 1": {"per_file": 1},
     "default, group_by_file": {"group_by_file": True},
     "RRF, group_by_file": {"fusion": "rrf", "group_by_file": True},
 }

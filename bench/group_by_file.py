@@ -46,8 +46,8 @@ def main():
         print("| results | distinct files in the top 10 | results | most of one file |")
         print("| --- | --- | --- | --- |")
         ways = {
-            "by chunk (max_per_file 0)": {"max_per_file": 0},
-            "default (max_per_file 2)": {},
+            "by chunk (per_file 0)": {"per_file": 0},
+            "default (per_file 2)": {},
             "group_by_file": {"group_by_file": True},
         }
         for label, options in ways.items():

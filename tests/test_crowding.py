@@ -1,5 +1,5 @@
 """No file crowds the results: a file's neighbouring matching chunks are one hit, at most
-max_per_file hits a file, the lines of the rest kept on its first hit; group_by_file is one."""
+per_file hits a file, the lines of the rest kept on its first hit; group_by_file is one."""
 
 import json
 import re
@@ -53,7 +53,7 @@ def chunk_lines(idx):
 def test_every_chunk_is_a_result_when_asked(idx):
     chunks = chunk_lines(idx)
     assert len(chunks) == 6
-    found = idx.search("zebra", mode="keyword", max_per_file=0)
+    found = idx.search("zebra", mode="keyword", per_file=0)
     # Part 1 has the most zebras, part 6 the fewest; short.md's one is in a short chunk.
     long_hits = [(r.start_line, r.end_line) for r in found if r.path == "long.md"]
     assert long_hits == [chunks[0], chunks[1], chunks[3], chunks[5]]
@@ -63,7 +63,7 @@ def test_every_chunk_is_a_result_when_asked(idx):
 def test_neighbours_merge_and_a_file_gives_at_most_two_hits(idx):
     chunks = chunk_lines(idx)
     found = idx.search("zebra", mode="keyword")
-    by_chunk = idx.search("zebra", mode="keyword", max_per_file=0)
+    by_chunk = idx.search("zebra", mode="keyword", per_file=0)
     order = [r.path for r in by_chunk]
     # Parts 1 and 2 are one hit from part 1's first line to part 2's last, with the text of
     # both; part 4 is the second; part 6 is past the two and stays as lines on the first.
@@ -86,7 +86,7 @@ def test_neighbours_merge_and_a_file_gives_at_most_two_hits(idx):
 
 def test_one_hit_a_file_is_group_by_file(idx):
     chunks = chunk_lines(idx)
-    found = idx.search("zebra", mode="keyword", max_per_file=1)
+    found = idx.search("zebra", mode="keyword", per_file=1)
     long_hit = next(r for r in found if r.path == "long.md")
     assert (long_hit.start_line, long_hit.end_line) == (chunks[0][0], chunks[1][1])
     assert long_hit.other_ranges == [list(chunks[3]), list(chunks[5])]
@@ -104,10 +104,10 @@ def test_the_limit_counts_hits(idx):
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, 10_001])
-def test_max_per_file_is_checked(idx, value):
-    message = f"max_per_file must be an integer from 0 to 10000, not {value!r}"
+def test_per_file_is_checked(idx, value):
+    message = f"per_file must be an integer from 0 to 10000, not {value!r}"
     with pytest.raises(QueryError, match=f"^{re.escape(message)}$"):
-        idx.search("zebra", max_per_file=value)
+        idx.search("zebra", per_file=value)
 
 
 def test_the_command_shows_the_merged_lines_and_the_others(idx):

@@ -1,4 +1,4 @@
-"""No file crowds the results: a file's matching chunks as at most ``max_per_file`` hits, each
+"""No file crowds the results: a file's matching chunks as at most ``per_file`` hits, each
 with its neighbouring matching chunks merged in (docs/architecture.md, "A file's chunks")."""
 
 import json

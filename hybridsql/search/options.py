@@ -76,7 +76,7 @@ class SearchOptions:
     group_by_file: bool = option(
         False, "one result per file: its best chunk, with the lines of its other matches"
     )
-    max_per_file: int = option(
+    per_file: int = option(
         2,
         "most results from one file, each with its neighbouring matching chunks merged in, the"
         " lines of the rest on the file's first; 0: every matching chunk a result of its own",
@@ -167,7 +167,7 @@ def finite(value) -> bool:
 
 # The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
 # every term.
-COUNTS = {"limit": 1, "candidate_pool": 1, "keyword_terms": 0, "max_per_file": 0}
+COUNTS = {"limit": 1, "candidate_pool": 1, "keyword_terms": 0, "per_file": 0}
 NUMBERS = (
     "vector_weight",
     "keyword_weight",
@@ -181,13 +181,13 @@ NUMBERS = (
 
 
 def by_file(opts: SearchOptions, kind: str) -> bool:
-    """Whether a search's chunks are made into at most max_per_file results a file: documents
+    """Whether a search's chunks are made into at most per_file results a file: documents
     only (a memory has no file), and not with group_by_file (one a file, in the statement)."""
-    return bool(opts.max_per_file) and not opts.group_by_file and kind == "document"
+    return bool(opts.per_file) and not opts.group_by_file and kind == "document"
 
 
 def params_limit(opts: SearchOptions, kind: str = "document") -> int:
-    """MMR picks from the whole pool, and max_per_file from every candidate (a file's chunks
+    """MMR picks from the whole pool, and per_file from every candidate (a file's chunks
     past its results are merged into them or listed on them): up to a pool from each side.
     Otherwise the statement stops at the limit."""
     pool = max(opts.candidate_pool, opts.limit)

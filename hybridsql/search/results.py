@@ -22,7 +22,7 @@ class SearchResult:
     decay: float
     match_type: str
     # [start_line, end_line] of the file's other matching chunks that no result shows
-    # (group_by_file, or past max_per_file), on the file's first result.
+    # (group_by_file, or past per_file), on the file's first result.
     other_ranges: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # the profile's columns
 

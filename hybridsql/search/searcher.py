@@ -104,7 +104,7 @@ class Searcher:
         names = result_names(profile)
         rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
         if by_file(opts, profile.kind):
-            rows = file_hits(rows, opts.max_per_file)
+            rows = file_hits(rows, opts.per_file)
             rows = rows if opts.mmr else rows[: opts.limit]
         terms = highlight_terms(query)
         results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
