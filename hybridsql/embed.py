@@ -585,24 +585,40 @@ class Embedder:
         """Embed ``texts`` into a float32 array (n, dims); only cache misses reach the provider."""
         import numpy as np
 
+        texts = texts if isinstance(texts, str) else list(texts)
+        keys, found = self.lookup(texts)
+        if not keys:
+            return np.empty((0, self.dims), dtype=np.float32)
+        missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
+        if missing:
+            found.update(self.store(missing, self.compute(list(missing.values()))))
+        return np.stack([found[key] for key in keys])
+
+    def lookup(self, texts: Sequence[str]) -> tuple[list, dict]:
+        """(each text's cache key, {key: its cached vector, or None}): ``embed`` is lookup, then
+        ``compute`` of the misses (which touches no database: it may run in another thread),
+        then ``store``."""
         if isinstance(texts, str):
             raise TypeError("Embedder.embed() takes a list of texts; use embed_one() for one text")
-        texts = list(texts)
         keys = []
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"Embedder.embed(): text {i} is {type(text).__name__}, not str")
             keys.append(hashlib.sha256(text.encode("utf-8")).digest())
-        if not texts:
-            return np.empty((0, self.dims), dtype=np.float32)
         with self._lock:
-            found = {key: self._cached(key) for key in set(keys)}
-            missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
-            if missing:
-                fresh = dict(zip(missing, self._embed_missing(list(missing.values())), strict=True))
-                self._store(fresh)
-                found.update(fresh)
-        return np.stack([found[key] for key in keys])
+            return keys, {key: self._cached(key) for key in set(keys)}
+
+    def compute(self, texts: list[str]) -> np.ndarray:
+        """The provider's vectors of ``texts``, checked, without the cache."""
+        return self._embed_missing(texts)
+
+    def store(self, missing: dict, vectors: np.ndarray) -> dict:
+        """Caches ``vectors``, those of ``missing`` ({key: text}) in its order; returns them by
+        key."""
+        fresh = dict(zip(missing, vectors, strict=True))
+        with self._lock:
+            self._store(fresh)
+        return fresh
 
     def embed_one(self, text: str) -> np.ndarray:
         """Embed one text into a float32 vector of length dims."""
