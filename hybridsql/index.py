@@ -476,15 +476,18 @@ class HybridIndex:
         ahead at most), in their order, each in its own transaction once its chunks have
         vectors, so that chunk ids follow the files' order and a search sees every file done.
 
-        Chunks are embedded a batch at a time (EMBED_BATCH chunks, or the provider's batch
-        size when larger): those found in the embedding cache at once, the others by the
-        provider in a thread of its own while this one reads the next batch. A batch's vectors
+        Chunks are embedded a batch at a time (the provider's batch size, else EMBED_BATCH; four
+        times that for each of the threads of a provider that has them): those found in the
+        embedding cache at once, the others by the provider in a thread of its own while this
+        one reads the next batch. A batch's vectors
         are cached as soon as they come back and its files written before the next batch is
         sent: one batch at a time is embedded, and a run stopped at any moment loses at most the
         batch being
         embedded (never one whose vectors came back)."""
         embedder = self.embedder
-        batch = max(getattr(embedder and embedder.provider, "batch_size", None) or 0, EMBED_BATCH)
+        provider = embedder.provider if embedder else None
+        batch = getattr(provider, "batch_size", None) or EMBED_BATCH
+        batch *= 4 * getattr(provider, "threads", 1) if hasattr(provider, "threads") else 1
         waiting = deque()  # files read, in their order, not yet written: [file, vectors, left]
         gathered = []  # (file entry, chunk number) of the next batch
         computing = None  # the batch the provider has: (its entries, {key: text}, keys)
