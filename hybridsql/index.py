@@ -111,7 +111,7 @@ class Reader:
     files taken from it, calling ``step(name)`` before it reads each. Iterating gives, in the
     files' order, (kind, name, what): "file" (what: ((name, sha256, size, mtime, chunks),
     warnings)), "unchanged" (what: (None, warnings)) or "skipped" (what: the reason). An error
-    in the thread is raised there."""
+    in the thread is raised by the iteration."""
 
     def __init__(self, root, paths, known, changed, max_file_bytes, chunking, step):
         self.args = root, paths, known, changed, max_file_bytes, chunking
@@ -479,11 +479,10 @@ class HybridIndex:
         Chunks are embedded a batch at a time (the provider's batch size, else EMBED_BATCH; four
         times that for each of the threads of a provider that has them): those found in the
         embedding cache at once, the others by the provider in a thread of its own while this
-        one reads the next batch. A batch's vectors
-        are cached as soon as they come back and its files written before the next batch is
-        sent: one batch at a time is embedded, and a run stopped at any moment loses at most the
-        batch being
-        embedded (never one whose vectors came back)."""
+        one reads the next batch. A batch's vectors are cached as soon as they come back and
+        its files written before the next batch is sent: one batch at a time is embedded, and a
+        run stopped at any moment loses at most the batch being embedded (never one whose
+        vectors came back)."""
         embedder = self.embedder
         provider = embedder.provider if embedder else None
         batch = getattr(provider, "batch_size", None) or EMBED_BATCH
