@@ -237,7 +237,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="index and raw runs, alternated")
     parser.add_argument("--fake-model", action="store_true", help="hashes for vectors")
     parser.add_argument("--watch-chunks", type=int, default=1000, help="bench/watch.py's index")
-    parser.add_argument("--only", choices=["speed", "memory"], help="no size/resume/watch")
+    parser.add_argument("--only", choices=["speed", "memory", "resume"], help="that part alone")
     args = parser.parse_args()
 
     work = tempfile.mkdtemp(prefix="hybridsql-corpus-")
@@ -247,6 +247,11 @@ def main():
     texts_file = os.path.join(work, "texts.json")
     print(f"corpus: {files} files, {size / 1e6:.1f} MB, from {os.path.abspath(args.corpus)}")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    if args.only == "resume":
+        for sig in (signal.SIGINT, signal.SIGKILL):
+            print("resume: " + resume(folder, work, files, sig))
+        shutil.rmtree(work)
+        return
     ratios, db = [], None
     for n in range(args.repeat):
         db = os.path.join(work, f"index{n}.db")
