@@ -197,7 +197,7 @@ def resume(folder: str, work: str, files: int, sig: int) -> str:
         "HYBRIDSQL_OPENAI_MODEL": "hashes",
     }
     command = [HYBRIDSQL, "index", folder, "--db", db, "--embedder", "openai", "--json"]
-    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = 0
     while run.poll() is None and done < files // 3:
         time.sleep(0.05)
@@ -239,6 +239,9 @@ def main():
     parser.add_argument("--watch-chunks", type=int, default=1000, help="bench/watch.py's index")
     parser.add_argument("--only", choices=["speed", "memory", "resume"], help="that part alone")
     args = parser.parse_args()
+    # A shell starts a background job with SIGINT ignored, which its children inherit (and
+    # Python then never raises KeyboardInterrupt); a handler is reset to the default by exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     work = tempfile.mkdtemp(prefix="hybridsql-corpus-")
     folder = os.path.join(work, "notes")
