@@ -295,9 +295,16 @@ def _spread(run, count: int, threads: int) -> None:
     helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, count) - 1)]
     for helper in helpers:
         helper.start()
-    work()
+    try:
+        work()
+    except BaseException as e:  # Ctrl-C between two batches
+        errors.append(e)
     for helper in helpers:
-        helper.join()
+        while helper.is_alive():  # a thread inside the model when Python exits aborts it
+            try:
+                helper.join()
+            except BaseException as e:
+                errors.append(e)
     if errors:
         raise errors[0]
 

@@ -32,7 +32,7 @@ from hybridsql.discovery import (
     open_inside,
     plural,
 )
-from hybridsql.embed import Embedder, resolve_provider
+from hybridsql.embed import Embedder, LocalProvider, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.schema import check_index, ensure_schema, has_fts, whole
@@ -178,6 +178,7 @@ class Computer:
 
     def __init__(self, embedder):
         self.embedder = embedder
+        self.local = isinstance(embedder.provider, LocalProvider)
         self.asked = queue.Queue(1)
         self.answers = queue.Queue(1)
         self.thread = threading.Thread(target=self._run, name="hybridsql-embed", daemon=True)
@@ -557,6 +558,14 @@ class HybridIndex:
                     receive()
                 if gathered:
                     send()
+        except BaseException:
+            if computing is not None and worker.local:
+                # The model runs in this process: a thread left inside it when Python exits
+                # aborts the process (onnxruntime's "terminate called"). Its batch is waited
+                # for, and cached, so that the next run does not embed it again.
+                entries, missing, keys, found = computing
+                embedder.store(missing, worker.receive())
+            raise
         finally:
             if worker is not None:
                 worker.close()
