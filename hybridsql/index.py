@@ -119,7 +119,7 @@ class Reader:
     def __init__(self, root, paths, known, changed, max_file_bytes, chunking, step):
         self.args = root, paths, known, changed, max_file_bytes, chunking
         self.step = step
-        self.files = queue.Queue(READ_AHEAD)
+        self.files: queue.Queue = queue.Queue(READ_AHEAD)
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._read, name="hybridsql-read", daemon=True)
         self.thread.start()
@@ -182,8 +182,8 @@ class Computer:
     def __init__(self, embedder):
         self.embedder = embedder
         self.local = isinstance(embedder.provider, LocalProvider)
-        self.asked = queue.Queue(1)
-        self.answers = queue.Queue(1)
+        self.asked: queue.Queue = queue.Queue(1)
+        self.answers: queue.Queue = queue.Queue(1)
         self.thread = threading.Thread(target=self._run, name="hybridsql-embed", daemon=True)
         self.thread.start()
 
@@ -492,10 +492,11 @@ class HybridIndex:
         provider = embedder.provider if embedder else None
         batch = getattr(provider, "batch_size", None) or EMBED_BATCH
         batch *= 4 * getattr(provider, "threads", 1) if hasattr(provider, "threads") else 1
-        waiting = deque()  # files read, in their order, not yet written: [file, vectors, left]
-        gathered = []  # (file entry, chunk number) of the next batch
-        computing = None  # the batch the provider has: (its entries, {key: text}, keys)
-        worker = Computer(embedder) if embedder else None
+        waiting: deque = deque()  # files read, in order, not yet written: [file, vectors, left]
+        gathered: list = []  # (file entry, chunk number) of the next batch
+        computing: Any = None  # the batch the provider has: (entries, {key: text}, keys, found)
+        # None without an embedder: then no chunk is gathered, and nothing sent
+        worker: Any = Computer(embedder) if embedder else None
 
         def write_ready() -> None:
             while waiting and not waiting[0][2]:
