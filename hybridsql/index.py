@@ -529,8 +529,9 @@ class HybridIndex:
         def receive() -> None:  # the batch embedded: cached, then its files written
             nonlocal computing
             entries, missing, keys, found = computing
-            found.update(embedder.store(missing, worker.receive()))
-            computing = None
+            vectors = worker.receive()
+            computing = None  # taken: an error in storing it must not wait for it again
+            found.update(embedder.store(missing, vectors))
             fill(entries, keys, found)
             if waiting:
                 step(waiting[0][0][0])
