@@ -290,6 +290,12 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         from hybridsql.extension import loadable_path
 
         click.echo(f"-- run after: .load {loadable_path()}")
+        if options["per_file"] and not options["group_by_file"]:
+            click.echo(
+                f"-- its rows are chunks, which Python makes into at most"
+                f" {options['per_file']} results a file, merging neighbours"
+                " (--per-file 0: the rows are the results)"
+            )
         click.echo(explain_sql(found.sql, found.params))
         return
     value = {
