@@ -285,5 +285,10 @@ class Progress:
         """``done`` files are finished (written, unchanged or skipped); ``label`` is the file at
         hand (may be empty). The run's report holds the other counts as they are now."""
 
+    def work(self, done: int, total: int) -> None:
+        """``done`` bytes of the ``total`` the run must read and embed are done (files whose
+        size or modification time changed, and new ones; one found unchanged leaves
+        ``total``): what the time left is reckoned from."""
+
     def close(self) -> None:
         """The run ended (or failed)."""

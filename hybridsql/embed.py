@@ -185,6 +185,13 @@ def _open_session(path: Path, optimized: bool = False, write: Path | None = None
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
+    # One thread a run: LocalProvider.embed runs a batch on each core at once, which measured
+    # faster per core than one run spread over every core (docs/benchmarks.md, "Indexing the
+    # real corpus"). No memory pattern: it keeps a plan, and its memory, for every input shape
+    # seen, so the arena grew with the number of batch widths a run met.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_mem_pattern = False
     level = onnxruntime.GraphOptimizationLevel
     options.graph_optimization_level = (
         level.ORT_DISABLE_ALL if optimized else level.ORT_ENABLE_EXTENDED
@@ -300,15 +307,18 @@ class LocalProvider:
     read as consecutive windows, at most ``max_windows`` (the rest is dropped), and its vector
     is the mean over the tokens of all its windows: the model's own pooling, over the whole
     text. A text the model cannot read (``readable_share`` under READABLE) gets the zero vector.
+    Windows are run ``batch_size`` at a time, a batch on each of ``threads`` cores (default:
+    every core this process may use) at once; a text's vector is the same however it is batched.
     """
 
     model_id = "all-MiniLM-L6-v2-int8"
     dims = 384
     window = 256
 
-    def __init__(self, batch_size: int = 16, max_windows: int = 8):
-        self.batch_size = batch_size
+    def __init__(self, batch_size: int = 4, max_windows: int = 8, threads: int | None = None):
+        self.batch_size = batch_size  # windows a run: small batches measured fastest a core
         self.max_windows = max_windows
+        self.threads = threads or _cores()
         # Part of the cache key: long texts' vectors depend on it (before windows, they were
         # truncated, as with max_windows=1).
         self.revision = f"w{max_windows}"
@@ -332,17 +342,19 @@ class LocalProvider:
         return readable_share([t for w in windows for t in w.tokens])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``, windows batched by similar length; rows come back in the order given."""
+        """Embed ``texts``, windows batched by similar length, a batch on each of ``threads``
+        cores at once; rows come back in the order given."""
         import numpy as np
 
         session, tokenizer = _load_local()
         windows = encode_windows(tokenizer, list(texts), self.max_windows)
         flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
         order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
-        summed = np.zeros((len(windows), self.dims), dtype=np.float64)
-        counts = np.zeros(len(windows), dtype=np.float64)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        pooled = [None] * len(batches)  # each batch's windows: summed hidden states, tokens
+
+        def run(b: int) -> None:
+            rows = batches[b]
             width = max(len(flat[j][1].ids) for j in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros_like(ids)
@@ -352,9 +364,15 @@ class LocalProvider:
                 mask[r, :n] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             hidden = session.run(None, feeds)[0]
+            pooled[b] = ((hidden * mask[:, :, None]).sum(axis=1), mask.sum(axis=1))
+
+        _spread(run, len(batches), self.threads)
+        summed = np.zeros((len(windows), self.dims), dtype=np.float64)
+        counts = np.zeros(len(windows), dtype=np.float64)
+        for rows, (sums, tokens) in zip(batches, pooled, strict=True):
             texts_of = [flat[j][0] for j in rows]
-            np.add.at(summed, texts_of, (hidden * mask[:, :, None]).sum(axis=1))
-            np.add.at(counts, texts_of, mask.sum(axis=1))
+            np.add.at(summed, texts_of, sums)
+            np.add.at(counts, texts_of, tokens)
         mean = summed / np.maximum(counts, 1e-9)[:, None]
         out = (mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)).astype(
             np.float32
@@ -363,6 +381,48 @@ class LocalProvider:
             if readable_share([t for w in ws for t in w.tokens]) < READABLE:
                 out[i] = 0.0
         return out
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _spread(run, count: int, threads: int) -> None:
+    """``run(0)`` ... ``run(count - 1)`` on up to ``threads`` threads, this one among them, each
+    taking the next number when it is free; the first error is raised here once all stopped."""
+    taken = iter(range(count))
+    lock = threading.Lock()
+    errors = []
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                b = next(taken, None)
+            if b is None:
+                return
+            try:
+                run(b)
+            except BaseException as e:
+                errors.append(e)
+
+    helpers = [threading.Thread(target=work, daemon=True) for _ in range(min(threads, count) - 1)]
+    for helper in helpers:
+        helper.start()
+    try:
+        work()
+    except BaseException as e:  # Ctrl-C between two batches
+        errors.append(e)
+    for helper in helpers:
+        while helper.is_alive():  # a thread inside the model when Python exits aborts it
+            try:
+                helper.join()
+            except BaseException as e:
+                errors.append(e)
+    if errors:
+        raise errors[0]
 
 
 class _ProbedDims:
@@ -648,24 +708,40 @@ class Embedder:
         """Embed ``texts`` into a float32 array (n, dims); only cache misses reach the provider."""
         import numpy as np
 
+        texts = texts if isinstance(texts, str) else list(texts)
+        keys, found = self.lookup(texts)
+        if not keys:
+            return np.empty((0, self.dims), dtype=np.float32)
+        missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
+        if missing:
+            found.update(self.store(missing, self.compute(list(missing.values()))))
+        return np.stack([found[key] for key in keys])
+
+    def lookup(self, texts: Sequence[str]) -> tuple[list, dict]:
+        """(each text's cache key, {key: its cached vector, or None}): ``embed`` is lookup, then
+        ``compute`` of the misses (which touches no database: it may run in another thread),
+        then ``store``."""
         if isinstance(texts, str):
             raise TypeError("Embedder.embed() takes a list of texts; use embed_one() for one text")
-        texts = list(texts)
         keys = []
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"Embedder.embed(): text {i} is {type(text).__name__}, not str")
             keys.append(hashlib.sha256(text.encode("utf-8")).digest())
-        if not texts:
-            return np.empty((0, self.dims), dtype=np.float32)
         with self._lock:
-            found = {key: self._cached(key) for key in set(keys)}
-            missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
-            if missing:
-                fresh = dict(zip(missing, self._embed_missing(list(missing.values())), strict=True))
-                self._store(fresh)
-                found.update(fresh)
-        return np.stack([found[key] for key in keys])
+            return keys, {key: self._cached(key) for key in set(keys)}
+
+    def compute(self, texts: list[str]) -> np.ndarray:
+        """The provider's vectors of ``texts``, checked, without the cache."""
+        return self._embed_missing(texts)
+
+    def store(self, missing: dict, vectors: np.ndarray) -> dict:
+        """Caches ``vectors``, those of ``missing`` ({key: text}) in its order; returns them by
+        key."""
+        fresh = dict(zip(missing, vectors, strict=True))
+        with self._lock:
+            self._store(fresh)
+        return fresh
 
     def embed_one(self, text: str) -> np.ndarray:
         """Embed one text into a float32 vector of length dims."""

@@ -8,11 +8,13 @@ own transaction, so an interrupted run leaves a consistent index that the next r
 import hashlib
 import json
 import os
+import queue
 import stat
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any
 
 import apsw
@@ -32,7 +34,7 @@ from hybridsql.discovery import (
     open_inside,
     plural,
 )
-from hybridsql.embed import Embedder, resolve_provider
+from hybridsql.embed import Embedder, LocalProvider, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.schema import check_index, ensure_schema, has_fts, whole
@@ -47,6 +49,7 @@ from hybridsql.search import (
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 EMBED_BATCH = 64  # chunks embedded together, across small files
+READ_AHEAD = 16  # files read and chunked ahead of the one being embedded, at most
 # A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
 # window, less [CLS] and [SEP]: all of a chunk's text reaches its vector. Overlap is a fifth.
 CHUNK_TOKENS = 400
@@ -104,6 +107,137 @@ def read_markdown(root: str, rel: str, max_bytes: int):
         warning = f"invalid UTF-8 at byte {e.start}, replaced with U+FFFD"
     digest = hashlib.sha256(data).hexdigest()
     return (text.lstrip("\ufeff"), digest, len(data), info.st_mtime, warning), None
+
+
+class Reader:
+    """Reads and chunks a run's files in a thread of its own, at most READ_AHEAD ahead of the
+    files taken from it, calling ``step(name)`` before it reads each. Iterating gives, in the
+    files' order, (kind, name, what): "file" (what: ((name, sha256, size, mtime, chunks),
+    warnings)), "unchanged" (what: (None, warnings)) or "skipped" (what: the reason). An error
+    in the thread is raised by the iteration."""
+
+    def __init__(self, root, paths, known, changed, max_file_bytes, chunking, step):
+        self.args = root, paths, known, changed, max_file_bytes, chunking
+        self.step = step
+        self.files: queue.Queue = queue.Queue(READ_AHEAD)
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._read, name="hybridsql-read", daemon=True)
+        self.thread.start()
+
+    def _put(self, item) -> bool:
+        while not self.closed.is_set():
+            try:
+                self.files.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read(self) -> None:
+        root, paths, known, changed, max_file_bytes, (most, overlap, counter) = self.args
+        try:
+            for rel in paths:
+                self.step(clean_text(rel))
+                if not self._put(
+                    self._one(root, rel, known, changed, max_file_bytes, most, overlap, counter)
+                ):
+                    return
+        except BaseException as e:
+            self._put(("error", "", e))
+            return
+        self._put(None)
+
+    @staticmethod
+    def _one(root, rel, known, changed, max_file_bytes, most, overlap, counter):
+        name = clean_text(rel)
+        if changed is not None and rel not in changed and same_stat(root, rel, known.get(name)):
+            return "unchanged", name, (None, [])
+        got, reason = read_markdown(root, rel, max_file_bytes)
+        if got is None:
+            return "skipped", name, clean_text(reason)
+        text, sha, size, mtime, warning = got
+        warnings = ["the file name is not UTF-8"] if name != rel else []
+        warnings += [warning] if warning else []
+        if name in known and known[name][1] == sha:
+            return "unchanged", name, (None, warnings)
+        chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
+        return "file", name, ((name, sha, size, mtime, chunks), warnings)
+
+    def __iter__(self):
+        while (item := self.files.get()) is not None:
+            if item[0] == "error":
+                raise item[2]
+            yield item
+
+    def close(self) -> None:
+        """Stops the thread (it may be waiting to hand over a file) and waits for it."""
+        self.closed.set()
+        self.thread.join()
+
+
+class Computer:
+    """The provider's side of an Embedder in a thread of its own, one batch at a time: ``send``
+    texts, then ``receive`` their vectors (or the provider's error)."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.local = isinstance(embedder.provider, LocalProvider)
+        self.asked: queue.Queue = queue.Queue(1)
+        self.answers: queue.Queue = queue.Queue(1)
+        self.thread = threading.Thread(target=self._run, name="hybridsql-embed", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (texts := self.asked.get()) is not None:
+            try:
+                self.answers.put((True, self.embedder.compute(texts)))
+            except BaseException as e:
+                self.answers.put((False, e))
+
+    def send(self, texts: list) -> None:
+        self.asked.put(texts)
+
+    def receive(self):
+        ok, got = self.answers.get()
+        if not ok:
+            raise got
+        return got
+
+    def close(self) -> None:
+        """Lets the thread end once its batch (if any) is done; does not wait for it: a run
+        stopped by Ctrl-C stops now, losing only that batch."""
+        self.asked.put(None)
+
+
+class Work:
+    """What the progress's time left is reckoned from: the bytes of the files a run must read
+    and embed (those whose size or modification time changed since they were indexed, and new
+    ones), and how many of them are done. A file found unchanged leaves the total."""
+
+    def __init__(self, progress, root, paths, known, changed):
+        self.progress = progress
+        self.sizes = {}
+        for rel in paths:
+            name = clean_text(rel)
+            if not same_stat(root, rel, known.get(name)):
+                try:
+                    self.sizes[name] = os.lstat(os.path.join(root, rel)).st_size
+                except OSError:
+                    self.sizes[name] = 0
+        self.total = sum(self.sizes.values())
+        self.finished = 0
+        self.tell()
+
+    def done(self, name: str, unchanged: bool = False) -> None:
+        size = self.sizes.pop(name, 0)
+        if unchanged:
+            self.total -= size
+        else:
+            self.finished += size
+        self.tell()
+
+    def tell(self) -> None:
+        self.progress.work(self.finished, self.total)
 
 
 class HybridIndex:
@@ -257,7 +391,6 @@ class HybridIndex:
             )
         bar = progress or Progress()
         bar.start(len(paths))
-        pending = []
         most, overlap, counter = self.chunking()
         was = self._resize(most)
         if was is not None:
@@ -271,35 +404,21 @@ class HybridIndex:
                 )
             known = {path: (file_id, "", stat_) for path, (file_id, _, stat_) in known.items()}
         skipped_before = len(report.skipped)
+        work = Work(bar, root, paths, known, changed)
+
+        told = threading.Lock()  # the reading thread names each file before it reads it
 
         def step(label: str) -> None:  # the files finished, counted from the report
-            finished = report.files_indexed + report.files_unchanged
-            bar.update(finished + len(report.skipped) - skipped_before, label)
+            with told:
+                finished = report.files_indexed + report.files_unchanged
+                bar.update(finished + len(report.skipped) - skipped_before, label)
 
-        for rel in paths:
-            name = clean_text(rel)
-            step(name)
-            if changed is not None and rel not in changed and same_stat(root, rel, known.get(name)):
-                report.files_unchanged += 1
-                continue
-            got, reason = read_markdown(root, rel, max_file_bytes)
-            if got is None:
-                report.skipped.append([name, clean_text(reason)])
-                continue
-            text, sha, size, mtime, warning = got
-            if name != rel:
-                report.warnings.append([name, "the file name is not UTF-8"])
-            if warning:
-                report.warnings.append([name, warning])
-            if name in known and known[name][1] == sha:
-                report.files_unchanged += 1
-                continue
-            chunks = chunk_markdown(text, most, overlap, counter, headings=is_markdown(rel))
-            pending.append((name, sha, size, mtime, chunks))
-            if sum(len(p[4]) for p in pending) >= EMBED_BATCH:
-                self._write_files(stored_root, pending, report, step)
-                pending = []
-        self._write_files(stored_root, pending, report, step)
+        chunking = most, overlap, counter
+        reader = Reader(root, paths, known, changed, max_file_bytes, chunking, step)
+        try:
+            self._pipeline(stored_root, reader, report, step, work)
+        finally:
+            reader.close()
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
         seen |= unread
         for path, (file_id, _, _) in known.items():
@@ -357,44 +476,105 @@ class HybridIndex:
         }
         return choice, choice["globs"] != was
 
-    def _write_files(self, root, pending, report, step) -> None:
-        """Embeds the chunks of several files, a provider's batch at a time, and writes each
-        file in its own transaction once its chunks and those of the files before it have
-        vectors (files are written in their order, so chunk ids follow it); ``step(name)``
-        after each batch and each file, so that the counts shown grow as the work is done.
-        Chunks are embedded shortest first, as a provider batches them (the least padding)."""
-        texts = [c.text for p in pending for c in p[4]]
-        owner = [f for f, p in enumerate(pending) for _ in p[4]]
-        first = list(accumulate((len(p[4]) for p in pending), initial=0))
-        left = [len(p[4]) if self.embedder is not None else 0 for p in pending]
-        vectors = [None] * len(texts)
-        written = 0
+    def _pipeline(self, root: str, reader, report, step, work) -> None:
+        """Writes the files ``reader`` reads and chunks (in another thread, READ_AHEAD files
+        ahead at most), in their order, each in its own transaction once its chunks have
+        vectors, so that chunk ids follow the files' order and a search sees every file done.
 
-        def write_ready():
-            nonlocal written
-            while written < len(pending) and not left[written]:
-                rel, sha, size, mtime, chunks = pending[written]
-                ours = vectors[first[written] : first[written + 1]] if self.embedder else []
-                self._write_file(root, rel, sha, size, mtime, chunks, ours)
+        Chunks are embedded a batch at a time (the provider's batch size, else EMBED_BATCH; four
+        times that for each of the threads of a provider that has them): those found in the
+        embedding cache at once, the others by the provider in a thread of its own while this
+        one reads the next batch. A batch's vectors are cached as soon as they come back and
+        its files written before the next batch is sent: one batch at a time is embedded, and a
+        run stopped at any moment loses at most the batch being embedded (never one whose
+        vectors came back)."""
+        embedder = self.embedder
+        provider = embedder.provider if embedder else None
+        batch = getattr(provider, "batch_size", None) or EMBED_BATCH
+        batch *= 4 * getattr(provider, "threads", 1) if hasattr(provider, "threads") else 1
+        waiting: deque = deque()  # files read, in order, not yet written: [file, vectors, left]
+        gathered: list = []  # (file entry, chunk number) of the next batch
+        computing: Any = None  # the batch the provider has: (entries, {key: text}, keys, found)
+        # None without an embedder: then no chunk is gathered, and nothing sent
+        worker: Any = Computer(embedder) if embedder else None
+
+        def write_ready() -> None:
+            while waiting and not waiting[0][2]:
+                (rel, sha, size, mtime, chunks), vectors, _ = waiting.popleft()
+                self._write_file(root, rel, sha, size, mtime, chunks, vectors)
                 report.files_indexed += 1
                 report.chunks_written += len(chunks)
-                written += 1
+                work.done(rel)
                 step(rel)
 
-        write_ready()  # files without chunks, and all of them without an embedder
-        if self.embedder is None:
-            return
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        batch = getattr(self.embedder.provider, "batch_size", None) or EMBED_BATCH
-        for start in range(0, len(order), batch):
-            part = order[start : start + batch]
-            for i, vector in zip(part, self.embedder.embed([texts[i] for i in part]), strict=True):
-                vectors[i] = vector
-                left[owner[i]] -= 1
-            report.chunks_embedded += len(part)
-            if written < len(pending):
-                step(pending[written][0])
+        def fill(entries, keys, found) -> None:
+            for (entry, i), key in zip(entries, keys, strict=True):
+                entry[1][i] = found[key]
+                entry[2] -= 1
+            report.chunks_embedded += len(entries)
+
+        def send() -> None:  # the batch gathered: vectors from the cache, the rest to embed
+            nonlocal gathered, computing
+            entries, gathered = gathered[:batch], gathered[batch:]
+            texts = [entry[0][4][i].text for entry, i in entries]
+            keys, found = embedder.lookup(texts)
+            missing = {k: t for k, t in zip(keys, texts, strict=True) if found[k] is None}
+            if missing:
+                computing = (entries, missing, keys, found)
+                worker.send(list(missing.values()))
+            else:
+                fill(entries, keys, found)
+                write_ready()
+
+        def receive() -> None:  # the batch embedded: cached, then its files written
+            nonlocal computing
+            entries, missing, keys, found = computing
+            vectors = worker.receive()
+            computing = None  # taken: an error in storing it must not wait for it again
+            found.update(embedder.store(missing, vectors))
+            fill(entries, keys, found)
+            if waiting:
+                step(waiting[0][0][0])
             write_ready()
+
+        try:
+            for kind, name, got in reader:
+                if kind == "skipped":
+                    report.skipped.append([name, got])
+                    work.done(name, unchanged=True)
+                    continue
+                report.warnings += [[name, warning] for warning in got[1]]
+                if kind == "unchanged":
+                    report.files_unchanged += 1
+                    work.done(name, unchanged=True)
+                    continue
+                chunks = got[0][4]
+                entry = [got[0], [None] * len(chunks) if embedder else [], len(chunks)]
+                if embedder is None:
+                    entry[2] = 0
+                waiting.append(entry)
+                gathered += [(entry, i) for i in range(entry[2])]
+                write_ready()  # a file without chunks, or any without an embedder
+                while len(gathered) >= batch:
+                    if computing is not None:
+                        receive()
+                    send()
+            while computing is not None or gathered:
+                if computing is not None:
+                    receive()
+                if gathered:
+                    send()
+        except BaseException:
+            if computing is not None and worker.local:
+                # The model runs in this process: a thread left inside it when Python exits
+                # aborts the process (onnxruntime's "terminate called"). Its batch is waited
+                # for, and cached, so that the next run does not embed it again.
+                entries, missing, keys, found = computing
+                embedder.store(missing, worker.receive())
+            raise
+        finally:
+            if worker is not None:
+                worker.close()
 
     def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> None:
         conn = self.conn

@@ -10,6 +10,7 @@ matches) follows NO_COLOR (https://no-color.org).
 import os
 import re
 import sys
+import time
 from contextlib import ExitStack
 from datetime import datetime
 
@@ -161,15 +162,47 @@ def report_lines(report: dict, keyword_only: bool, left_out: str | None) -> list
     return lines
 
 
+class Eta:
+    """The time left of an indexing run: the bytes of work left (Progress.work) at the rate of
+    the bytes done since the run began. By bytes, not files: a folder's files range from a line
+    to megabytes. Over the whole run, not its last seconds: a batch's files are written at once,
+    so a rate over a few seconds jumps with each batch."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.began = None
+        self.done = self.total = 0
+
+    def work(self, done: int, total: int) -> None:
+        if self.began is None:
+            self.began = self.clock()
+        self.done, self.total = done, total
+
+    def left(self) -> float | None:
+        """Seconds left, or None while nothing is done (or all is)."""
+        if self.began is None or self.done <= 0 or self.done >= self.total:
+            return None
+        spent = self.clock() - self.began
+        return spent * (self.total - self.done) / self.done
+
+
+def clock_time(seconds: float) -> str:
+    """'0:02:05' of 125 seconds."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02}:{secs:02}"
+
+
 class Bar(Progress):
     """An indexing run's progress on stderr when it is a terminal: files finished of all, chunks
-    embedded so far (read from the run's report), time left, the file at hand. Its last frame
+    embedded so far (read from the run's report), time left (Eta), the file at hand. Its last frame
     has the counts of the run's summary."""
 
     def __init__(self, report):
         self.report = report
         self.stack = ExitStack()
         self.bar = None
+        self.eta = Eta()
 
     def start(self, total: int) -> None:
         if not sys.stderr.isatty():  # click's bar would still print its label once
@@ -179,7 +212,7 @@ class Bar(Progress):
                 length=total,
                 label="indexing",
                 file=sys.stderr,
-                show_eta=False,  # said in words in the label: "about 0:00:12 left"
+                show_eta=False,  # said in words in the label: "about 0:00:12 left" (Eta)
                 show_pos=True,
                 width=24,
                 item_show_func=lambda label: label,
@@ -190,8 +223,8 @@ class Bar(Progress):
         bar = self.bar
         if bar is None:
             return
-        going = bar.pos and bar.eta_known and done < bar.length
-        left = f", about {bar.format_eta()} left" if going else ""
+        seconds = self.eta.left()
+        left = f", about {clock_time(seconds)} left" if seconds is not None else ""
         bar.current_item = (
             f"{self.report.chunks_embedded} chunks embedded{left}  {visible(label[:40])}".rstrip()
         )
@@ -199,6 +232,9 @@ class Bar(Progress):
             bar.update(done - bar.pos)
         else:  # the counts changed, not the files done: click's update would not draw
             bar.render_progress()
+
+    def work(self, done: int, total: int) -> None:
+        self.eta.work(done, total)
 
     def close(self) -> None:
         self.stack.close()

@@ -48,6 +48,9 @@ class Stoppable(Progress):
             raise Stopped
         self.inner.update(done, label)
 
+    def work(self, done: int, total: int) -> None:
+        self.inner.work(done, total)
+
     def close(self) -> None:
         self.inner.close()
 
