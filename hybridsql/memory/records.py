@@ -223,3 +223,7 @@ class StoreState:
         def _link(self, session_id, memory_id, usage, at) -> None: ...  # sessions
 
         def _source_session(self, memory_id: int) -> Session | None: ...  # sessions
+
+        def start_session(self, project: str = "") -> Session: ...  # sessions
+
+        def _recalled(self, memories: list) -> list: ...  # recall

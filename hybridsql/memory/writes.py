@@ -86,7 +86,7 @@ class Writes(StoreState):
         if salience is None:
             salience = self.conn.execute(
                 "select salience from memories where chunk_id = ?", (memory_id,)
-            ).fetchone()[0]
+            ).get
         _check_memory(content, old.project, sector, tier, salience)
         self._check_size(content)
         _check_text("created_by", created_by, empty=True)

@@ -11,7 +11,8 @@ def file_hits(rows: list, most: int) -> list:
     file's chunks have consecutive ids) joins that hit; another starts a new hit while its file
     has fewer than ``most``, else its lines go to the file's first hit. A memory (no file) is a
     hit of its own. Each hit is one row (``merged``)."""
-    hits, files = [], {}
+    hits: list = []
+    files: dict = {}
     for row in rows:
         if row["file_id"] is None:
             hits.append(([row], []))
