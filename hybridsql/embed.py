@@ -3,12 +3,14 @@ models), a cache, SQL embed().
 
 A provider has ``model_id``, ``dims`` and ``embed(texts) -> float32 array (n, dims)``.
 :class:`Embedder` puts a two-level cache in front of one: an in-memory LRU and the SQLite table
-``embedding_cache``, both keyed by (model_id and revision, sha256 of the text). Vectors travel as
-float32 little-endian BLOBs.
+``embedding_cache``, both keyed by (model_id and revision, sha256 of the text), and, in a
+hybridsql index, the index's own vectors (the cache keeps only those the index lacks: see
+schema.py). Vectors travel as float32 little-endian BLOBs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import http.client
@@ -48,10 +50,11 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
-_CACHE_TABLE = """CREATE TABLE IF NOT EXISTS embedding_cache(
-    model_id TEXT, text_sha256 BLOB, vector BLOB, PRIMARY KEY (model_id, text_sha256)
-) WITHOUT ROWID"""
 _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
+# The calls of an Embedder that look for a vector it cached in the index, before its row stays
+# for the next Embedder made on the database (schema.prune_cache): a file's chunks are written
+# once all have vectors, and a large file's are embedded over several calls.
+_CHECKS = 64
 
 
 class EmbeddingProvider(Protocol):
@@ -486,7 +489,9 @@ class Embedder:
 
     ``conn`` is an apsw.Connection holding the table ``embedding_cache`` (created if missing),
     shared across processes; None keeps the cache in memory only. ``lru_size`` bounds the
-    in-memory cache.
+    in-memory cache. Where ``conn`` holds a hybridsql index whose vectors this provider made, a
+    text's vector is also looked up there, and the cache's rows that the index holds are deleted
+    (when this Embedder is made, and in its next calls after they were stored or read).
     """
 
     def __init__(
@@ -501,8 +506,14 @@ class Embedder:
         self.lru_size = lru_size
         self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        # Texts whose vector is in embedding_cache and may since have reached the index: key ->
+        # [text, checks left].
+        self._pending: dict[bytes, list] = {}
+        self._index = False  # whether the index's vectors serve as the cache
         if conn is not None:
-            conn.execute(_CACHE_TABLE)
+            from .schema import ensure_cache
+
+            self._index = ensure_cache(conn, self.model_id, self.cache_id)
 
     @property
     def model_id(self) -> str:
@@ -536,11 +547,13 @@ class Embedder:
         if not texts:
             return np.empty((0, self.dims), dtype=np.float32)
         with self._lock:
-            found = {key: self._cached(key) for key in set(keys)}
-            missing = {k: text for k, text in zip(keys, texts, strict=True) if found[k] is None}
+            self._prune()
+            by_key = dict(zip(keys, texts, strict=True))
+            found = {key: self._cached(key, text) for key, text in by_key.items()}
+            missing = {k: text for k, text in by_key.items() if found[k] is None}
             if missing:
                 fresh = dict(zip(missing, self._embed_missing(list(missing.values())), strict=True))
-                self._store(fresh)
+                self._store(fresh, missing)
                 found.update(fresh)
         return np.stack([found[key] for key in keys])
 
@@ -553,8 +566,10 @@ class Embedder:
         with self._lock:
             self._lru.pop(hashlib.sha256(text.encode("utf-8")).digest(), None)
 
-    def _cached(self, key: bytes) -> np.ndarray | None:
+    def _cached(self, key: bytes, text: str) -> np.ndarray | None:
         import numpy as np
+
+        from .schema import INDEX_VECTOR
 
         vector = self._lru.get(key)
         if vector is not None:
@@ -566,6 +581,10 @@ class Embedder:
             "SELECT vector FROM embedding_cache WHERE model_id = ? AND text_sha256 = ?",
             (self.cache_id, key),
         ).fetchone()
+        if row is not None and self._index:
+            self._pending[key] = [text, _CHECKS]
+        elif row is None and self._index:
+            row = self.conn.execute(INDEX_VECTOR, (text, self.model_id)).fetchone()
         if row is None:
             return None
         vector = np.frombuffer(row[0], dtype="<f4").astype(np.float32)
@@ -583,12 +602,20 @@ class Embedder:
             )
         return vectors
 
-    def _store(self, vectors: dict[bytes, np.ndarray]) -> None:
+    def _store(self, vectors: dict[bytes, np.ndarray], texts: dict[bytes, str]) -> None:
         for key, vector in vectors.items():
             self._remember(key, vector)
+            if self._index:
+                self._pending[key] = [texts[key], _CHECKS]
         if self.conn is not None:
-            insert = "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)"
-            rows = [(self.cache_id, key, v.astype("<f4").tobytes()) for key, v in vectors.items()]
+            insert = (
+                "INSERT OR REPLACE INTO embedding_cache VALUES (?1, ?2, ?3, length(?4),"
+                " substr(?4, -24))"
+            )
+            rows = [
+                (self.cache_id, key, v.astype("<f4").tobytes(), texts[key])
+                for key, v in vectors.items()
+            ]
             if len(rows) == 1:
                 # One statement is atomic alone; SQLite refuses a savepoint inside a running
                 # write, which is where SQL embed() is called from in an INSERT.
@@ -596,6 +623,24 @@ class Embedder:
             else:
                 with self.conn:
                     self.conn.executemany(insert, rows)
+
+    def _prune(self) -> None:
+        """Deletes the cache rows of pending texts whose vector the index now holds; a text is
+        checked in _CHECKS calls at most (a query's vector never reaches the index)."""
+        from .schema import INDEX_VECTOR
+
+        if not self._pending:
+            return
+        delete = (
+            "DELETE FROM embedding_cache WHERE model_id = ?3 AND text_sha256 = ?4"
+            f" AND vector = ({INDEX_VECTOR})"
+        )
+        with contextlib.nullcontext() if self.conn.in_transaction else self.conn:
+            for key, entry in list(self._pending.items()):
+                self.conn.execute(delete, (entry[0], self.model_id, self.cache_id, key))
+                entry[1] -= 1
+                if self.conn.changes() or not entry[1]:
+                    del self._pending[key]
 
     def _remember(self, key: bytes, vector: np.ndarray) -> None:
         self._lru[key] = vector

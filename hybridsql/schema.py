@@ -18,11 +18,11 @@ from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
 if TYPE_CHECKING:
     import apsw
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 3);
+insert or ignore into meta values ('schema_version', 4);
 
 create table if not exists files(
   id integer primary key,
@@ -47,6 +47,10 @@ create table if not exists chunks(
 );
 create index if not exists chunks_file on chunks(file_id);
 create index if not exists chunks_kind on chunks(kind);
+-- A text's vector is looked up here before it is embedded (embed.py, Embedder): the cache keeps
+-- no second copy of a vector that the index holds. Built-in functions only, so any client can
+-- write chunks; the text itself is compared after.
+create index if not exists chunks_text_key on chunks(length(text), substr(text, -24));
 
 -- One vector per chunk (chunk_id is the rowid), float32, tagged with its model; kind is the
 -- chunk's, so that a search of documents or of memories reads only their blocks.
@@ -245,6 +249,8 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
             _upgrade_from_1(conn)
         elif version == 2:
             _upgrade_from_2(conn)
+        if version in (1, 2, 3):
+            _upgrade_from_3(conn)
         try:
             conn.execute(TABLES)
         except apsw.SQLError as e:
@@ -380,7 +386,7 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
                 pass
     conn.execute(
         "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
-        f" update meta set value = {SCHEMA_VERSION} where key = 'schema_version'"
+        " update meta set value = 3 where key = 'schema_version'"
     )
     fts = conn.execute(
         "select count(*) from sqlite_schema where type = 'table' and name = 'chunks_fts'"
@@ -403,7 +409,20 @@ def _upgrade_from_2(conn: apsw.Connection) -> None:
         conn.execute("drop table chunks_fts")
         conn.execute(FTS)
         conn.execute(_FILL_CHUNKS_FTS)
-    conn.execute(f"update meta set value = {SCHEMA_VERSION} where key = 'schema_version'")
+    conn.execute("update meta set value = 3 where key = 'schema_version'")
+
+
+def _upgrade_from_3(conn: apsw.Connection) -> None:
+    """Schema 3 kept every vector twice: in vectors and in embedding_cache (a WITHOUT ROWID
+    table, whose 1.5 KB rows each spilled onto an overflow page: 4.6 KB a vector). The cache is
+    made again as CACHE_TABLE, and its vectors that the index holds leave it (prune_cache); the
+    index's vectors serve as the cache from then on (chunks_text_key, made by TABLES)."""
+    conn.execute(TABLES)
+    if conn.execute(_HAS_CACHE).fetchone()[0]:
+        _upgrade_cache(conn)
+        for (model,) in conn.execute("select distinct model_id from vectors").fetchall():
+            _adopt_cache(conn, model)
+    conn.execute("update meta set value = 4 where key = 'schema_version'")
 
 
 _FILL_CHUNKS_FTS = (
@@ -416,6 +435,123 @@ def _fill_fts(conn: apsw.Connection) -> None:
     for table in (t for pair in FTS_TABLES.values() for t in pair if t != "chunks_fts"):
         conn.execute(f"insert into {table}({table}) values ('rebuild')")
     conn.execute(_FILL_CHUNKS_FTS)
+
+
+# -- the embedding cache ------------------------------------------------------------------------
+#
+# Vectors embedded but not in the index: a query's, and a chunk's between its embedding and its
+# file's transaction (so a stopped run resumes without embedding it again). A vector that the
+# index holds leaves the cache (prune_cache): a text is looked up in the index by
+# chunks_text_key, where the index's vectors of the model were made as the cache's are, which
+# meta records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
+# text_length and text_tail are the text's key in chunks_text_key.
+
+CACHE_TABLE = """create table if not exists embedding_cache(
+  model_id text, text_sha256 blob, vector blob, text_length integer, text_tail text,
+  primary key (model_id, text_sha256)
+)"""
+_HAS_CACHE = "select count(*) from sqlite_schema where type = 'table' and name = 'embedding_cache'"
+# The vector of the text ?1 that the index holds for the model ?2.
+INDEX_VECTOR = (
+    "select v.vector from chunks c join vectors v on v.chunk_id = c.id"
+    " where length(c.text) = length(?1) and substr(c.text, -24) = substr(?1, -24)"
+    " and c.text = ?1 and v.model_id = ?2 limit 1"
+)
+# Deletes the cache rows of the cache id ?1 whose vector the index holds for the model ?2, of
+# rowid over ?3.
+_PRUNE = """delete from embedding_cache where model_id = ?1 and rowid > ?3 and exists (
+  select 1 from chunks c join vectors v on v.chunk_id = c.id
+  where length(c.text) = embedding_cache.text_length
+    and substr(c.text, -24) = embedding_cache.text_tail
+    and v.model_id = ?2 and v.vector = embedding_cache.vector
+)"""
+
+
+def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
+    """Makes the embedding cache if missing (upgrading one of schema 3) and prunes it; returns
+    whether the index in ``conn`` (if any) holds vectors made as ``cache_id`` makes them, so that
+    they serve as the cache."""
+    with conn:
+        conn.execute(CACHE_TABLE)
+        columns = {
+            c for (c,) in conn.execute("select name from pragma_table_info('embedding_cache')")
+        }
+        if "text_length" not in columns:
+            _upgrade_cache(conn)
+        present = set(_present(conn))
+        if not {"meta", "chunks", "vectors"} <= present or "chunks_text_key" not in {
+            name for (name,) in conn.execute("select name from sqlite_schema where type = 'index'")
+        }:
+            return False
+        key = f"vectors {model_id}"
+        row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
+        if row is None:
+            made = "select exists(select 1 from vectors where model_id = ?)"
+            if conn.execute(made, (model_id,)).fetchone()[0]:
+                return False  # vectors made before the record, by a revision unknown
+            conn.execute("insert into meta values (?, ?)", (key, cache_id))
+        elif row[0] != cache_id:
+            # Vectors of another revision are there, and this one may add its own.
+            conn.execute("update meta set value = '' where key = ?", (key,))
+            return False
+        prune_cache(conn, model_id, cache_id)
+        return True
+
+
+def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
+    """Deletes the cache's vectors of ``cache_id`` that the index holds, among the rows added
+    since the last prune (meta 'cache pruned'); returns how many."""
+    row = conn.execute("select value from meta where key = 'cache pruned'").fetchone()
+    since = row[0] if row else 0
+    conn.execute(_PRUNE, (cache_id, model_id, since))
+    gone = conn.changes()
+    last = conn.execute("select coalesce(max(rowid), 0) from embedding_cache").fetchone()[0]
+    conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
+    return gone
+
+
+def _upgrade_cache(conn: apsw.Connection) -> None:
+    """The cache of schema 3 (model_id, text_sha256, vector), WITHOUT ROWID, made again as
+    CACHE_TABLE; each row's text key is found from the chunks of the same text."""
+    import hashlib
+
+    conn.execute("alter table embedding_cache rename to embedding_cache_3")
+    conn.execute(CACHE_TABLE)
+    conn.execute(
+        "insert into embedding_cache(model_id, text_sha256, vector)"
+        " select model_id, text_sha256, vector from embedding_cache_3"
+    )
+    conn.execute("drop table embedding_cache_3")
+    if "chunks" not in set(_present(conn)):
+        return
+    keys = {}
+    for (text,) in conn.execute("select distinct text from chunks"):
+        keys[hashlib.sha256(text.encode("utf-8")).digest()] = text
+    update = (
+        "update embedding_cache set text_length = length(?2), text_tail = substr(?2, -24)"
+        " where text_sha256 = ?1"
+    )
+    conn.executemany(update, keys.items())
+
+
+def _adopt_cache(conn: apsw.Connection, model_id: str) -> None:
+    """For an index of schema 3: records which cache id made the index's vectors of
+    ``model_id`` (the one whose cached vectors equal them, when only one does), and prunes the
+    cache's copies of them."""
+    matched = conn.execute(
+        "select distinct e.model_id from embedding_cache e"
+        " where (e.model_id = ?1 or e.model_id like ?1 || '@%') and exists ("
+        "  select 1 from chunks c join vectors v on v.chunk_id = c.id"
+        "  where length(c.text) = e.text_length and substr(c.text, -24) = e.text_tail"
+        "  and v.model_id = ?1 and v.vector = e.vector)",
+        (model_id,),
+    ).fetchall()
+    if len(matched) != 1:
+        return
+    conn.execute(
+        "insert or replace into meta values (?, ?)", (f"vectors {model_id}", matched[0][0])
+    )
+    conn.execute(_PRUNE, (matched[0][0], model_id, 0))
 
 
 def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:
