@@ -17,6 +17,21 @@ if TYPE_CHECKING:
 FREE = "(free pages)"
 
 
+def file_stats(path: str) -> dict:
+    """The breakdown of the index in ``path``, opened read-only (any schema version)."""
+    from hybridsql.errors import DatabaseError
+    from hybridsql.extension import connect
+    from hybridsql.schema import schema_version
+
+    conn = connect(path, readonly=True, create=False)
+    try:
+        if schema_version(conn) is None:
+            raise DatabaseError(f"{path} is not a hybridsql index")
+        return breakdown(conn)
+    finally:
+        conn.close()
+
+
 def has_dbstat(conn: apsw.Connection) -> bool:
     """Whether this SQLite has the dbstat virtual table."""
     found = "select count(*) from pragma_module_list where name = 'dbstat'"

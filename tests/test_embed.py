@@ -523,6 +523,8 @@ def test_sqlite_cache_survives_a_new_connection(local, tmp_path):
         ("model_id", "TEXT", 1),
         ("text_sha256", "BLOB", 2),
         ("vector", "BLOB", 0),
+        ("text_length", "INTEGER", 0),
+        ("text_tail", "TEXT", 0),
     ]
 
     again = Counting(local)
