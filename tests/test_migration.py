@@ -175,7 +175,7 @@ def test_a_schema_2_index_is_upgraded_and_answers_the_same(example_db, tmp_path)
     with pytest.raises(hybridsql.DatabaseError, match="made by an older hybridsql"):
         HybridIndex(path, readonly=True)  # read-only opens do not upgrade
     with HybridIndex(path, embedder="local") as idx:
-        assert schema_version(idx.conn) == SCHEMA_VERSION == 3
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 4
         sql = idx.conn.execute("select sql from sqlite_schema where name = 'chunks_fts'")
         assert 'content="chunks"' in sql.fetchone()[0]
         check_fts(idx.conn)
