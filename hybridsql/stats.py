@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import apsw
 
-FREE = "(free pages)"
+FREE = "(freelist)"  # pages SQLite freed, reused before the file grows
 
 
 def file_stats(path: str) -> dict:
