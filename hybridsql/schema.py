@@ -479,9 +479,15 @@ def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
         if "text_length" not in columns:
             _upgrade_cache(conn)
         present = set(_present(conn))
-        if not {"meta", "chunks", "vectors"} <= present or "chunks_text_key" not in {
-            name for (name,) in conn.execute("select name from sqlite_schema where type = 'index'")
-        }:
+        indexes = {
+            n for (n,) in conn.execute("select name from sqlite_schema where type = 'index'")
+        }
+        readable = "select count(*) from pragma_module_list where name = 'vector_index'"
+        if (
+            not {"meta", "chunks", "vectors"} <= present
+            or "chunks_text_key" not in indexes
+            or not conn.execute(readable).fetchone()[0]  # the Python functions only
+        ):
             return False
         key = f"vectors {model_id}"
         row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
