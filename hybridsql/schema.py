@@ -47,10 +47,26 @@ create table if not exists chunks(
 );
 create index if not exists chunks_file on chunks(file_id);
 create index if not exists chunks_kind on chunks(kind);
--- A text's vector is looked up here before it is embedded (embed.py, Embedder): the cache keeps
--- no second copy of a vector that the index holds. Built-in functions only, so any client can
--- write chunks; the text itself is compared after.
-create index if not exists chunks_text_key on chunks(length(text), substr(text, -24));
+-- Each chunk's text by its length and last characters: a text's vector is looked up in the
+-- index before it is embedded (embed.py, Embedder), so the cache keeps no second copy of a
+-- vector the index holds; the text itself is compared after. A table kept by triggers rather
+-- than an index on those expressions, which `sqlite-utils transform` refuses to carry over.
+create table if not exists chunk_keys(
+  length integer not null, tail text not null, chunk_id integer not null,
+  primary key (length, tail, chunk_id)
+) without rowid;
+create trigger if not exists chunk_keys_insert after insert on chunks begin
+  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+end;
+create trigger if not exists chunk_keys_delete after delete on chunks begin
+  delete from chunk_keys
+  where length = length(old.text) and tail = substr(old.text, -24) and chunk_id = old.id;
+end;
+create trigger if not exists chunk_keys_update after update of id, text on chunks begin
+  delete from chunk_keys
+  where length = length(old.text) and tail = substr(old.text, -24) and chunk_id = old.id;
+  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+end;
 
 -- One vector per chunk (chunk_id is the rowid), float32, tagged with its model; kind is the
 -- chunk's, so that a search of documents or of memories reads only their blocks.
@@ -339,6 +355,7 @@ def _resync(conn: apsw.Connection, fts: bool) -> None:
         " delete from memory_links where from_id not in (select chunk_id from memories)"
         " or to_id not in (select chunk_id from memories);"
     )
+    conn.execute(_FILL_CHUNK_KEYS)
     if fts:
         conn.execute("insert into chunks_fts(chunks_fts) values ('delete-all')")
         _fill_fts(conn)
@@ -416,8 +433,9 @@ def _upgrade_from_3(conn: apsw.Connection) -> None:
     """Schema 3 kept every vector twice: in vectors and in embedding_cache (a WITHOUT ROWID
     table, whose 1.5 KB rows each spilled onto an overflow page: 4.6 KB a vector). The cache is
     made again as CACHE_TABLE, and its vectors that the index holds leave it (prune_cache); the
-    index's vectors serve as the cache from then on (chunks_text_key, made by TABLES)."""
+    index's vectors serve as the cache from then on (found by chunk_keys, made by TABLES)."""
     conn.execute(TABLES)
+    conn.execute(_FILL_CHUNK_KEYS)
     if conn.execute(_HAS_CACHE).fetchone()[0]:
         _upgrade_cache(conn)
         for (model,) in conn.execute("select distinct model_id from vectors").fetchall():
@@ -425,6 +443,10 @@ def _upgrade_from_3(conn: apsw.Connection) -> None:
     conn.execute("update meta set value = 4 where key = 'schema_version'")
 
 
+_FILL_CHUNK_KEYS = (
+    "delete from chunk_keys;"
+    " insert into chunk_keys select length(text), substr(text, -24), id from chunks"
+)
 _FILL_CHUNKS_FTS = (
     "insert into chunks_fts(rowid, text) select id, text from chunks where kind = 'document'"
 )
@@ -441,10 +463,10 @@ def _fill_fts(conn: apsw.Connection) -> None:
 #
 # Vectors embedded but not in the index: a query's, and a chunk's between its embedding and its
 # file's transaction (so a stopped run resumes without embedding it again). A vector that the
-# index holds leaves the cache (prune_cache): a text is looked up in the index by
-# chunks_text_key, where the index's vectors of the model were made as the cache's are, which
+# index holds leaves the cache (prune_cache): a text is looked up in the index by chunk_keys,
+# where the index's vectors of the model were made as the cache's are, which
 # meta records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
-# text_length and text_tail are the text's key in chunks_text_key.
+# text_length and text_tail are the text's key in chunk_keys.
 
 CACHE_TABLE = """create table if not exists embedding_cache(
   model_id text, text_sha256 blob, vector blob, text_length integer, text_tail text,
@@ -453,16 +475,16 @@ CACHE_TABLE = """create table if not exists embedding_cache(
 _HAS_CACHE = "select count(*) from sqlite_schema where type = 'table' and name = 'embedding_cache'"
 # The vector of the text ?1 that the index holds for the model ?2.
 INDEX_VECTOR = (
-    "select v.vector from chunks c join vectors v on v.chunk_id = c.id"
-    " where length(c.text) = length(?1) and substr(c.text, -24) = substr(?1, -24)"
-    " and c.text = ?1 and v.model_id = ?2 limit 1"
+    "select v.vector from chunk_keys k join chunks c on c.id = k.chunk_id"
+    " join vectors v on v.chunk_id = c.id"
+    " where k.length = length(?1) and k.tail = substr(?1, -24) and c.text = ?1"
+    " and v.model_id = ?2 limit 1"
 )
 # Deletes the cache rows of the cache id ?1 whose vector the index holds for the model ?2, of
 # rowid over ?3.
 _PRUNE = """delete from embedding_cache where model_id = ?1 and rowid > ?3 and exists (
-  select 1 from chunks c join vectors v on v.chunk_id = c.id
-  where length(c.text) = embedding_cache.text_length
-    and substr(c.text, -24) = embedding_cache.text_tail
+  select 1 from chunk_keys k join vectors v on v.chunk_id = k.chunk_id
+  where k.length = embedding_cache.text_length and k.tail = embedding_cache.text_tail
     and v.model_id = ?2 and v.vector = embedding_cache.vector
 )"""
 
@@ -478,14 +500,9 @@ def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
         }
         if "text_length" not in columns:
             _upgrade_cache(conn)
-        present = set(_present(conn))
-        indexes = {
-            n for (n,) in conn.execute("select name from sqlite_schema where type = 'index'")
-        }
         readable = "select count(*) from pragma_module_list where name = 'vector_index'"
         if (
-            not {"meta", "chunks", "vectors"} <= present
-            or "chunks_text_key" not in indexes
+            not {"meta", "chunks", "vectors", "chunk_keys"} <= set(_present(conn))
             or not conn.execute(readable).fetchone()[0]  # the Python functions only
         ):
             return False
@@ -547,8 +564,8 @@ def _adopt_cache(conn: apsw.Connection, model_id: str) -> None:
     matched = conn.execute(
         "select distinct e.model_id from embedding_cache e"
         " where (e.model_id = ?1 or e.model_id like ?1 || '@%') and exists ("
-        "  select 1 from chunks c join vectors v on v.chunk_id = c.id"
-        "  where length(c.text) = e.text_length and substr(c.text, -24) = e.text_tail"
+        "  select 1 from chunk_keys k join vectors v on v.chunk_id = k.chunk_id"
+        "  where k.length = e.text_length and k.tail = e.text_tail"
         "  and v.model_id = ?1 and v.vector = e.vector)",
         (model_id,),
     ).fetchall()

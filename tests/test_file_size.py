@@ -124,7 +124,7 @@ QUERIES = ["staging cluster", "python indentation", "数据库迁移"]
 
 
 def as_schema3(db):
-    """Turns an index of this version into one as schema 3 made it: no chunks_text_key, no record
+    """Turns an index of this version into one as schema 3 made it: no chunk_keys, no record
     of the vectors' cache id, and every vector also in a WITHOUT ROWID embedding_cache."""
     import hashlib
 
@@ -134,7 +134,8 @@ def as_schema3(db):
             "select c.text, v.vector from chunks c join vectors v on v.chunk_id = c.id"
         ).fetchall()
         conn.execute(
-            "drop index chunks_text_key; drop table embedding_cache;"
+            "drop trigger chunk_keys_insert; drop trigger chunk_keys_delete;"
+            " drop trigger chunk_keys_update; drop table chunk_keys; drop table embedding_cache;"
             " delete from meta where key in ('vectors letters', 'cache pruned');"
             " update meta set value = 3 where key = 'schema_version';"
             " create table embedding_cache(model_id text, text_sha256 blob, vector blob,"
