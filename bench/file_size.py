@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 
+import apsw
 import numpy as np
 
 from hybridsql import stats
@@ -59,11 +60,16 @@ def main() -> None:
     parser.add_argument("--model", action="store_true", help="the local model's vectors")
     parser.add_argument("--corpus", default=CORPUS)
     parser.add_argument("--db", default=os.path.join(HERE, "results", "file_size.db"))
+    parser.add_argument("--page-size", type=int, default=None, help="a new file's page size")
     args = parser.parse_args()
     os.makedirs(os.path.dirname(args.db), exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(args.db + suffix):
             os.remove(args.db + suffix)
+    if args.page_size:
+        made = apsw.Connection(args.db)
+        made.execute(f"pragma page_size = {args.page_size}; vacuum")
+        made.close()
     with tempfile.TemporaryDirectory() as folder:
         corpus_copy(args.corpus, args.files, folder)
         provider = LocalProvider() if args.model else StandIn()
