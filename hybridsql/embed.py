@@ -491,7 +491,7 @@ class Embedder:
     shared across processes; None keeps the cache in memory only. ``lru_size`` bounds the
     in-memory cache. Where ``conn`` holds a hybridsql index whose vectors this provider made, a
     text's vector is also looked up there, and the cache's rows that the index holds are deleted
-    (when this Embedder is made, and in its next calls after they were stored or read).
+    (at this Embedder's first call, and in its next calls after they were stored or read).
     """
 
     def __init__(
@@ -510,6 +510,7 @@ class Embedder:
         # [text, checks left].
         self._pending: dict[bytes, list] = {}
         self._index = False  # whether the index's vectors serve as the cache
+        self._pruned = False  # whether what earlier runs left in the cache was pruned
         if conn is not None:
             from .schema import ensure_cache
 
@@ -627,8 +628,13 @@ class Embedder:
     def _prune(self) -> None:
         """Deletes the cache rows of pending texts whose vector the index now holds; a text is
         checked in _CHECKS calls at most (a query's vector never reaches the index)."""
-        from .schema import INDEX_VECTOR
+        from .schema import INDEX_VECTOR, prune_cache
 
+        if self._index and not self._pruned:
+            # At the first call, not when made: an open that fails on a damaged file must
+            # write nothing to it.
+            self._pruned = True
+            prune_cache(self.conn, self.model_id, self.cache_id)
         if not self._pending:
             return
         delete = (

@@ -490,9 +490,9 @@ _PRUNE = """delete from embedding_cache where model_id = ?1 and rowid > ?3 and e
 
 
 def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
-    """Makes the embedding cache if missing (upgrading one of schema 3) and prunes it; returns
-    whether the index in ``conn`` (if any) holds vectors made as ``cache_id`` makes them, so that
-    they serve as the cache."""
+    """Makes the embedding cache if missing (upgrading one of schema 3); returns whether the
+    index in ``conn`` (if any) holds vectors made as ``cache_id`` makes them, so that they serve
+    as the cache. Writes nothing to an index whose record says so already."""
     with conn:
         conn.execute(CACHE_TABLE)
         columns = {
@@ -517,7 +517,6 @@ def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
             # Vectors of another revision are there, and this one may add its own.
             conn.execute("update meta set value = '' where key = ?", (key,))
             return False
-        prune_cache(conn, model_id, cache_id)
         return True
 
 
@@ -526,10 +525,13 @@ def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
     since the last prune (meta 'cache pruned'); returns how many."""
     row = conn.execute("select value from meta where key = 'cache pruned'").fetchone()
     since = row[0] if row else 0
-    conn.execute(_PRUNE, (cache_id, model_id, since))
-    gone = conn.changes()
     last = conn.execute("select coalesce(max(rowid), 0) from embedding_cache").fetchone()[0]
-    conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
+    if last == since:
+        return 0
+    with conn:
+        conn.execute(_PRUNE, (cache_id, model_id, since))
+        gone = conn.changes()
+        conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
     return gone
 
 
