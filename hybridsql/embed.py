@@ -510,7 +510,6 @@ class Embedder:
         # [text, checks left].
         self._pending: dict[bytes, list] = {}
         self._index = False  # whether the index's vectors serve as the cache
-        self._pruned = False  # whether what earlier runs left in the cache was pruned
         if conn is not None:
             from .schema import ensure_cache
 
@@ -610,8 +609,8 @@ class Embedder:
                 self._pending[key] = [texts[key], _CHECKS]
         if self.conn is not None:
             insert = (
-                "INSERT OR REPLACE INTO embedding_cache VALUES (?1, ?2, ?3, length(?4),"
-                " substr(?4, -24))"
+                "INSERT OR REPLACE INTO embedding_cache(model_id, text_sha256, vector,"
+                " text_length, text_tail) VALUES (?1, ?2, ?3, length(?4), substr(?4, -24))"
             )
             rows = [
                 (self.cache_id, key, v.astype("<f4").tobytes(), texts[key])
@@ -630,10 +629,10 @@ class Embedder:
         checked in _CHECKS calls at most (a query's vector never reaches the index)."""
         from .schema import INDEX_VECTOR, prune_cache
 
-        if self._index and not self._pruned:
-            # At the first call, not when made: an open that fails on a damaged file must
-            # write nothing to it.
-            self._pruned = True
+        if self._index:
+            # Rows added since: what earlier runs left, vectors of deleted chunks whose texts
+            # were written again. At a call, not when made: an open that fails on a damaged
+            # file must write nothing to it.
             prune_cache(self.conn, self.model_id, self.cache_id)
         if not self._pending:
             return

@@ -468,9 +468,11 @@ def _fill_fts(conn: apsw.Connection) -> None:
 # meta records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
 # text_length and text_tail are the text's key in chunk_keys.
 
+# Rows are numbered in the order they came (autoincrement: a deleted row's number is not given
+# again), so that a prune looks only at rows added since the last one.
 CACHE_TABLE = """create table if not exists embedding_cache(
-  model_id text, text_sha256 blob, vector blob, text_length integer, text_tail text,
-  primary key (model_id, text_sha256)
+  id integer primary key autoincrement, model_id text not null, text_sha256 blob not null,
+  vector blob not null, text_length integer, text_tail text, unique (model_id, text_sha256)
 )"""
 _HAS_CACHE = "select count(*) from sqlite_schema where type = 'table' and name = 'embedding_cache'"
 # The vector of the text ?1 that the index holds for the model ?2.
@@ -482,7 +484,7 @@ INDEX_VECTOR = (
 )
 # Deletes the cache rows of the cache id ?1 whose vector the index holds for the model ?2, of
 # rowid over ?3.
-_PRUNE = """delete from embedding_cache where model_id = ?1 and rowid > ?3 and exists (
+_PRUNE = """delete from embedding_cache where model_id = ?1 and id > ?3 and exists (
   select 1 from chunk_keys k join vectors v on v.chunk_id = k.chunk_id
   where k.length = embedding_cache.text_length and k.tail = embedding_cache.text_tail
     and v.model_id = ?2 and v.vector = embedding_cache.vector
@@ -517,22 +519,52 @@ def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
             # Vectors of another revision are there, and this one may add its own.
             conn.execute("update meta set value = '' where key = ?", (key,))
             return False
-        return True
+    keep_leaving_vectors(conn, model_id, cache_id)
+    return True
 
 
 def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
     """Deletes the cache's vectors of ``cache_id`` that the index holds, among the rows added
-    since the last prune (meta 'cache pruned'); returns how many."""
+    since the last prune (meta 'cache pruned'); returns how many. Not atomic (SQLite refuses a
+    savepoint where SQL embed() runs, inside a write): stopped between its two statements, it
+    checks the same rows again next time."""
     row = conn.execute("select value from meta where key = 'cache pruned'").fetchone()
     since = row[0] if row else 0
-    last = conn.execute("select coalesce(max(rowid), 0) from embedding_cache").fetchone()[0]
-    if last == since:
+    last = conn.execute("select coalesce(max(id), 0) from embedding_cache").fetchone()[0]
+    if last <= since:
         return 0
-    with conn:
-        conn.execute(_PRUNE, (cache_id, model_id, since))
-        gone = conn.changes()
-        conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
+    conn.execute(_PRUNE, (cache_id, model_id, since))
+    gone = conn.changes()
+    conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
     return gone
+
+
+def keep_leaving_vectors(conn: apsw.Connection, model_id: str, cache_id: str) -> None:
+    """On this connection, a document chunk's vector of ``model_id`` goes into the cache when
+    the chunk is deleted (a file deleted or rewritten): a file that comes back (a `git
+    checkout` of another branch, then back) is not embedded again. A TEMP trigger, since its
+    key is the text's sha256, a function of this connection's; an agent's memories are not kept
+    (a hard delete forgets them). Copies of texts written again at once are pruned
+    (prune_cache)."""
+    import hashlib
+
+    def sha256(text):
+        return hashlib.sha256(text.encode("utf-8")).digest() if isinstance(text, str) else None
+
+    conn.create_scalar_function("hybridsql_text_sha256", sha256, 1, deterministic=True)
+    quote = "'{}'".format
+    conn.execute(
+        "drop trigger if exists temp.hybridsql_keep_vectors;"
+        " create temp trigger hybridsql_keep_vectors before delete on main.chunks"
+        " when old.kind = 'document' begin"
+        " insert or ignore into embedding_cache(model_id, text_sha256, vector, text_length,"
+        " text_tail)"
+        f" select {quote(cache_id.replace(chr(39), chr(39) * 2))},"
+        " hybridsql_text_sha256(old.text), v.vector, length(old.text), substr(old.text, -24)"
+        f" from vectors v where v.chunk_id = old.id"
+        f" and v.model_id = {quote(model_id.replace(chr(39), chr(39) * 2))};"
+        " end"
+    )
 
 
 def _upgrade_cache(conn: apsw.Connection) -> None:

@@ -72,11 +72,32 @@ def test_the_cache_keeps_no_copy_of_the_index_and_an_edit_embeds_only_new_texts(
         idx.index_folder(str(memory_dir))
         after = chunk_texts(idx.conn)
         assert sorted(again.asked) == sorted(after - before) and again.asked
-        # The last call's vectors wait in the cache until the next Embedder is made.
-        assert cached_in_index(idx.conn) <= len(again.asked)
+        # The file's old chunks went into the cache as it was written again: the copies of
+        # those written again leave it at the next call.
+        assert cached_in_index(idx.conn) > 0
+        idx.embedder.embed(["a query"])
+        assert cached_in_index(idx.conn) == 0
     with HybridIndex(db, embedder=Letters()) as idx:
         idx.embedder.embed(["a query"])
         assert cached_in_index(idx.conn) == 0
+
+
+def test_a_deleted_files_vectors_wait_in_the_cache_for_it_to_come_back(tmp_path, memory_dir):
+    db = str(tmp_path / "mem.db")
+    with HybridIndex(db, embedder=Letters()) as idx:
+        idx.index_folder(str(memory_dir))
+    moved = tmp_path / "elsewhere"
+    os.rename(memory_dir / "notes", moved)
+    provider = Letters()
+    with HybridIndex(db, embedder=provider) as idx:
+        idx.index_folder(str(memory_dir))
+        kept = idx.conn.execute("select count(*) from embedding_cache").fetchone()[0]
+        assert kept > 0 and cached_in_index(idx.conn) == 0
+        os.rename(moved, memory_dir / "notes")
+        idx.index_folder(str(memory_dir))
+        idx.embedder.embed(["a query"])
+        assert idx.conn.execute("select count(*) from embedding_cache").fetchone()[0] == 1
+    assert provider.asked == ["a query"]
 
 
 def test_a_querys_vector_stays_in_the_cache(tmp_path, memory_dir):
