@@ -51,10 +51,11 @@ _log = logging.getLogger(__name__)
 
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
 _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
-# The calls of an Embedder that look for a vector it cached in the index, before its row stays
-# for the next Embedder made on the database (schema.prune_cache): a file's chunks are written
-# once all have vectors, and a large file's are embedded over several calls.
-_CHECKS = 64
+# How long an Embedder looks for a vector it cached in the index: a file's chunks are written
+# once all have vectors, and a large file's (thousands of chunks) are embedded over many calls.
+# A text is looked for 1, 2, 4, ... calls after it was cached, up to _CHECKS calls after: a few
+# looks each, while a query's vector, which never reaches the index, is let go.
+_CHECKS = 4096
 
 
 class EmbeddingProvider(Protocol):
@@ -509,6 +510,7 @@ class Embedder:
         # Texts whose vector is in embedding_cache and may since have reached the index: key ->
         # [text, checks left].
         self._pending: dict[bytes, list] = {}
+        self._calls = 0  # calls to embed() so far
         self._index = False  # whether the index's vectors serve as the cache
         if conn is not None:
             from .schema import ensure_cache
@@ -582,7 +584,7 @@ class Embedder:
             (self.cache_id, key),
         ).fetchone()
         if row is not None and self._index:
-            self._pending[key] = [text, _CHECKS]
+            self._pending[key] = [text, self._calls]
         elif row is None and self._index:
             row = self.conn.execute(INDEX_VECTOR, (text, self.model_id)).fetchone()
         if row is None:
@@ -606,7 +608,7 @@ class Embedder:
         for key, vector in vectors.items():
             self._remember(key, vector)
             if self._index:
-                self._pending[key] = [texts[key], _CHECKS]
+                self._pending[key] = [texts[key], self._calls]
         if self.conn is not None:
             insert = (
                 "INSERT OR REPLACE INTO embedding_cache(model_id, text_sha256, vector,"
@@ -624,11 +626,22 @@ class Embedder:
                 with self.conn:
                     self.conn.executemany(insert, rows)
 
-    def _prune(self) -> None:
-        """Deletes the cache rows of pending texts whose vector the index now holds; a text is
-        checked in _CHECKS calls at most (a query's vector never reaches the index)."""
+    def close(self) -> None:
+        """Deletes the cache rows this Embedder stored or read whose vectors the index now holds
+        (HybridIndex.close calls it); a row it leaves (a process killed) serves as the cache."""
+        with self._lock:
+            if self.conn is not None:
+                # A full disk, a busy file: the rows stay, as a cache.
+                with contextlib.suppress(apsw.Error):
+                    self._prune(every=True)
+
+    def _prune(self, every: bool = False) -> None:
+        """Deletes the cache rows of pending texts whose vector the index now holds: each text
+        ``every`` time, else 1, 2, 4... calls after it was cached; one cached _CHECKS calls ago
+        is let go (a query's vector never reaches the index)."""
         from .schema import INDEX_VECTOR, prune_cache
 
+        self._calls += 1
         if self._index:
             # Rows added since: what earlier runs left, vectors of deleted chunks whose texts
             # were written again. At a call, not when made: an open that fails on a damaged
@@ -641,10 +654,14 @@ class Embedder:
             f" AND vector = ({INDEX_VECTOR})"
         )
         with contextlib.nullcontext() if self.conn.in_transaction else self.conn:
-            for key, entry in list(self._pending.items()):
-                self.conn.execute(delete, (entry[0], self.model_id, self.cache_id, key))
-                entry[1] -= 1
-                if self.conn.changes() or not entry[1]:
+            for key, (text, born) in list(self._pending.items()):
+                age = self._calls - born
+                if every or not age & (age - 1):  # a power of two
+                    self.conn.execute(delete, (text, self.model_id, self.cache_id, key))
+                    if self.conn.changes():
+                        del self._pending[key]
+                        continue
+                if age >= _CHECKS:
                     del self._pending[key]
 
     def _remember(self, key: bytes, vector: np.ndarray) -> None:
