@@ -432,14 +432,12 @@ def _upgrade_from_2(conn: apsw.Connection) -> None:
 def _upgrade_from_3(conn: apsw.Connection) -> None:
     """Schema 3 kept every vector twice: in vectors and in embedding_cache (a WITHOUT ROWID
     table, whose 1.5 KB rows each spilled onto an overflow page: 4.6 KB a vector). The cache is
-    made again as CACHE_TABLE, and its vectors that the index holds leave it (prune_cache); the
-    index's vectors serve as the cache from then on (found by chunk_keys, made by TABLES)."""
+    made again as CACHE_TABLE without the vectors that the index holds; the index's vectors serve
+    as the cache from then on (found by chunk_keys, made by TABLES)."""
     conn.execute(TABLES)
     conn.execute(_FILL_CHUNK_KEYS)
     if conn.execute(_HAS_CACHE).fetchone()[0]:
         _upgrade_cache(conn)
-        for (model,) in conn.execute("select distinct model_id from vectors").fetchall():
-            _adopt_cache(conn, model)
     conn.execute("update meta set value = 4 where key = 'schema_version'")
 
 
@@ -569,46 +567,40 @@ def keep_leaving_vectors(conn: apsw.Connection, model_id: str, cache_id: str) ->
 
 def _upgrade_cache(conn: apsw.Connection) -> None:
     """The cache of schema 3 (model_id, text_sha256, vector), WITHOUT ROWID, made again as
-    CACHE_TABLE; each row's text key is found from the chunks of the same text."""
+    CACHE_TABLE with the rows that the index lacks, each with its text's key when a chunk has
+    its text. For each model, the cache id whose rows the index holds byte for byte is recorded
+    as the one that made its vectors (none when two did)."""
     import hashlib
 
+    present = set(_present(conn))
+    texts = {}
+    if "chunks" in present:
+        for (text,) in conn.execute("select distinct text from chunks"):
+            texts[hashlib.sha256(text.encode("utf-8")).digest()] = text
+    readable = "select count(*) from pragma_module_list where name = 'vector_index'"
+    index = {"vectors", "chunk_keys"} <= present and conn.execute(readable).fetchone()[0]
+    models = [m for (m,) in conn.execute("select distinct model_id from vectors")] if index else []
     conn.execute("alter table embedding_cache rename to embedding_cache_3")
     conn.execute(CACHE_TABLE)
-    conn.execute(
-        "insert into embedding_cache(model_id, text_sha256, vector)"
-        " select model_id, text_sha256, vector from embedding_cache_3"
+    made_by: dict = {}
+    insert = (
+        "insert into embedding_cache(model_id, text_sha256, vector, text_length, text_tail)"
+        " values (?1, ?2, ?3, length(?4), substr(?4, -24))"
     )
+    old = "select model_id, text_sha256, vector from embedding_cache_3"
+    for cache_id, key, vector in conn.execute(old).fetchall():
+        text = texts.get(key)
+        model = next((m for m in models if cache_id == m or cache_id.startswith(m + "@")), None)
+        if text is not None and model is not None:
+            found = conn.execute(INDEX_VECTOR, (text, model)).fetchone()
+            if found is not None and found[0] == vector:
+                made_by.setdefault(model, set()).add(cache_id)
+                continue
+        conn.execute(insert, (cache_id, key, vector, text))
     conn.execute("drop table embedding_cache_3")
-    if "chunks" not in set(_present(conn)):
-        return
-    keys = {}
-    for (text,) in conn.execute("select distinct text from chunks"):
-        keys[hashlib.sha256(text.encode("utf-8")).digest()] = text
-    update = (
-        "update embedding_cache set text_length = length(?2), text_tail = substr(?2, -24)"
-        " where text_sha256 = ?1"
-    )
-    conn.executemany(update, keys.items())
-
-
-def _adopt_cache(conn: apsw.Connection, model_id: str) -> None:
-    """For an index of schema 3: records which cache id made the index's vectors of
-    ``model_id`` (the one whose cached vectors equal them, when only one does), and prunes the
-    cache's copies of them."""
-    matched = conn.execute(
-        "select distinct e.model_id from embedding_cache e"
-        " where (e.model_id = ?1 or e.model_id like ?1 || '@%') and exists ("
-        "  select 1 from chunk_keys k join vectors v on v.chunk_id = k.chunk_id"
-        "  where k.length = e.text_length and k.tail = e.text_tail"
-        "  and v.model_id = ?1 and v.vector = e.vector)",
-        (model_id,),
-    ).fetchall()
-    if len(matched) != 1:
-        return
-    conn.execute(
-        "insert or replace into meta values (?, ?)", (f"vectors {model_id}", matched[0][0])
-    )
-    conn.execute(_PRUNE, (matched[0][0], model_id, 0))
+    for model, ids in made_by.items():
+        record = ids.pop() if len(ids) == 1 else ""
+        conn.execute("insert or replace into meta values (?, ?)", (f"vectors {model}", record))
 
 
 def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:
