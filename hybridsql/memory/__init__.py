@@ -1,0 +1,65 @@
+"""An agent's memories, its sessions and their links, searched by the one hybrid statement.
+
+A memory's content is a ``chunks`` row (kind 'memory', path '', so temporal_decay() leaves it
+alone) with its vector and FTS entries; the table ``memories``, keyed by that chunk id, holds the
+rest. A memory search is :meth:`Searcher.search` with the Profile of :func:`memory_profile`: its
+filters run inside both candidate lists, before their top-k, and its relevance is the ranking
+below, computed in the same statement:
+
+    relevance = clamp[0, 1]((0.4 semantic + 0.25 keyword + 0.2 salience + 0.15 recency)
+                            * sector boost * (0.5 if superseded else 1))
+    recency   = exp(-0.05 * days since created)
+
+Every number is a field of :class:`Ranking`. Documents (the memory folder's files) are searched
+by the same statement with a filter on ``kind``.
+
+The package by concern (each module's docstring says what it owns): ``records`` (constants,
+dataclasses, checks), ``ranking`` (Ranking, memory_profile), and MemoryStore in ``store``, made of
+one mixin per concern: ``writes``, ``sessions``, ``timeline``, ``recall`` (memory search) and
+``folder`` (the memory folder). This module only re-exports: ``from hybridsql.memory import ...``
+names what it always did.
+"""
+
+from hybridsql.memory.ranking import COLUMNS, RANKING_NUMBERS, RELEVANCE, Ranking, memory_profile
+from hybridsql.memory.recall import MemorySearch
+from hybridsql.memory.records import (
+    DAY,
+    MAX_MEMORY_CHARS,
+    PREVIEW_CHARS,
+    READ_ONLY_NOTE,
+    RELATED_TO,
+    SECTORS,
+    SUPERSEDES,
+    ExtractedEntry,
+    Memory,
+    MemoryHit,
+    Session,
+    SessionContext,
+    TimelineEntry,
+    transaction,
+)
+from hybridsql.memory.store import MemoryStore
+
+__all__ = [
+    "COLUMNS",
+    "DAY",
+    "MAX_MEMORY_CHARS",
+    "PREVIEW_CHARS",
+    "RANKING_NUMBERS",
+    "READ_ONLY_NOTE",
+    "RELATED_TO",
+    "RELEVANCE",
+    "SECTORS",
+    "SUPERSEDES",
+    "ExtractedEntry",
+    "Memory",
+    "MemoryHit",
+    "MemorySearch",
+    "MemoryStore",
+    "Ranking",
+    "Session",
+    "SessionContext",
+    "TimelineEntry",
+    "memory_profile",
+    "transaction",
+]

@@ -1,0 +1,145 @@
+"""How memories rank: Ranking (every number of the formula), and memory_profile, the Profile
+that puts the formula, the filters and the memory's columns into the one search statement."""
+
+from dataclasses import dataclass, field
+
+from hybridsql.errors import QueryError
+from hybridsql.memory.records import _SOURCE_SESSION, DAY, PREVIEW_CHARS, SECTORS, SUPERSEDES
+from hybridsql.search import Profile, finite
+
+
+@dataclass
+class Ranking:
+    """The numbers of the memory ranking; see hybridsql.memory's docstring for the formula."""
+
+    semantic: float = 0.4
+    keyword: float = 0.25
+    salience: float = 0.2
+    recency: float = 0.15
+    recency_rate: float = 0.05  # per day
+    sector_boost: dict = field(
+        default_factory=lambda: {
+            "reflective": 1.2,
+            "semantic": 1.1,
+            "procedural": 1.0,
+            "emotional": 0.9,
+            "episodic": 0.8,
+        }
+    )
+    superseded_factor: float = 0.5
+    recall_boost: float = 0.02  # salience a memory gains each time a search returns it
+
+    def check(self) -> None:
+        """Raises QueryError for a number no ranking can use."""
+        numbers = [(n, getattr(self, n)) for n in RANKING_NUMBERS] + [
+            (f"sector_boost of {sector}", boost) for sector, boost in self.sector_boost.items()
+        ]
+        for name, value in numbers:
+            if not finite(value):
+                raise QueryError(f"ranking {name} must be a finite number, not {value!r}")
+        for name in ("semantic", "keyword", "salience", "recency", "recency_rate"):
+            if getattr(self, name) < 0:
+                raise QueryError(f"ranking {name} must be >= 0, not {getattr(self, name)!r}")
+        for name in ("superseded_factor", "recall_boost"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise QueryError(f"ranking {name} must be in [0, 1], not {getattr(self, name)!r}")
+        for sector, boost in self.sector_boost.items():
+            if sector not in SECTORS:
+                raise QueryError(f"sector_boost has an unknown sector {sector!r}")
+            if boost < 0:
+                raise QueryError(f"sector_boost of {sector} must be >= 0, not {boost!r}")
+
+    def params(self) -> dict:
+        return {
+            "mem_semantic": self.semantic,
+            "mem_keyword": self.keyword,
+            "mem_salience": self.salience,
+            "mem_recency": self.recency,
+            "mem_recency_rate": self.recency_rate,
+            "mem_superseded_factor": self.superseded_factor,
+            **{f"mem_boost_{s}": float(self.sector_boost.get(s, 1.0)) for s in SECTORS},
+        }
+
+
+RANKING_NUMBERS = (
+    "semantic",
+    "keyword",
+    "salience",
+    "recency",
+    "recency_rate",
+    "superseded_factor",
+    "recall_boost",
+)
+
+# The relevance of a memory, over the columns of the search statement's ``scored`` CTE and the
+# profile's columns below; ``:now`` is bound by the search.
+RELEVANCE = (
+    "max(0.0, min(1.0, (:mem_semantic * vector_score + :mem_keyword * keyword_score"
+    " + :mem_salience * salience"
+    f" + :mem_recency * exp(-:mem_recency_rate * max(0.0, :now - memory_created_at) / {DAY}))"
+    " * case sector "
+    + " ".join(f"when '{s}' then :mem_boost_{s}" for s in SECTORS)
+    + " else 1.0 end"
+    " * case when valid_until is null then 1.0 else :mem_superseded_factor end))"
+)
+
+COLUMNS = {
+    "project": "m.project",
+    "sector": "m.sector",
+    "tier": "m.tier",
+    "salience": "m.salience",
+    "valid_until": "m.valid_until",
+    "memory_created_at": "m.created_at",
+    "source_session": _SOURCE_SESSION.format(id="c.id"),
+    "superseded_by": (
+        f"(select json_object('id', n.chunk_id, 'content', substr(nc.text, 1, {PREVIEW_CHARS}),"
+        " 'created_at', n.created_at) from memory_links l"
+        " join memories n on n.chunk_id = l.from_id join chunks nc on nc.id = n.chunk_id"
+        f" where l.to_id = c.id and l.relation = '{SUPERSEDES}' and n.deleted = 0"
+        " order by n.created_at desc limit 1)"
+    ),
+    "related_count": (
+        "(select count(*) from memories o where o.deleted = 0 and o.chunk_id in"
+        " (select to_id from memory_links where from_id = c.id"
+        " union select from_id from memory_links where to_id = c.id))"
+    ),
+}
+
+
+def memory_profile(
+    ranking: Ranking,
+    project: str | None = None,
+    sector: str | None = None,
+    tier: str | None = None,
+    min_salience: float = 0.0,
+    include_superseded: bool = False,
+    session_id: int | None = None,
+) -> Profile:
+    """The Profile of a memory search: the filters given, the ranking, the result columns."""
+    filters, params = ["m.deleted = 0"], ranking.params()
+    if not include_superseded:
+        filters.append("m.valid_until is null")
+    given = [
+        ("m.project = :mem_project", "mem_project", project),
+        ("m.sector = :mem_sector", "mem_sector", sector),
+        ("m.tier = :mem_tier", "mem_tier", tier),
+        ("m.salience >= :mem_min_salience", "mem_min_salience", min_salience or None),
+        (
+            "m.chunk_id in"
+            " (select memory_id from session_memories where session_id = :mem_session)",
+            "mem_session",
+            session_id,
+        ),
+    ]
+    for condition, name, value in given:
+        if value is not None:
+            filters.append(condition)
+            params[name] = value
+    return Profile(
+        kind="memory",
+        join="join memories m on m.chunk_id = c.id",
+        filters=" and ".join(filters),
+        relevance=RELEVANCE,
+        columns=COLUMNS,
+        params=params,
+    )

@@ -1,0 +1,43 @@
+"""MemoryStore: an agent's memories, sessions and memory folder in a HybridIndex, its methods
+gathered from one mixin per concern (writes, sessions, timeline, recall, folder)."""
+
+import time
+
+from hybridsql.memory.folder import Folder
+from hybridsql.memory.ranking import Ranking
+from hybridsql.memory.recall import Recall
+from hybridsql.memory.records import _max_memory_chars
+from hybridsql.memory.sessions import Sessions
+from hybridsql.memory.timeline import Timeline
+from hybridsql.memory.writes import Writes
+from hybridsql.search import SearchOptions
+
+
+class MemoryStore(Writes, Sessions, Timeline, Recall, Folder):
+    """An agent's memories and sessions in a HybridIndex, and the memory folder it writes to.
+
+    ``options`` are the SearchOptions memory searches start from (backend, candidate pool,
+    vector floor...); ``document_options`` those of document searches. ``clock`` gives the time
+    in unix seconds. ``max_chars`` bounds what one memory (or one note extract_memory writes)
+    may hold: default $HYBRIDSQL_MAX_MEMORY_CHARS, else MAX_MEMORY_CHARS.
+    """
+
+    def __init__(
+        self,
+        index: "HybridIndex",  # noqa: F821 (hybridsql.index, imported on first use)
+        memory_dir: str | None = None,
+        ranking: Ranking | None = None,
+        options: SearchOptions | None = None,
+        document_options: SearchOptions | None = None,
+        clock=time.time,
+        max_chars: int | None = None,
+    ):
+        self.max_chars = _max_memory_chars() if max_chars is None else max_chars
+        self.index = index
+        self.conn = index.conn
+        self.memory_dir = memory_dir
+        self.ranking = ranking or Ranking()
+        self.ranking.check()
+        self.options = options or SearchOptions(prefix=True, min_score=0.0)
+        self.document_options = document_options or SearchOptions(prefix=True)
+        self.clock = clock

@@ -1,0 +1,163 @@
+"""Search options: SearchOptions, the value checks every search runs, and the limits.
+
+What a search can be told, declared once (see hybridsql.options), and checked before anything
+reaches SQL: the choices, the counts (at most MAX_RESULTS, the extension's largest k) and the
+numbers, the same for every way in.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from hybridsql.errors import QueryError
+from hybridsql.functions import BACKENDS, MAX_K
+from hybridsql.options import option
+
+MODES = ("hybrid", "keyword", "semantic")
+FUSIONS = ("linear", "rrf")
+KEYWORD_NORMS = ("max", "saturation")
+# The most results, candidates or terms a search takes: the extension's maximum k, so every
+# count is checked before it reaches SQL, the same for every way in.
+MAX_RESULTS = MAX_K
+# The longest query, in characters: a megabyte of text. A search reads no more of a query than
+# it needs for its MAX_TERMS distinct terms and the model's tokens, but what reads the whole of
+# it (cleaning, splitting) still grows with its length, and the MCP server answers one call at
+# a time.
+MAX_QUERY_CHARS = 1_000_000
+
+
+@dataclass
+class SearchOptions:
+    """Everything a search can be told: HybridIndex.search's keyword arguments and, derived from
+    these fields (see hybridsql.options), the flags of ``hybridsql search``."""
+
+    mode: str = option(
+        "hybrid", "keyword (FTS5 bm25), semantic (vectors) or both fused", choices=MODES
+    )
+    vector_weight: float = option(0.7, "weight of the vector score in the linear fusion")
+    keyword_weight: float = option(0.3, "weight of the keyword score in the linear fusion")
+    min_score: float = option(0.1, "drop results whose relevance (before decay) is lower")
+    max_results: int = option(10, "how many results", short="-n")
+    half_life_days: float = option(
+        30.0, "days for a dated note's (memory/YYYY-MM-DD.md) score to halve", flag="--half-life"
+    )
+    candidate_pool: int = option(100, "candidates taken from each side", flag="--pool")
+    fusion: str = option("linear", "linear (weighted scores) or rrf (ranks)", choices=FUSIONS)
+    keyword_norm: str = option(
+        "max",
+        "bm25 to [0, 1]: max (relative to the best) or saturation (absolute)",
+        choices=KEYWORD_NORMS,
+    )
+    keyword_terms: int = option(
+        0, "keep only the N rarest query words for bm25 (faster on long queries); 0 keeps all"
+    )
+    saturation: float = option(10.0, "the bm25 at which keyword_norm=saturation gives 0.5")
+    vector_floor: float = option(0.25, "cosine below which a vector match counts as noise")
+    prefix: bool = option(False, "match word prefixes (auth finds authentication)")
+    mmr: bool = option(False, "re-rank for diversity (maximal marginal relevance)")
+    mmr_lambda: float = option(0.7, "MMR's balance: 1 is relevance alone, 0 diversity alone")
+    backend: str = option(
+        "auto", "where vectors are ranked: the extension, numpy or pure Python", choices=BACKENDS
+    )
+    now: float | str | None = option(
+        None, "the time to decay against: unix seconds or an ISO date (2026-11-22); default now"
+    )
+    decay: bool = option(
+        True, "dated notes lose score with age; --no-decay ranks them by relevance alone"
+    )
+    group_by_file: bool = option(
+        False, "one result per file: its best chunk, with the lines of its other matches"
+    )
+
+    def check(self) -> None:
+        """Raises QueryError for a value no search can use."""
+        choices = {
+            "mode": MODES,
+            "fusion": FUSIONS,
+            "keyword_norm": KEYWORD_NORMS,
+            "backend": BACKENDS,
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise QueryError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+        for name in COUNTS:
+            value, low = getattr(self, name), COUNTS[name]
+            if not whole(value) or not low <= value <= MAX_RESULTS:
+                rule = f"an integer from {low} to {MAX_RESULTS}"
+                raise QueryError(f"{name} must be {rule}, not {value!r}")
+        for name in NUMBERS:
+            value = getattr(self, name)
+            if name == "now":
+                if value is None:
+                    continue
+                value = unix_time(value)
+            if not finite(value):
+                raise QueryError(f"{name} must be a finite number, not {value!r}")
+        ranges = [
+            ("vector_weight", self.vector_weight >= 0, ">= 0"),
+            ("keyword_weight", self.keyword_weight >= 0, ">= 0"),
+            ("saturation", self.saturation > 0, "> 0"),
+            ("half_life_days", self.half_life_days > 0, "> 0"),
+            ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
+            ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
+        ]
+        for name, ok, rule in ranges:
+            if not ok:
+                raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+
+
+def unix_time(value):
+    """``now`` as unix seconds: a number as it is, or text: a number, or an ISO-8601 date or
+    time (``2026-11-22``, ``2026-11-22T09:30:00Z``), UTC when it has no offset, as
+    temporal_decay() reads it."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        # Python 3.10's fromisoformat does not take the Z suffix.
+        moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", value.strip()))
+    except ValueError:
+        raise QueryError(
+            f"now must be unix seconds or an ISO-8601 date or time like 2026-11-22, not {value!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def whole(value) -> bool:
+    """Whether ``value`` is an integer (a bool is not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def finite(value) -> bool:
+    """Whether ``value`` is a number SQLite takes as it is: a float neither NaN nor infinite,
+    or an integer of 64 bits (a bool is neither)."""
+    if whole(value):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+# The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
+# every term.
+COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0}
+NUMBERS = (
+    "vector_weight",
+    "keyword_weight",
+    "min_score",
+    "half_life_days",
+    "saturation",
+    "vector_floor",
+    "mmr_lambda",
+    "now",
+)
+
+
+def params_limit(opts: SearchOptions) -> int:
+    """MMR picks from the whole pool; otherwise the statement stops at max_results."""
+    return max(opts.candidate_pool, opts.max_results) if opts.mmr else opts.max_results

@@ -1,0 +1,51 @@
+"""Search results: SearchResult (one chunk found, and how its score was made) and SearchResults."""
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class SearchResult:
+    """One chunk found: where it is, its text, and how its score was made."""
+
+    id: int
+    kind: str
+    path: str
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    snippet: str
+    score: float
+    relevance: float
+    vector_score: float | None
+    keyword_score: float | None
+    decay: float
+    match_type: str
+    # With group_by_file: [start_line, end_line] of the file's other chunks that matched.
+    other_ranges: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # the profile's columns
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResults:
+    """The results of one search, with what ran and why (``notes``)."""
+
+    results: list = field(default_factory=list)
+    mode: str = "hybrid"
+    backend: str = "sql"
+    keyword_tier: str = "none"  # what found the keyword matches: fts, like or none
+    notes: list = field(default_factory=list)
+    sql: str = ""
+    params: dict = field(default_factory=dict)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self):
+        return len(self.results)
+
+    def __getitem__(self, i):
+        return self.results[i]

@@ -1,0 +1,218 @@
+"""The searcher: runs one search on a connection, from the query to SearchResults.
+
+It checks the options, embeds the query, makes the keyword plan, finds vector candidates in
+Python where the extension cannot, runs the statement, reads its rows by column name, and
+re-ranks for diversity (MMR) when asked.
+"""
+
+import json
+import re
+import time
+from dataclasses import asdict
+
+from hybridsql.discovery import is_markdown
+from hybridsql.errors import QueryError
+from hybridsql.schema import FTS_TABLES, has_fts
+from hybridsql.search.keywords import _like_pattern, clean_text, keyword_plan
+from hybridsql.search.options import MAX_QUERY_CHARS, SearchOptions, params_limit, unix_time
+from hybridsql.search.results import SearchResult, SearchResults
+from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
+from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
+
+
+class Searcher:
+    """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
+    ``vectors`` table can be queried; otherwise the vector side always runs in Python."""
+
+    def __init__(self, conn, embedder=None, native: bool = True):
+        self.conn = conn
+        self.embedder = embedder
+        self.native = native
+        self.readers = {}  # numpy or python -> VectorReader, which keeps the blocks it read
+        self.fts = has_fts(conn)
+
+    def search(
+        self, query: str, opts: SearchOptions | None = None, profile: Profile | None = None
+    ) -> SearchResults:
+        opts = opts or SearchOptions()
+        opts.check()
+        profile = profile or document_profile()
+        if not isinstance(query, str):
+            raise QueryError(f"query must be text, not {type(query).__name__}")
+        if len(query) > MAX_QUERY_CHARS:
+            raise QueryError(
+                f"the query is {len(query):,} characters long, over the limit of "
+                f"{MAX_QUERY_CHARS:,}; search with its key sentences"
+            )
+        query = clean_text(query)
+        mode, notes = opts.mode, []
+        if mode != "keyword" and self.embedder is None:
+            notes.append("no embedding provider is configured: keyword-only search")
+            mode = "keyword"
+        query_vector = None
+        if mode != "keyword":
+            query_vector = self.embedder.embed_one(query).astype("<f4")
+            if not query_vector.any():
+                # The provider's zero vector: text it cannot read (see embed.READABLE).
+                notes.append(
+                    f"{self.embedder.model_id} cannot read this query: keyword-only search"
+                )
+                mode, query_vector = "keyword", None
+        opts = SearchOptions(**{**asdict(opts), "mode": mode})
+        plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
+        params = {
+            "pool": max(opts.candidate_pool, opts.max_results),
+            "fts_query": plan.match,
+            "fts_terms": json.dumps(plan.any_of),
+            "keyword_terms": opts.keyword_terms,
+            "vector_floor": opts.vector_floor,
+            "vector_weight": opts.vector_weight,
+            "keyword_weight": opts.keyword_weight,
+            "saturation": opts.saturation,
+            "now": time.time() if opts.now is None else unix_time(opts.now),
+            "half_life_days": opts.half_life_days,
+            "min_score": opts.min_score,
+            "limit": params_limit(opts),
+            "kind": profile.kind,
+            **{f"like{i}": _like_pattern(t) for i, t in enumerate(plan.like_terms)},
+            **profile.params,
+        }
+        source, backend, vector_of = None, self._backend(opts), None
+        if query_vector is not None:
+            params["query_vector"] = query_vector.tobytes()
+            params["model"] = self.embedder.model_id
+            vector_of = self._vector_of(len(query_vector))
+            source = "knn" if backend == "extension" else "json"
+            if source == "json":
+                params["vector_candidates"] = json.dumps(
+                    self._python_topk(backend, params, profile)
+                )
+        sql = build_statement(plan, opts, source, profile, self.native, vector_of)
+        used = set(re.findall(r":([a-z_0-9]+)", sql))
+        params = {k: v for k, v in params.items() if k in used}
+        names = result_names(profile)
+        rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
+        terms = highlight_terms(query)
+        results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
+        if opts.mmr and results:
+            results = self._mmr(results, params, opts, vector_of)
+        return SearchResults(
+            results=results[: opts.max_results],
+            mode=mode,
+            backend=backend,
+            keyword_tier=next((r["keyword_tier"] for r in rows if r["keyword_tier"]), "none"),
+            notes=notes,
+            sql=sql,
+            params=params,
+        )
+
+    def _backend(self, opts) -> str:
+        """What finds the vector candidates: the extension in SQL, or numpy or pure Python."""
+        if opts.backend == "auto":
+            return "extension" if self.native else "numpy"
+        if opts.backend == "extension" and not self.native:
+            raise QueryError(
+                "backend extension needs hybridsql's native extension, which this connection has"
+                " not loaded: use backend numpy or python"
+            )
+        return opts.backend
+
+    def _vector_of(self, dims: int):
+        """SQL for the vector of the chunk whose id is id_sql, in the current model."""
+        if self.native:
+            return lambda id_sql: (
+                f"(select v.vector from vectors v where v.chunk_id = {id_sql}"
+                " and v.model_id = :model)"
+            )
+        reader = self._reader("numpy")
+        return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
+
+    def _reader(self, math_: str) -> "VectorReader":  # noqa: F821 (imported on first use)
+        from hybridsql.vectors import VectorReader
+
+        if math_ not in self.readers:
+            self.readers[math_] = VectorReader(self.conn, "vectors", math_=math_)
+        return self.readers[math_]
+
+    def _python_topk(self, backend, params, profile) -> list:
+        """The vector candidates found by VectorReader (numpy or pure Python), the filters'
+        rows only."""
+        ids = None
+        if profile.filters:
+            ids = [
+                r[0]
+                for r in self.conn.execute(
+                    f"select c.id from chunks c {profile.join} where {profile.filters}",
+                    profile.params,
+                )
+            ]
+        where = {"model_id": params["model"], "kind": profile.kind}
+        return self._reader(backend).topk(params["query_vector"], params["pool"], where, ids)
+
+    @staticmethod
+    def _result(row: dict, terms, prefix, extra_names) -> SearchResult:
+        """A row of the statement, by column name (statement.result_names), as a SearchResult."""
+        kind, path, start, text = row["kind"], row["path"], row["start_line"], row["text"]
+        heading, ranges = row["heading"], row["file_ranges"]
+        semantic, keyword = row["semantic_hit"], row["keyword_hit"]
+        match = "both" if semantic and keyword else ("semantic" if semantic else "keyword")
+        if keyword and (kind != "document" or is_markdown(path)):  # plain text has no headings
+            heading = matched_heading(text, heading, start, terms, prefix)
+        end = row["end_line"]
+        return SearchResult(
+            id=row["id"],
+            kind=kind,
+            path=path,
+            start_line=start,
+            end_line=end,
+            heading=heading,
+            text=text,
+            snippet=make_snippet(text, terms, prefix=prefix),
+            score=row["score"],
+            relevance=row["relevance"],
+            vector_score=row["cosine"],
+            keyword_score=row["keyword_score"] if keyword else None,
+            decay=row["decay"],
+            match_type=match,
+            other_ranges=[r for r in json.loads(ranges) if r != [start, end]] if ranges else [],
+            extra={name: row[name] for name in extra_names},
+        )
+
+    def _mmr(self, results, params, opts, vector_of):
+        """Maximal marginal relevance: trade a little score for results unlike those above."""
+        if "query_vector" not in params:
+            return results
+        ids = [r.id for r in results]
+        marks = ", ".join(f":id{i}" for i in range(len(ids)))
+        blobs = dict(
+            self.conn.execute(
+                f"select c.id, {vector_of('c.id')} from chunks c where c.id in ({marks})",
+                {"model": params["model"], **{f"id{i}": v for i, v in enumerate(ids)}},
+            ).fetchall()
+        )
+        import numpy as np
+
+        vecs = {}
+        for i in ids:
+            if blobs.get(i) is not None:
+                v = np.frombuffer(blobs[i], dtype="<f4").astype(np.float64)
+                n = np.linalg.norm(v)
+                vecs[i] = v / n if n else v
+        chosen, rest = [], list(results)
+        while rest and len(chosen) < opts.max_results:
+
+            def gain(r):
+                sim = max(
+                    (
+                        float(vecs[r.id] @ vecs[c.id])
+                        for c in chosen
+                        if r.id in vecs and c.id in vecs
+                    ),
+                    default=0.0,
+                )
+                return opts.mmr_lambda * r.score - (1 - opts.mmr_lambda) * sim
+
+            best = max(rest, key=gain)
+            chosen.append(best)
+            rest.remove(best)
+        return chosen
