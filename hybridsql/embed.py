@@ -491,8 +491,9 @@ class Embedder:
     ``conn`` is an apsw.Connection holding the table ``embedding_cache`` (created if missing),
     shared across processes; None keeps the cache in memory only. ``lru_size`` bounds the
     in-memory cache. Where ``conn`` holds a hybridsql index whose vectors this provider made, a
-    text's vector is also looked up there, and the cache's rows that the index holds are deleted
-    (at this Embedder's first call, and in its next calls after they were stored or read).
+    text's vector is also looked up there, and the cache's rows that the index holds are deleted:
+    at each call those added since the last one (by any process), in later calls those it
+    stored or read, and when it is closed.
     """
 
     def __init__(
@@ -508,7 +509,7 @@ class Embedder:
         self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         # Texts whose vector is in embedding_cache and may since have reached the index: key ->
-        # [text, checks left].
+        # [text, the call it was cached or read at].
         self._pending: dict[bytes, list] = {}
         self._calls = 0  # calls to embed() so far
         self._index = False  # whether the index's vectors serve as the cache

@@ -459,11 +459,12 @@ def _fill_fts(conn: apsw.Connection) -> None:
 
 # -- the embedding cache ------------------------------------------------------------------------
 #
-# Vectors embedded but not in the index: a query's, and a chunk's between its embedding and its
-# file's transaction (so a stopped run resumes without embedding it again). A vector that the
-# index holds leaves the cache (prune_cache): a text is looked up in the index by chunk_keys,
-# where the index's vectors of the model were made as the cache's are, which
-# meta records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
+# Vectors embedded but not in the index: a query's, a chunk's between its embedding and its
+# file's transaction (so a stopped run resumes without embedding it again), a deleted document
+# chunk's (keep_leaving_vectors: a file that comes back is not embedded again). A vector that
+# the index holds leaves the cache (prune_cache): a text is looked up in the index by
+# chunk_keys, where the index's vectors of the model were made as the cache's are, which meta
+# records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
 # text_length and text_tail are the text's key in chunk_keys.
 
 # Rows are numbered in the order they came (autoincrement: a deleted row's number is not given
