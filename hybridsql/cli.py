@@ -295,7 +295,14 @@ def search(query, db, embedder, as_json, explain, **options):
 
 
 @cli.command(epilog=example("hybridsql stats --db mem.db", "hybridsql stats --db mem.db --json"))
-@click.option("--db", envvar="HYBRIDSQL_DB", show_envvar=True, required=True, metavar="FILE")
+@click.option(
+    "--db",
+    envvar="HYBRIDSQL_DB",
+    show_envvar=True,
+    required=True,
+    metavar="FILE",
+    help="the SQLite database file",
+)
 @json_option
 def stats(db, as_json):
     """Print an index file's bytes by table (share of the file, rows) against its text.
