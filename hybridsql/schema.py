@@ -551,17 +551,20 @@ def keep_leaving_vectors(conn: apsw.Connection, model_id: str, cache_id: str) ->
         return hashlib.sha256(text.encode("utf-8")).digest() if isinstance(text, str) else None
 
     conn.create_scalar_function("hybridsql_text_sha256", sha256, 1, deterministic=True)
-    quote = "'{}'".format
+    # The model and cache id are values, not SQL text: the trigger reads them from a TEMP table.
     conn.execute(
-        "drop trigger if exists temp.hybridsql_keep_vectors;"
-        " create temp trigger hybridsql_keep_vectors before delete on main.chunks"
+        "create temp table if not exists hybridsql_embedder(model_id text, cache_id text);"
+        " delete from temp.hybridsql_embedder"
+    )
+    conn.execute("insert into temp.hybridsql_embedder values (?, ?)", (model_id, cache_id))
+    conn.execute(
+        "create temp trigger if not exists hybridsql_keep_vectors before delete on main.chunks"
         " when old.kind = 'document' begin"
         " insert or ignore into embedding_cache(model_id, text_sha256, vector, text_length,"
         " text_tail)"
-        f" select {quote(cache_id.replace(chr(39), chr(39) * 2))},"
-        " hybridsql_text_sha256(old.text), v.vector, length(old.text), substr(old.text, -24)"
-        f" from vectors v where v.chunk_id = old.id"
-        f" and v.model_id = {quote(model_id.replace(chr(39), chr(39) * 2))};"
+        " select e.cache_id, hybridsql_text_sha256(old.text), v.vector, length(old.text),"
+        " substr(old.text, -24) from hybridsql_embedder e join vectors v"
+        " on v.chunk_id = old.id and v.model_id = e.model_id;"
         " end"
     )
 

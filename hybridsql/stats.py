@@ -97,17 +97,16 @@ def _rows(conn: apsw.Connection, name: str, schema: list, virtual: set):
     import apsw
 
     sql = next((s for kind, n, _, s in schema if kind == "table" and n == name), None)
-    try:
-        if name == "sqlite_schema":
-            return len(schema)
-        if name not in virtual:
-            return conn.execute(f'select count(*) from "{name}"').fetchone()[0]
-        if "using fts5" in sql.lower():
-            names = {n for _, n, _, _ in schema}
-            if f"{name}_docsize" in names:
-                return conn.execute(f'select count(*) from "{name}_docsize"').fetchone()[0]
+    counted = name
+    if name == "sqlite_schema":
+        return len(schema)
+    if name in virtual and "using fts5" in sql.lower():
+        counted = f"{name}_docsize"
+        if counted not in {n for _, n, _, _ in schema}:
             return None
-        return conn.execute(f'select count(*) from "{name}"').fetchone()[0]
+    table = '"' + counted.replace('"', '""') + '"'
+    try:
+        return conn.execute(f"select count(*) from {table}").fetchone()[0]
     except apsw.SQLError:  # a module this connection has not loaded
         return None
 
@@ -118,8 +117,8 @@ def _text_bytes(conn: apsw.Connection, tables: set) -> int:
     if "files" in tables:
         total += conn.execute("select coalesce(sum(size), 0) from files").fetchone()[0]
     if "chunks" in tables:
-        memories = "select coalesce(sum(length(cast(text as blob))), 0) from chunks"
-        total += conn.execute(memories + " where kind = 'memory'").fetchone()[0]
+        memories = "select coalesce(sum(length(cast(text as blob))), 0) from chunks where kind = ?"
+        total += conn.execute(memories, ("memory",)).fetchone()[0]
     return total
 
 
