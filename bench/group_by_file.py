@@ -45,7 +45,7 @@ def main():
         for grouped in (False, True):
             files, counts = [], []
             for q in args.query or QUERIES:
-                found = idx.search(q, max_results=10, decay=False, group_by_file=grouped)
+                found = idx.search(q, limit=10, decay=False, group_by_file=grouped)
                 files.append(len({r.path for r in found}))
                 counts.append(len(found))
             label = "group_by_file" if grouped else "by chunk (default)"

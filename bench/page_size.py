@@ -18,14 +18,20 @@ import subprocess
 import sys
 import time
 
-import apsw
 import numpy as np
+from common import (
+    RESULTS,
+    abstract_vectors,
+    build_hybrid_db,
+    fresh_file,
+    open_fixed,
+    remove_db,
+    scifact_queries,
+)
 
 import hybridsql
 from hybridsql.embed import LocalProvider
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
 D, K = 384, 10
 SQL = f"select rowid, score from v where e match ? and k = {K}"
 CHILD = f"""
@@ -37,23 +43,6 @@ t = time.perf_counter()
 conn.execute({SQL!r}, (q.tobytes(),)).fetchall()
 print(time.perf_counter() - t)
 """
-
-
-def remove_db(path):
-    """Removes a database file and its -wal and -shm, those that exist."""
-    for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(path + suffix):
-            os.remove(path + suffix)
-
-
-def fresh_file(path, page_size=None):
-    """Removes what a killed run left at ``path``; with ``page_size``, makes the file with that
-    page size (fixed when the first page is written)."""
-    remove_db(path)
-    if page_size is not None:
-        first = apsw.Connection(path)
-        first.execute(f"pragma page_size = {page_size}; pragma journal_mode = wal")
-        first.close()
 
 
 def new_file(path, page_size):
@@ -143,26 +132,24 @@ def measure(path, n, mmap):
 
 
 def hybrid(n, pages):
-    """HybridIndex.search over n chunks of SciFact text (bench/run.py's hybrid files, one per page
-    size): warm hybrid and keyword-only medians over 50 claims, the files' searches interleaved,
-    and the first search of a fresh connection (median of 9)."""
-    import run  # noqa: PLC0415 (its imports, faiss and sqlite-vec, only for this part)
-
-    queries = run.scifact_queries()
+    """HybridIndex.search over n chunks of SciFact text (bench/common.py's hybrid files, one
+    per page size): warm hybrid and keyword-only medians over 50 claims, the files' searches
+    interleaved, and the first search of a fresh connection (median of 9)."""
+    queries = scifact_queries()
     qvecs = LocalProvider().embed(queries)
-    vectors = run.abstract_vectors(lambda line: print(line, flush=True))
-    paths = {page: run.build_hybrid_db(n, vectors, page) for page in pages}
+    vectors = abstract_vectors(lambda line: print(line, flush=True))
+    paths = {page: build_hybrid_db(n, vectors, page) for page in pages}
     now = "2026-11-21"
     # A search compiles its query's highlighting pattern once per process (re's cache): each
     # query is searched once before it is timed, so that no file pays for the others.
-    indexes = {page: run.open_fixed(paths[page], queries, qvecs) for page in pages}
+    indexes = {page: open_fixed(paths[page], queries, qvecs) for page in pages}
     for q in queries:
         for idx in indexes.values():
             idx.search(q, now=now)
     first = {page: [] for page in pages}
     for i in range(9):
         for page in pages:
-            idx = run.open_fixed(paths[page], queries, qvecs)
+            idx = open_fixed(paths[page], queries, qvecs)
             start = time.perf_counter()
             idx.search(queries[i], now=now)
             first[page].append(time.perf_counter() - start)

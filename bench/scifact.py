@@ -145,7 +145,7 @@ def ndcg_at_10(ranked, judged):
 
 
 def evaluate(idx, queries, qrels, **options):
-    opts = {"min_score": 0.0, "max_results": 10, "candidate_pool": 100, "half_life_days": 30.0}
+    opts = {"min_score": 0.0, "limit": 10, "candidate_pool": 100, "half_life_days": 30.0}
     opts.update(options)
     scores = []
     for q in queries:

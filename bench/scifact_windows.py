@@ -126,7 +126,7 @@ def main():
         vectors = pooled.embedder.embed([q["text"] for q in qs])
         keyword = np.zeros((len(qs), len(columns)), dtype=np.float32)
         for row, q in zip(keyword, qs, strict=True):
-            options = {"mode": "keyword", "max_results": 100, "min_score": 0.0}
+            options = {"mode": "keyword", "limit": 100, "min_score": 0.0}
             for r in pooled.search(q["text"], candidate_pool=100, **options):
                 row[columns[r.path]] = r.keyword_score
         cos_1 = cosines(first, vectors, columns)

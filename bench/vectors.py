@@ -19,26 +19,12 @@ import time
 
 import faiss
 import numpy as np
-import sqlite_vec
-from page_size import remove_db
+from common import MMAP, RESULTS, connect, remove_db
 
-import hybridsql
 from hybridsql.vectors import VectorReader
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
 K, QUERIES = 10, 20
-MMAP = 1 << 36
 FRESH = 5  # fresh connections, new processes: each measured this many times
-
-
-def connect(path, mmap=False):
-    conn = hybridsql.connect(path, backend="extension")
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    conn.enable_load_extension(False)
-    conn.execute(f"pragma mmap_size = {MMAP if mmap else 0}")
-    return conn
 
 
 def random_vectors(n, d, seed=1, block=50_000):

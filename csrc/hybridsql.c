@@ -147,7 +147,12 @@
 #include <malloc.h> /* _aligned_malloc */
 #endif
 
-#define HS_VERSION "0.1.0"
+/* The version is written once, in hybridsql/__init__.py; every build passes it (setup.py,
+** scripts/platforms.py, fuzz/build.sh), so a library cannot report another one. */
+#ifndef HYBRIDSQL_VERSION
+#error "build with -DHYBRIDSQL_VERSION='\"X.Y.Z\"'; setup.py passes hybridsql.__version__"
+#endif
+#define HS_VERSION HYBRIDSQL_VERSION
 /* Status codes of hs_parse_json_vector(). */
 #define HS_OK 0
 #define HS_MALFORMED 1

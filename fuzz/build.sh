@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p fuzz/build
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' hybridsql/__init__.py)
 FLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize-recover=undefined -Wall -Wextra -Werror
-       -DSQLITE_CORE -Icsrc)
+       -DSQLITE_CORE -Icsrc "-DHYBRIDSQL_VERSION=\"$VERSION\"")
 clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c csrc/hybridsql.c \
   -o fuzz/build/hybridsql.o
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/build/fuzz_sql.o

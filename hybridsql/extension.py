@@ -105,7 +105,7 @@ def library_missing(path: str) -> str:
     return f"the native extension is not built ({path} is missing); reinstall with `pip install .`"
 
 
-def load(conn, backend: str = "auto") -> str:
+def load(conn: apsw.Connection | sqlite3.Connection, backend: str = "auto") -> str:
     """Adds every hybridsql SQL function to an apsw or sqlite3 connection.
 
     ``auto`` loads the native extension and, where the connection cannot load extensions
@@ -170,7 +170,7 @@ def register_python(conn, functions: Functions) -> None:
         for name, nargs in SCALARS:
             conn.create_scalar_function(name, getattr(functions, name), nargs, deterministic=True)
         conn.create_scalar_function(
-            "hybridsql_debug", lambda: functions.hybridsql_debug(version), 0
+            "hybridsql_debug", lambda *_: functions.hybridsql_debug(version), 0
         )
         conn.create_aggregate_function("cosine_topk", _apsw_aggregate(functions), 4)
         return
@@ -385,8 +385,8 @@ def _file_problem(path: str, writing: bool, error: apsw.Error) -> str:
     return f"cannot open {path}: {error}"
 
 
-def backend_of(conn) -> str:
+def backend_of(conn: apsw.Connection | sqlite3.Connection) -> str:
     """Which backend answers the hybridsql functions on ``conn``."""
     cursor = conn.cursor() if isinstance(conn, apsw.Connection) else conn
-    debug = cursor.execute("select hybridsql_debug()").fetchone()[0]
-    return debug.split("; backend ")[1].split(";")[0]
+    (row,) = cursor.execute("select hybridsql_debug()").fetchall()
+    return str(row[0]).split("; backend ")[1].split(";")[0]

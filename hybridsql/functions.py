@@ -11,10 +11,10 @@ import re
 import struct
 from array import array
 
+from hybridsql import __version__ as VERSION
 from hybridsql import _native
 from hybridsql.errors import VectorError
 
-VERSION = "0.1.0"
 MAX_DIMS = 65536
 MAX_K = 10000
 BACKENDS = ("auto", "extension", "numpy", "python")

@@ -10,8 +10,10 @@ import json
 import os
 import stat
 import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import Any
 
 import apsw
 
@@ -38,6 +40,7 @@ from hybridsql.search import (
     Profile,
     Searcher,
     SearchOptions,
+    SearchResults,
     clean_text,
     document_profile,
 )
@@ -78,7 +81,7 @@ def read_markdown(root: str, rel: str, max_bytes: int):
     except FileNotFoundError:
         return None, VANISHED
     except OSError as e:
-        return None, link_reason(root, e) or UNREADABLE + e.strerror
+        return None, link_reason(root, e) or f"{UNREADABLE}{e.strerror}"
     with open(fd, "rb") as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -114,12 +117,12 @@ class HybridIndex:
     def __init__(
         self,
         db_path: str,
-        embedder="auto",
+        embedder: str | Embedder | None = "auto",
         backend: str = "auto",
         readonly: bool = False,
         create: bool = True,
-        **provider_options,
-    ):
+        **provider_options: Any,
+    ) -> None:
         """``readonly`` opens with SQLITE_OPEN_READONLY, writes nothing and needs an index made by
         this version; otherwise the schema is created or upgraded, and ``create=False`` refuses
         a file that is missing or holds no index (DatabaseError)."""
@@ -153,7 +156,7 @@ class HybridIndex:
                 raise
             raise problem from e
         self.embedder = self._embedder(embedder, provider_options)
-        native = self.conn.execute("select hybridsql_debug()").fetchone()[0]
+        native = self.conn.execute("select hybridsql_debug()").get
         self.searcher = Searcher(self.conn, self.embedder, "backend extension" in native)
 
     def _embedder(self, embedder, options):
@@ -180,7 +183,7 @@ class HybridIndex:
     def __exit__(self, exc_type, exc, tb):
         self.close(damaged=isinstance(exc, DAMAGED))
 
-    def search(self, query: str, **options):
+    def search(self, query: str, **options: Any) -> SearchResults:
         """Hybrid search of the memory files; ``options`` are the fields of SearchOptions."""
         return self.searcher.search(query, SearchOptions(**options), self.documents())
 
@@ -200,12 +203,12 @@ class HybridIndex:
         self,
         root: str,
         max_file_bytes: int = MAX_FILE_BYTES,
-        progress=None,
-        report=None,
-        globs=None,
+        progress: Progress | None = None,
+        report: IndexReport | None = None,
+        globs: Sequence[str] | None = None,
         gitignore: bool | None = None,
-        changed=None,
-    ):
+        changed: Collection[str] | None = None,
+    ) -> IndexReport:
         """Indexes the files under ``root`` that ``globs`` match (gitignore patterns; see
         discovery.py) and, when ``gitignore``, no .gitignore leaves out; returns an IndexReport
         (``report``, when given: another thread can watch its counts grow while the run goes).
@@ -228,7 +231,8 @@ class HybridIndex:
         report = IndexReport() if report is None else report
         choice, new_globs = self._choice(stored_root, globs, gitignore)
         report.globs, report.gitignore = choice["globs"], choice["gitignore"]
-        vanished, passed_over = [], []
+        vanished: list = []
+        passed_over: list = []
         paths = discover(root, vanished, report.globs, report.gitignore, report, passed_over)
         report.skipped += [[clean_text(rel), clean_text(why)] for rel, why in passed_over]
         report.skipped += [[clean_text(rel), VANISHED] for rel in vanished]
@@ -428,7 +432,9 @@ class HybridIndex:
                         ),
                     )
 
-    def embed_missing(self, batch: int = EMBED_BATCH, progress=None) -> int:
+    def embed_missing(
+        self, batch: int = EMBED_BATCH, progress: Callable[[int], object] | None = None
+    ) -> int:
         """Embeds every chunk that has no vector of the current model; returns how many.
         ``progress(count)`` is told of each batch once it is written."""
         if self.embedder is None:

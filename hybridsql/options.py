@@ -89,7 +89,8 @@ def tool_signature(function, cls, exclude=()) -> inspect.Signature:
         if meta["choices"]:
             hint = Literal[tuple(meta["choices"])]
             hint = hint | None if f.default is None else hint
-        described = Annotated[hint, Field(description=meta["help"])]
+        # A type made at run time, for pydantic (the SDK's schema), which no checker can follow.
+        described = Annotated[hint, Field(description=meta["help"])]  # type: ignore[valid-type]
         params.append(
             inspect.Parameter(
                 f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=described

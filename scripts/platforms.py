@@ -20,6 +20,12 @@ from dataclasses import dataclass
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def package_version() -> str:
+    """hybridsql.__version__, read from the source (the one place the version is written)."""
+    with open(os.path.join(ROOT, "hybridsql", "__init__.py"), encoding="utf-8") as f:
+        return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.MULTILINE)[1]
+
+
 @dataclass(frozen=True)
 class Target:
     name: str  # short name, used in archive names
@@ -39,6 +45,7 @@ TARGETS = (
 )
 
 FLAGS = ["-shared", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra", "-s"]
+FLAGS += [f'-DHYBRIDSQL_VERSION="{package_version()}"']
 
 
 def target(name: str) -> Target:

@@ -57,6 +57,13 @@ PYTHON_ONLY_LINE = (
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory):
+    """The local model's optimized copy (embed.cache_dir) is kept for the session's processes in
+    a folder of the session's, not in the user's cache."""
+    os.environ["HYBRIDSQL_CACHE_DIR"] = str(tmp_path_factory.mktemp("model-cache"))
+
+
 def run_hybridsql(*args, cwd=None, input=None, **env):
     """The installed ``hybridsql`` command with ``args``, its output piped: the CompletedProcess
     (text). ``input`` goes to its stdin; ``env`` is added to the environment."""

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import zipfile
 
 import pytest
 
@@ -46,7 +47,8 @@ def test_a_build_without_a_compiler_says_so_first(tmp_path):
 
 
 def test_the_wheel_serves_every_python_of_its_platform(tmp_path):
-    """The library has no Python in it, so the wheel is py3-none-<platform>, not cpXY."""
+    """The library has no Python in it, so the wheel is py3-none-<platform>, not cpXY; it
+    carries py.typed, so type checkers read the package's hints (PEP 561)."""
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), ROOT],
         check=True,
@@ -54,7 +56,10 @@ def test_the_wheel_serves_every_python_of_its_platform(tmp_path):
         timeout=600,
     )
     (wheel,) = os.listdir(tmp_path)
-    assert wheel.startswith("hybridsql-0.1.0-py3-none-linux_") and wheel.endswith(".whl")
+    assert wheel.startswith(f"hybridsql-{hybridsql.__version__}-py3-none-linux_")
+    assert wheel.endswith(".whl")
+    with zipfile.ZipFile(tmp_path / wheel) as built:
+        assert built.read("hybridsql/py.typed") == b""
 
 
 def test_the_tests_import_the_installed_package():

@@ -189,7 +189,7 @@ ROWS = [
     Row(
         "-n 10001",
         ["search", "deploy", "--db", "{index}", "-n", "10001"],
-        LIMIT.format(name="max_results", low=1, value=10001),
+        LIMIT.format(name="limit", low=1, value=10001),
     ),
     Row(
         "--pool 10001",
@@ -929,7 +929,7 @@ def test_the_sdk_client_sees_the_same_lines(tmp_path, world):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_results": 2.5}, "max_results must be an integer from 1 to 10000, not 2.5"),
+        ({"limit": 2.5}, "limit must be an integer from 1 to 10000, not 2.5"),
         ({"keyword_terms": True}, "keyword_terms must be an integer from 0 to 10000, not True"),
         (
             {"candidate_pool": 2**63},

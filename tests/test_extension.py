@@ -74,7 +74,7 @@ VALUES = [
     ("select vector_json(' [ 1 , 2 ] ')", "[1,2]"),
     ("select hex(vector_blob('[1, -2]'))", "0000803F000000C0"),
     ("select vector_blob(NULL)", None),
-    ("select hybridsql_version()", "0.1.0"),
+    ("select hybridsql_version()", hybridsql.__version__),
     (
         (
             "with t(id, v) as (values (1, '[1,1]'), (2, '[1,0]'), (3, '[1,1]'), (4, NULL))"
@@ -648,7 +648,7 @@ def test_loading_twice_keeps_working_and_failures_are_named():
         text=True,
         check=True,
     )
-    assert (proc.stdout, proc.stderr) == ("0.1.0\n", "")
+    assert (proc.stdout, proc.stderr) == (f"{hybridsql.__version__}\n", "")
     # SQLite refuses to replace a function while a statement runs: the error says which.
     conn = hybridsql.connect(":memory:")
     running = conn.execute("select bm25_score(-value) from json_each('[1, 2, 3]')")

@@ -5,7 +5,7 @@ UTF-8 (as Python sees it: lone surrogates from ``surrogateescape``, U+FFFD from 
 with ASCII, emoji, combining marks and long repetitions, and go through ``HybridIndex.search``
 (every mode, random options) and ``MemoryStore.search`` on the example memory folder with a few
 memories added. Every text is a valid query: a search must return results (finite scores, at
-most ``max_results``, possibly none); any exception fails the test, a ``HybridSQLError`` included.
+most ``limit``, possibly none); any exception fails the test, a ``HybridSQLError`` included.
 
 The suite runs a deterministic sample; the long run is documented in docs/reliability.md:
 HYBRIDSQL_HOSTILE_QUERIES=100000 pytest -s tests/test_hostile.py -k sample
@@ -125,7 +125,7 @@ def random_options(rng: random.Random) -> dict:
         "keyword_norm": rng.choice(KEYWORD_NORMS),
         "prefix": rng.random() < 0.3,
         "mmr": rng.random() < 0.2,
-        "max_results": rng.choice([1, 3, 10, 50]),
+        "limit": rng.choice([1, 3, 10, 50]),
         "min_score": rng.choice([0.0, 0.1, 0.5]),
         "candidate_pool": rng.choice([1, 10, 100, 1000]),
     }
@@ -137,7 +137,7 @@ def outcome(search, query: str, mode: str, options: dict) -> str:
         found = search(query, mode=mode, **options)
     except Exception as exc:  # a HybridSQLError too: no text is an invalid query
         raise AssertionError(f"{mode} search of {query[:200]!r} {options} raised {exc!r}") from exc
-    limit = options.get("max_results", options.get("limit", 10))
+    limit = options.get("limit", 10)
     assert len(found) <= limit
     ids = [r.memory.id if hasattr(r, "memory") else r.id for r in found]
     assert len(set(ids)) == len(ids)
@@ -170,9 +170,7 @@ def memory_search(store):
     """MemoryStore.search with the options it takes, hostile values in the text filters."""
 
     def search(query, mode, **options):
-        return store.search(
-            query, mode=mode, limit=options["max_results"], project=options["project"]
-        )
+        return store.search(query, mode=mode, limit=options["limit"], project=options["project"])
 
     return search
 
@@ -196,7 +194,7 @@ def test_sample_of_generated_queries(index):
                     memory_search(store),
                     query,
                     rng.choice(modes),
-                    {"max_results": options["max_results"], "project": project},
+                    {"limit": options["limit"], "project": project},
                 )
             ] += 1
         if (n + 1) % 10000 == 0:  # the long run takes an hour: show that it moves

@@ -119,7 +119,7 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
     assert {"files", "chunks", "vectors", "memories", "sessions", "chunks_fts"} <= tables
     paths = {row[0] for row in idx.conn.execute("select path from files")}
     assert len([p for p in paths if MARK in p]) == len(HOSTILE)
-    keyword = idx.search(MARK, mode="keyword", max_results=50)
+    keyword = idx.search(MARK, mode="keyword", limit=50)
     assert len(keyword) >= len(HOSTILE)
 
 

@@ -51,7 +51,7 @@ def test_an_index_on_an_llm_model_tags_its_vectors_and_searches_by_them(
         assert report.chunks_embedded == report.chunks_written > 0
         tags = idx.conn.execute("select distinct model_id from vectors").fetchall()
         assert tags == [("text-embedding-3-small",)]
-        found = idx.search("staging deploy", mode="semantic", max_results=3)
+        found = idx.search("staging deploy", mode="semantic", limit=3)
         assert [r.vector_score is not None for r in found] == [True, True, True]
 
 

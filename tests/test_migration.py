@@ -62,7 +62,7 @@ def answers(idx):
     """Document and memory searches, ids and scores."""
     out = []
     for query in QUERIES:
-        out.append([(r.id, r.score) for r in idx.search(query, now=NOW, max_results=10)])
+        out.append([(r.id, r.score) for r in idx.search(query, now=NOW, limit=10)])
         store = MemoryStore(idx, clock=lambda: NOW, options=SearchOptions(prefix=True, min_score=0))
         store.ranking.recall_boost = 0.0
         out.append([(h.memory.id, h.score) for h in store.search(query, limit=5)])

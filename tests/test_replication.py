@@ -141,10 +141,7 @@ def acknowledged(log):
 
 def semantic_answers(db, queries):
     with HybridIndex(db, embedder=HashProvider(), readonly=True) as idx:
-        return [
-            [(r.id, r.score) for r in idx.search(q, mode="semantic", max_results=8)]
-            for q in queries
-        ]
+        return [[(r.id, r.score) for r in idx.search(q, mode="semantic", limit=8)] for q in queries]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -239,7 +239,7 @@ def test_like_patterns_are_escaped(idx):
 
 
 def test_undated_files_never_decay_and_dated_ones_do(idx):
-    for r in idx.search("deployment rules", max_results=20, now=NOW):
+    for r in idx.search("deployment rules", limit=20, now=NOW):
         name = r.path.rsplit("/", 1)[-1]
         if name[:4].isdigit():
             assert r.decay < 1.0
@@ -249,24 +249,24 @@ def test_undated_files_never_decay_and_dated_ones_do(idx):
 
 def test_min_score_applies_before_decay_so_old_notes_stay_findable(idx):
     # 2026-08-03 is 110 days old: decay 0.08, far under min_score 0.1 after decay.
-    found = idx.search("corrected me about tab indentation in tide-api", now=NOW, max_results=20)
+    found = idx.search("corrected me about tab indentation in tide-api", now=NOW, limit=20)
     old = [r for r in found if r.path == "memory/2026-08-03.md"]
     assert old and old[0].decay < 0.1 and old[0].score < 0.1 <= old[0].relevance
 
 
 def test_more_results_never_change_the_top_result(idx):
     for q in ("caching", "on-call handoff", "login loop", "数据库"):
-        one = idx.search(q, max_results=1, now=NOW)
-        many = idx.search(q, max_results=15, now=NOW)
+        one = idx.search(q, limit=1, now=NOW)
+        many = idx.search(q, limit=15, now=NOW)
         assert [r.id for r in one] == [r.id for r in many][:1]
 
 
 def test_without_decay_dated_notes_rank_by_relevance_alone(idx):
-    found = idx.search("deployment rules", max_results=20, now=NOW, decay=False)
+    found = idx.search("deployment rules", limit=20, now=NOW, decay=False)
     assert "temporal_decay(" not in found.sql
     assert any(r.path.startswith("memory/2026-") for r in found)
     assert all(r.decay == 1.0 and r.score == r.relevance for r in found)
-    decayed = idx.search("deployment rules", max_results=20, now=NOW)
+    decayed = idx.search("deployment rules", limit=20, now=NOW)
     assert [r.id for r in found] != [r.id for r in decayed]
 
 
@@ -284,20 +284,20 @@ def test_now_is_unix_seconds_or_iso_text(idx):
 def test_group_by_file_gives_each_file_once_with_its_other_matches(idx, backend):
     options = {"now": NOW, "backend": backend}
     for query in ("deploy", "incident postmortem", "redis cache"):
-        chunks = idx.search(query, max_results=100, **options)
+        chunks = idx.search(query, limit=100, **options)
         best, others = {}, {}
         for r in chunks:
             best.setdefault(r.path, r)
             others.setdefault(r.path, []).append([r.start_line, r.end_line])
         assert len(best) < len(chunks)  # some file has several matching chunks
-        files = idx.search(query, max_results=100, group_by_file=True, **options)
+        files = idx.search(query, limit=100, group_by_file=True, **options)
         assert [(r.id, r.score) for r in files] == [(r.id, r.score) for r in best.values()]
         for r in files:
             expected = sorted(
                 lines for lines in others[r.path] if lines != [r.start_line, r.end_line]
             )
             assert r.other_ranges == expected
-        top = idx.search(query, max_results=5, group_by_file=True, **options)
+        top = idx.search(query, limit=5, group_by_file=True, **options)
         assert [r.id for r in top] == [r.id for r in files][:5]
 
 
@@ -345,8 +345,8 @@ def test_rrf_fusion(idx):
 
 
 def test_mmr_keeps_the_best_first_and_diversifies(idx):
-    plain = idx.search("incident postmortem", max_results=5, now=NOW)
-    mmr = idx.search("incident postmortem", max_results=5, mmr=True, now=NOW)
+    plain = idx.search("incident postmortem", limit=5, now=NOW)
+    mmr = idx.search("incident postmortem", limit=5, mmr=True, now=NOW)
     assert mmr[0].id == plain[0].id and len(mmr) == 5
     assert len({r.path for r in mmr}) >= len({r.path for r in plain})
 
@@ -377,7 +377,7 @@ EXAMPLE_QUERIES = [
 
 @pytest.mark.parametrize("query", EXAMPLE_QUERIES)
 def test_backends_agree_on_the_examples(idx, query):
-    answers = [idx.search(query, backend=b, max_results=10, now=NOW) for b in BACKENDS]
+    answers = [idx.search(query, backend=b, limit=10, now=NOW) for b in BACKENDS]
     assert [a.backend for a in answers] == BACKENDS
     ids = [[r.id for r in a] for a in answers]
     assert ids[1:] == ids[:-1] and ids[0]

@@ -9,11 +9,11 @@ from datetime import datetime
 
 from hybridsql.discovery import link_reason, open_inside
 from hybridsql.errors import IndexingError
-from hybridsql.memory.records import ExtractedEntry, _check_text, _one_line
+from hybridsql.memory.records import ExtractedEntry, StoreState, _check_text, _one_line
 from hybridsql.search import clean_text
 
 
-class Folder:
+class Folder(StoreState):
     """MemoryStore's memory folder (a mixin: ``memory_dir``, ``index``, ``conn`` and ``clock``
     are the store's)."""
 
@@ -42,7 +42,7 @@ class Folder:
         lines += [f"- tags: {', '.join(tags)}"] if tags else []
         lines += [f"- time: {stamp:%H:%M}", "", *body.splitlines()]
         try:
-            with open(self._note_fd(rel), "r+b") as f:
+            with open(self._note_fd(self.memory_dir, rel), "r+b") as f:
                 existing = f.read().decode("utf-8", errors="replace")
                 if not existing.strip():
                     before = f"# {stamp:%Y-%m-%d}\n\n"
@@ -69,13 +69,13 @@ class Folder:
         ]
         return ExtractedEntry(rel, start, end, chunk_ids)
 
-    def _note_fd(self, rel: str) -> int:
-        """The note ``rel`` in the memory folder, opened to read and append, made with its
-        folders if missing. Nothing on the way may be a symbolic link, and the note must be a
+    def _note_fd(self, folder: str, rel: str) -> int:
+        """The note ``rel`` in the memory folder ``folder``, opened to read and append, made with
+        its folders if missing. Nothing on the way may be a symbolic link, and the note must be a
         regular file (OSError otherwise), so that writes stay inside the memory folder."""
-        os.makedirs(self.memory_dir, exist_ok=True)
+        os.makedirs(folder, exist_ok=True)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK
-        fd = open_inside(self.memory_dir, rel, flags, make_dirs=True)
+        fd = open_inside(folder, rel, flags, make_dirs=True)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file")

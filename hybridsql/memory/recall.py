@@ -3,6 +3,7 @@ memory folder's documents through the one statement, and the salience a memory f
 
 import json
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hybridsql.errors import QueryError
 from hybridsql.memory.ranking import memory_profile
@@ -11,6 +12,7 @@ from hybridsql.memory.records import (
     SECTORS,
     Memory,
     MemoryHit,
+    StoreState,
     _check_count,
     transaction,
 )
@@ -59,11 +61,11 @@ class MemorySearch:
             raise QueryError(f"min_salience must be in [0, 1], not {self.min_salience!r}")
 
 
-class Recall:
+class Recall(StoreState):
     """MemoryStore's searches (a mixin: ``index``, ``ranking``, ``options``, ``document_options``
     and ``clock`` are the store's; sessions are checked and linked by Sessions)."""
 
-    def search(self, query: str, **options) -> SearchResults:
+    def search(self, query: str, **options: Any) -> SearchResults:
         """Ranked memories; ``options`` are the fields of MemorySearch. The filters apply before
         the top-k, so ``limit`` results come back whenever that many match.
 
@@ -88,7 +90,7 @@ class Recall:
             o.session_id,
         )
         now = self.clock()
-        opts = replace(self.options, mode=o.mode, max_results=o.limit, now=now)
+        opts = replace(self.options, mode=o.mode, limit=o.limit, now=now)
         found = self.index.searcher.search(query, opts, profile)
         hits = [_hit(r) for r in found]
         if o.reinforce and self.index.readonly:
@@ -112,7 +114,7 @@ class Recall:
         project = clean_text(project) if isinstance(project, str) else project
         opts = replace(
             self.document_options,
-            max_results=limit,
+            limit=limit,
             now=self.clock(),
             decay=decay,
             group_by_file=group_by_file,

@@ -1,12 +1,21 @@
 """What the memory store holds and returns: the constants, the dataclasses (Memory, Session,
 MemoryHit, TimelineEntry, SessionContext, ExtractedEntry), the SQL that reads a memory or a
-session, and the checks of the values a caller gives."""
+session, the checks of the values a caller gives, and StoreState: what the store's parts share."""
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
 from hybridsql.search import MAX_RESULTS, clean_text, whole
+
+if TYPE_CHECKING:  # apsw and the index are imported on first use
+    import apsw
+
+    from hybridsql.index import HybridIndex
+    from hybridsql.memory.ranking import Ranking
+    from hybridsql.search import SearchOptions
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
 RELATED_TO = "RELATED_TO"
@@ -185,3 +194,32 @@ def _check_memory(content, project, sector, tier, salience) -> None:
         raise IndexingError(f"salience must be a number, not {type(salience).__name__}")
     if not 0 <= salience <= 1:
         raise IndexingError(f"salience must be in [0, 1], not {salience!r}")
+
+
+class StoreState:
+    """What every part of MemoryStore (writes, sessions, timeline, recall, folder) shares: the
+    state MemoryStore.__init__ sets, and the methods one part calls on another, declared once
+    here for readers and type checkers."""
+
+    index: "HybridIndex"
+    conn: "apsw.Connection"
+    memory_dir: str | None
+    ranking: "Ranking"
+    options: "SearchOptions"
+    document_options: "SearchOptions"
+    clock: Callable[[], float]
+    max_chars: int
+
+    if TYPE_CHECKING:  # defined by one part (the module named), called by another
+
+        def get(self, memory_id: int) -> Memory: ...  # writes
+
+        def _check_size(self, content: str) -> None: ...  # writes
+
+        def _live(self, memory_id: int) -> Memory: ...  # writes
+
+        def get_session(self, session_id: int) -> Session: ...  # sessions
+
+        def _link(self, session_id, memory_id, usage, at) -> None: ...  # sessions
+
+        def _source_session(self, memory_id: int) -> Session | None: ...  # sessions

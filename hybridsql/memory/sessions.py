@@ -7,13 +7,14 @@ from hybridsql.memory.records import (
     _SOURCE_SESSION,
     Session,
     SessionContext,
+    StoreState,
     _check_id,
     _check_text,
     transaction,
 )
 
 
-class Sessions:
+class Sessions(StoreState):
     """MemoryStore's sessions (a mixin: ``conn`` and ``clock`` are the store's)."""
 
     def start_session(self, project: str = "") -> Session:
@@ -58,7 +59,7 @@ class Sessions:
             "select count(distinct l.memory_id) from session_memories l"
             " join memories m on m.chunk_id = l.memory_id where l.session_id = ? and m.deleted = 0",
             (row[0],),
-        ).fetchone()[0]
+        ).get
         return SessionContext(self.get_session(row[0]), row[1], row[2], count)
 
     def _link(self, session_id, memory_id, usage, at) -> None:

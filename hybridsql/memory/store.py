@@ -2,6 +2,8 @@
 gathered from one mixin per concern (writes, sessions, timeline, recall, folder)."""
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hybridsql.memory.folder import Folder
 from hybridsql.memory.ranking import Ranking
@@ -11,6 +13,9 @@ from hybridsql.memory.sessions import Sessions
 from hybridsql.memory.timeline import Timeline
 from hybridsql.memory.writes import Writes
 from hybridsql.search import SearchOptions
+
+if TYPE_CHECKING:  # imported on first use
+    from hybridsql.index import HybridIndex
 
 
 class MemoryStore(Writes, Sessions, Timeline, Recall, Folder):
@@ -24,12 +29,12 @@ class MemoryStore(Writes, Sessions, Timeline, Recall, Folder):
 
     def __init__(
         self,
-        index: "HybridIndex",  # noqa: F821 (hybridsql.index, imported on first use)
+        index: "HybridIndex",
         memory_dir: str | None = None,
         ranking: Ranking | None = None,
         options: SearchOptions | None = None,
         document_options: SearchOptions | None = None,
-        clock=time.time,
+        clock: Callable[[], float] = time.time,
         max_chars: int | None = None,
     ):
         self.max_chars = _max_memory_chars() if max_chars is None else max_chars

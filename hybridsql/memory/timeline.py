@@ -1,11 +1,18 @@
 """Reading memories in time: a memory's neighbours in its project (timeline), and a project's
 latest memories (recent)."""
 
-from hybridsql.memory.records import _MEMORY_SQL, TimelineEntry, _check_count, _check_text, _memory
+from hybridsql.memory.records import (
+    _MEMORY_SQL,
+    StoreState,
+    TimelineEntry,
+    _check_count,
+    _check_text,
+    _memory,
+)
 from hybridsql.search import clean_text
 
 
-class Timeline:
+class Timeline(StoreState):
     """MemoryStore's timelines (a mixin: ``conn`` is the store's; memories come from Writes,
     their sessions from Sessions)."""
 

@@ -11,6 +11,7 @@ from hybridsql.memory.records import (
     RELATED_TO,
     SUPERSEDES,
     Memory,
+    StoreState,
     _check_id,
     _check_memory,
     _check_text,
@@ -20,7 +21,7 @@ from hybridsql.memory.records import (
 from hybridsql.search import clean_text
 
 
-class Writes:
+class Writes(StoreState):
     """MemoryStore's writes (a mixin: ``conn``, ``index``, ``clock`` and ``max_chars`` are the
     store's, sessions are checked and linked by Sessions)."""
 
@@ -200,10 +201,10 @@ class Writes:
     def _forget_embedding(self, text: str) -> None:
         """Drops every model's cached vector of ``text``, unless a chunk still has that text."""
         used = "select exists(select 1 from chunks where text = ?)"
-        if self.conn.execute(used, (text,)).fetchone()[0]:
+        if self.conn.execute(used, (text,)).get:
             return
         cache = "select count(*) from sqlite_schema where name = 'embedding_cache'"
-        if self.conn.execute(cache).fetchone()[0]:
+        if self.conn.execute(cache).get:
             key = hashlib.sha256(text.encode("utf-8")).digest()
             self.conn.execute("delete from embedding_cache where text_sha256 = ?", (key,))
         if self.index.embedder is not None:

@@ -59,7 +59,8 @@ def keyword_plan(
     ``tables``: the (porter, trigram) tables of the kind of chunks searched.
     """
     cjk_runs = bounded(dict.fromkeys(_CJK_RUN.findall(query)))
-    words, stopwords = {}, {}
+    words: dict[tuple, None] = {}  # dicts as ordered sets
+    stopwords: dict[tuple, None] = {}
     for piece in dict.fromkeys(_PIECE.findall(query)):  # each distinct piece, in order
         parts = _WORD.findall(piece)
         if not parts:
@@ -71,15 +72,15 @@ def keyword_plan(
             words.setdefault(word)
             if len(words) == MAX_TERMS:
                 break  # the rest of a long text cannot change the plan
-    words = list(words or stopwords)[:MAX_TERMS]
-    like_terms = bounded(cjk_runs + [w for piece in words for w in piece if len(w) >= 3])
+    kept = list(words or stopwords)[:MAX_TERMS]
+    like_terms = bounded(cjk_runs + [w for piece in kept for w in piece if len(w) >= 3])
     if not fts:
         return KeywordPlan(None, None, like_terms)
     if cjk_runs:
-        terms = [t for t in cjk_runs + [" ".join(w) for w in words] if len(t) >= 3]
+        terms = [t for t in cjk_runs + [" ".join(w) for w in kept] if len(t) >= 3]
         match = " AND ".join(_quote(t) for t in terms) or None
         return KeywordPlan(tables[1], match, like_terms)
-    terms = list(dict.fromkeys(_fts_term(w, prefix) for w in words))
+    terms = list(dict.fromkeys(_fts_term(w, prefix) for w in kept))
     return KeywordPlan(tables[0], " OR ".join(terms) or None, like_terms, terms)
 
 
@@ -95,7 +96,7 @@ def bounded(terms, most: int = MAX_TERMS) -> list:
     """Distinct terms, at most ``most`` of them, each cut to MAX_TERM_CHARS: a pasted page or a
     megabyte of text must not build SQL deeper or LIKE patterns longer than SQLite allows.
     ``terms`` is read no further than it takes to find them."""
-    kept = {}
+    kept: dict[str, None] = {}
     for term in terms:
         kept.setdefault(term[:MAX_TERM_CHARS])
         if len(kept) == most:

@@ -6,9 +6,13 @@ numbers, the same for every way in.
 """
 
 import math
+import os
 import re
-from dataclasses import dataclass
+import sys
+import warnings
+from dataclasses import InitVar, dataclass
 from datetime import datetime, timezone
+from types import FrameType
 
 from hybridsql.errors import QueryError
 from hybridsql.functions import BACKENDS, MAX_K
@@ -25,6 +29,9 @@ MAX_RESULTS = MAX_K
 # it (cleaning, splitting) still grows with its length, and the MCP server answers one call at
 # a time.
 MAX_QUERY_CHARS = 1_000_000
+# limit's old name, taken for one release with this warning.
+MAX_RESULTS_DEPRECATED = "max_results is deprecated, use limit; it goes in 0.2.0"
+LIMIT = 10
 
 
 @dataclass
@@ -38,7 +45,7 @@ class SearchOptions:
     vector_weight: float = option(0.7, "weight of the vector score in the linear fusion")
     keyword_weight: float = option(0.3, "weight of the keyword score in the linear fusion")
     min_score: float = option(0.1, "drop results whose relevance (before decay) is lower")
-    max_results: int = option(10, "how many results", short="-n")
+    limit: int = option(LIMIT, "how many results", short="-n")
     half_life_days: float = option(
         30.0, "days for a dated note's (memory/YYYY-MM-DD.md) score to halve", flag="--half-life"
     )
@@ -69,6 +76,16 @@ class SearchOptions:
     group_by_file: bool = option(
         False, "one result per file: its best chunk, with the lines of its other matches"
     )
+    # Deprecated: limit's old name (not a field: no flag, no MCP parameter, not in asdict()).
+    max_results: InitVar[int | None] = None
+
+    def __post_init__(self, max_results: int | None) -> None:
+        if max_results is None:
+            return
+        if self.limit != LIMIT:
+            raise QueryError("max_results is the old name of limit: give limit alone")
+        warnings.warn(MAX_RESULTS_DEPRECATED, DeprecationWarning, stacklevel=_caller_level())
+        self.limit = max_results
 
     def check(self) -> None:
         """Raises QueryError for a value no search can use."""
@@ -145,7 +162,7 @@ def finite(value) -> bool:
 
 # The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
 # every term.
-COUNTS = {"max_results": 1, "candidate_pool": 1, "keyword_terms": 0}
+COUNTS = {"limit": 1, "candidate_pool": 1, "keyword_terms": 0}
 NUMBERS = (
     "vector_weight",
     "keyword_weight",
@@ -159,5 +176,21 @@ NUMBERS = (
 
 
 def params_limit(opts: SearchOptions) -> int:
-    """MMR picks from the whole pool; otherwise the statement stops at max_results."""
-    return max(opts.candidate_pool, opts.max_results) if opts.mmr else opts.max_results
+    """MMR picks from the whole pool; otherwise the statement stops at the limit."""
+    return max(opts.candidate_pool, opts.limit) if opts.mmr else opts.limit
+
+
+def _caller_level() -> int:
+    """The stacklevel, for warnings.warn in the function that calls this, of the first caller
+    outside hybridsql (and the __init__ dataclasses generate): the line a warning is about."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+    def ours(code) -> bool:
+        generated = code.co_name == "__init__" and code.co_filename.startswith("<")
+        return generated or code.co_filename.startswith(package)
+
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and ours(frame.f_code):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -9,6 +9,7 @@ import json
 import re
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
@@ -19,6 +20,9 @@ from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
 from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
 
+if TYPE_CHECKING:  # imported on first use: numpy
+    from hybridsql.vectors import VectorReader
+
 
 class Searcher:
     """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
@@ -28,7 +32,7 @@ class Searcher:
         self.conn = conn
         self.embedder = embedder
         self.native = native
-        self.readers = {}  # numpy or python -> VectorReader, which keeps the blocks it read
+        self.readers: dict = {}  # numpy or python -> VectorReader, which keeps the blocks it read
         self.fts = has_fts(conn)
 
     def search(
@@ -61,7 +65,7 @@ class Searcher:
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
         plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
-            "pool": max(opts.candidate_pool, opts.max_results),
+            "pool": max(opts.candidate_pool, opts.limit),
             "fts_query": plan.match,
             "fts_terms": json.dumps(plan.any_of),
             "keyword_terms": opts.keyword_terms,
@@ -97,7 +101,7 @@ class Searcher:
         if opts.mmr and results:
             results = self._mmr(results, params, opts, vector_of)
         return SearchResults(
-            results=results[: opts.max_results],
+            results=results[: opts.limit],
             mode=mode,
             backend=backend,
             keyword_tier=next((r["keyword_tier"] for r in rows if r["keyword_tier"]), "none"),
@@ -127,7 +131,7 @@ class Searcher:
         reader = self._reader("numpy")
         return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
 
-    def _reader(self, math_: str) -> "VectorReader":  # noqa: F821 (imported on first use)
+    def _reader(self, math_: str) -> "VectorReader":
         from hybridsql.vectors import VectorReader
 
         if math_ not in self.readers:
@@ -198,8 +202,9 @@ class Searcher:
                 v = np.frombuffer(blobs[i], dtype="<f4").astype(np.float64)
                 n = np.linalg.norm(v)
                 vecs[i] = v / n if n else v
-        chosen, rest = [], list(results)
-        while rest and len(chosen) < opts.max_results:
+        chosen: list = []
+        rest = list(results)
+        while rest and len(chosen) < opts.limit:
 
             def gain(r):
                 sim = max(

@@ -60,6 +60,7 @@ def _inflected(term: str) -> str:
     word = re.escape(term)
     if len(term) < 3 or not term[-1].isalpha():
         return word
+    suffixes: tuple[str, ...]
     if term[-1] in "eE":
         suffixes = ("s", "d", "'s")
     else:
