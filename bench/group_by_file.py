@@ -1,16 +1,18 @@
-"""How many distinct files the top 10 holds, with and without group_by_file.
+"""How many distinct files the top 10 holds: chunks as results, the default, group_by_file.
 
     python bench/group_by_file.py examples/memory
     python bench/group_by_file.py /usr/share/doc/nodejs/contributing --db /tmp/node.db
 
 Indexes FOLDER (incrementally, into --db, default bench/results/files.db) on the local model,
 then runs each query (the defaults below, or --query, repeated) with decay off, and prints the
-mean number of distinct files in the top 10 and the mean number of results.
+mean number of distinct files in the top 10, the mean number of results, and the most results of
+one file in any query's top 10.
 """
 
 import argparse
 import os
 import statistics
+from collections import Counter
 
 from hybridsql.index import HybridIndex
 
@@ -41,15 +43,22 @@ def main():
     with HybridIndex(args.db, embedder="local") as idx:
         report = idx.index_folder(args.folder)
         print(f"{args.folder}: {report.files_seen} files, {report.chunks_written} chunks written")
-        print("| query set | distinct files in the top 10 | results |\n| --- | --- | --- |")
-        for grouped in (False, True):
-            files, counts = [], []
+        print("| results | distinct files in the top 10 | results | most of one file |")
+        print("| --- | --- | --- | --- |")
+        ways = {
+            "by chunk (per_file 0)": {"per_file": 0},
+            "default (per_file 2)": {},
+            "group_by_file": {"group_by_file": True},
+        }
+        for label, options in ways.items():
+            files, counts, most = [], [], 0
             for q in args.query or QUERIES:
-                found = idx.search(q, limit=10, decay=False, group_by_file=grouped)
+                found = idx.search(q, limit=10, decay=False, **options)
                 files.append(len({r.path for r in found}))
                 counts.append(len(found))
-            label = "group_by_file" if grouped else "by chunk (default)"
-            print(f"| {label} | {statistics.mean(files):.1f} | {statistics.mean(counts):.1f} |")
+                most = max(most, *Counter(r.path for r in found).values())
+            mean_files, mean_counts = statistics.mean(files), statistics.mean(counts)
+            print(f"| {label} | {mean_files:.1f} | {mean_counts:.1f} | {most} |")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ import argparse
 import datetime
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
 import time
+
+from measures import ndcg_at_10
 
 from hybridsql.chunking import chunk_markdown
 from hybridsql.index import HybridIndex, transaction
@@ -57,14 +58,16 @@ def require_data():
         )
 
 
-def load_jsonl(name):
-    with open(os.path.join(DATA, name)) as f:
+def load_jsonl(name, folder=DATA):
+    with open(os.path.join(folder, name)) as f:
         return [json.loads(line) for line in f]
 
 
-def load_qrels(split):
+def load_qrels(split, folder=DATA):
+    """{query id: {document id: grade}} of ``qrels-<split>.tsv`` (BEIR's layout), or of
+    ``qrels.tsv`` where ``split`` is None."""
     qrels = {}
-    with open(os.path.join(DATA, f"qrels-{split}.tsv")) as f:
+    with open(os.path.join(folder, f"qrels-{split}.tsv" if split else "qrels.tsv")) as f:
         next(f)
         for line in f:
             q, doc, score = line.split()
@@ -72,13 +75,17 @@ def load_qrels(split):
     return qrels
 
 
-def build(idx: HybridIndex, chunked: bool = False) -> None:
+def build(idx: HybridIndex, chunked: bool = False, keep=None) -> None:
     """Inserts every document (path = its id) as one chunk, or ``chunked`` into chunks of the
-    embedder's window, each document a file; then embeds what is missing."""
+    embedder's window, each document a file under its title as heading (as ``# title`` would
+    be); then embeds what is missing. ``keep(index, document)``: whether a document is taken."""
     corpus = load_jsonl("corpus.jsonl")
+    if keep is not None:
+        corpus = [d for i, d in enumerate(corpus) if keep(i, d)]
     if idx.conn.execute("select count(distinct path) from chunks").fetchone()[0] != len(corpus):
         most, overlap, counter = idx.chunking()
         with transaction(idx.conn):
+            idx.conn.execute("delete from files")
             idx.conn.execute("delete from chunks")
             for d in corpus:
                 text = (d["title"] + "\n" + d["text"]).strip()
@@ -95,10 +102,10 @@ def build(idx: HybridIndex, chunked: bool = False) -> None:
                 )
                 file_id = idx.conn.last_insert_rowid()
                 idx.conn.executemany(
-                    "insert into chunks(kind, file_id, path, start_line, end_line, text,"
-                    " created_at) values ('document', ?, ?, ?, ?, ?, 0)",
+                    "insert into chunks(kind, file_id, path, start_line, end_line, heading, text,"
+                    " created_at) values ('document', ?, ?, ?, ?, ?, ?, 0)",
                     [
-                        (file_id, d["_id"], c.start_line, c.end_line, c.text)
+                        (file_id, d["_id"], c.start_line, c.end_line, d["title"], c.text)
                         for c in chunk_markdown(text, most, overlap, counter)
                     ],
                 )
@@ -135,13 +142,6 @@ def dated_copy() -> HybridIndex:
             "update chunks set path = ? where id = ?", [(dated_path(p), i) for i, p in rows]
         )
     return idx
-
-
-def ndcg_at_10(ranked, judged):
-    dcg = sum(judged.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:10]))
-    ideal = sorted(judged.values(), reverse=True)[:10]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg else 0.0
 
 
 def evaluate(idx, queries, qrels, **options):

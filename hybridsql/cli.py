@@ -290,6 +290,12 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         from hybridsql.extension import loadable_path
 
         click.echo(f"-- run after: .load {loadable_path()}")
+        if options["per_file"] and not options["group_by_file"]:
+            click.echo(
+                f"-- its rows are chunks, which Python makes into at most"
+                f" {options['per_file']} results a file, merging neighbours"
+                " (--per-file 0: the rows are the results)"
+            )
         click.echo(explain_sql(found.sql, found.params))
         return
     value = {
@@ -403,8 +409,9 @@ def add(store, content, project, sector, tier, salience, session):
 def memory_search(store, query, **options):
     """Search memories; filters apply before ranking.
 
-    Each memory found gains a little salience and is linked to the session as recalled (so it
-    ranks higher next time); --no-reinforce only looks, and opens the file read-only.
+    Each memory found is linked to the session as recalled and gains a little salience, once
+    per session and fading over days (so it ranks a little higher next time); --no-reinforce
+    only looks, and opens the file read-only.
     """
     found = store.search(query, **options)
     hits = [h.as_dict() for h in found]

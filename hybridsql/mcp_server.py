@@ -296,11 +296,13 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         that superseded it; and up to `documents` matching passages of the memory folder's files.
         Filters (project, sector, tier, min_salience, session_id: memories that session used)
         apply before ranking. Superseded memories are left out unless include_superseded.
-        Each memory returned gains a little salience and is linked to this session as recalled,
-        so what searches found before ranks higher later; reinforce=false only looks. Dated
+        Each memory returned is linked to this session as recalled and gains a little salience
+        (once per session, fading over days), so what searches found before ranks a little
+        higher later; reinforce=false only looks. Dated
         notes (memory/YYYY-MM-DD.md) lose half their score every 30 days; decay=false ranks
-        them by relevance alone. group_by_file: one passage per file, with the lines of its
-        other matches. max_chars bounds the answer (texts shortened, then the lowest ranked
+        them by relevance alone. A file gives at most two passages, its neighbouring matches
+        merged into them, the lines of its other matches in other_ranges; group_by_file: one
+        passage per file. max_chars bounds the answer (texts shortened, then the lowest ranked
         results left out; `cut` then says so)."""
         if not 0 <= documents <= MAX_RESULTS:  # before the search records its recalls
             raise ToolError(f"documents must be from 0 to {MAX_RESULTS}, not {documents!r}")

@@ -173,8 +173,9 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
     assert [d["path"] for d in billing["documents"]] == ["memory/projects/billing/glossary.md"]
 
     looked = seen["looked"]  # found, and neither reinforced nor linked (the summary below)
+    # (the same salience but for the few seconds its recall's gain relaxed in between)
     assert [h["memory"]["salience"] for h in looked["memories"]] == [
-        h["memory"]["salience"] for h in billing["memories"]
+        pytest.approx(h["memory"]["salience"], abs=1e-6) for h in billing["memories"]
     ]
     assert [(d["path"], d["other_ranges"]) for d in looked["documents"]] == [
         ("memory/projects/billing/glossary.md", [])

@@ -426,16 +426,18 @@ def test_session_filter_and_recall_links(store):
     assert (ended.summary, ended.ended_at) == ("set up Celery", store.clock())
 
 
-def test_salience_grows_on_recall_up_to_one(store):
+def test_recall_raises_salience_once_per_session_up_to_one(store):
     m = store.add("Alembic migrations run before the app starts", salience=0.5)
     top = store.add("Alembic autogenerate misses server defaults", salience=0.99)
     found = store.search("alembic migrations")
     assert {h.memory.id: h.memory.salience for h in found} == pytest.approx(
         {m.id: 0.52, top.id: 1.0}
     )
-    store.search("alembic")
-    assert store.get(m.id).salience == pytest.approx(0.54)
+    store.search("alembic")  # the store's own session again: counted once
+    assert store.get(m.id).salience == pytest.approx(0.52)
     assert store.get(top.id).salience == 1.0
+    store.search("alembic", recalled_in=store.start_session("tide").id)
+    assert store.get(m.id).salience == pytest.approx(0.54)
     store.search("nothing like it at all: zebra", mode="keyword")
     assert store.get(m.id).salience == pytest.approx(0.54)
 

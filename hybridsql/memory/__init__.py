@@ -9,6 +9,12 @@ below, computed in the same statement:
     relevance = clamp[0, 1]((0.4 semantic + 0.25 keyword + 0.2 salience + 0.15 recency)
                             * sector boost * (0.5 if superseded else 1))
     recency   = exp(-0.05 * days since created)
+    salience  = min(1, own salience + min(0.1, 0.02 * sum over the sessions that recalled it
+                                               of 2^-(days since that session's last recall / 7)))
+
+A memory's own salience is what add, reinforce and supersede set; what recalls add comes from
+the ``recalled`` rows of ``session_memories`` (once per session, relaxing, capped: see
+MemoryStore.search).
 
 Every number is a field of :class:`Ranking`. Documents (the memory folder's files) are searched
 by the same statement with a filter on ``kind``.

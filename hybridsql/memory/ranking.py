@@ -1,6 +1,7 @@
 """How memories rank: Ranking (every number of the formula), and memory_profile, the Profile
 that puts the formula, the filters and the memory's columns into the one search statement."""
 
+import math
 from dataclasses import dataclass, field
 
 from hybridsql.errors import QueryError
@@ -27,7 +28,17 @@ class Ranking:
         }
     )
     superseded_factor: float = 0.5
-    recall_boost: float = 0.02  # salience a memory gains each time a search returns it
+    recall_boost: float = 0.02  # salience a memory gains from each session a search returns it in
+    recall_cap: float = 0.1  # the most salience recalls add, all sessions together
+    recall_half_life_days: float = 7.0  # a recall's gain halves in this many days
+
+    def recall_gain(self, recalled_at, now: float) -> float:
+        """The salience recalls add at ``now``, given when each session last recalled the
+        memory: recall_boost per session, each halving every recall_half_life_days, all of them
+        together at most recall_cap. RECALL_GAIN computes the same in SQL."""
+        rate = self.params()["mem_recall_rate"]
+        total = sum(math.exp(-rate * max(0.0, now - at)) for at in recalled_at)
+        return min(self.recall_cap, self.recall_boost * total)
 
     def check(self) -> None:
         """Raises QueryError for a number no ranking can use."""
@@ -40,9 +51,13 @@ class Ranking:
         for name in ("semantic", "keyword", "salience", "recency", "recency_rate"):
             if getattr(self, name) < 0:
                 raise QueryError(f"ranking {name} must be >= 0, not {getattr(self, name)!r}")
-        for name in ("superseded_factor", "recall_boost"):
+        for name in ("superseded_factor", "recall_boost", "recall_cap"):
             if not 0 <= getattr(self, name) <= 1:
                 raise QueryError(f"ranking {name} must be in [0, 1], not {getattr(self, name)!r}")
+        if self.recall_half_life_days <= 0:
+            raise QueryError(
+                f"ranking recall_half_life_days must be > 0, not {self.recall_half_life_days!r}"
+            )
         for sector, boost in self.sector_boost.items():
             if sector not in SECTORS:
                 raise QueryError(f"sector_boost has an unknown sector {sector!r}")
@@ -57,6 +72,9 @@ class Ranking:
             "mem_recency": self.recency,
             "mem_recency_rate": self.recency_rate,
             "mem_superseded_factor": self.superseded_factor,
+            "mem_recall_boost": self.recall_boost,
+            "mem_recall_cap": self.recall_cap,
+            "mem_recall_rate": math.log(2) / (self.recall_half_life_days * DAY),
             **{f"mem_boost_{s}": float(self.sector_boost.get(s, 1.0)) for s in SECTORS},
         }
 
@@ -69,7 +87,20 @@ RANKING_NUMBERS = (
     "recency_rate",
     "superseded_factor",
     "recall_boost",
+    "recall_cap",
+    "recall_half_life_days",
 )
+
+# The salience a memory's recalls add (Ranking.recall_gain): over the last recall of each
+# session that recalled the memory ``{id}``; ``:now`` is bound by the search.
+RECALL_GAIN = (
+    "(select min(:mem_recall_cap, :mem_recall_boost"
+    " * total(exp(-:mem_recall_rate * max(0.0, :now - at))))"
+    " from (select max(at) as at from session_memories"
+    " where memory_id = {id} and usage = 'recalled' group by session_id))"
+)
+# A memory's salience as it ranks: its own (what add, reinforce and supersede set) and its recalls'.
+SALIENCE = "min(1.0, m.salience + " + RECALL_GAIN.format(id="m.chunk_id") + ")"
 
 # The relevance of a memory, over the columns of the search statement's ``scored`` CTE and the
 # profile's columns below; ``:now`` is bound by the search.
@@ -87,7 +118,8 @@ COLUMNS = {
     "project": "m.project",
     "sector": "m.sector",
     "tier": "m.tier",
-    "salience": "m.salience",
+    "salience": SALIENCE,
+    "own_salience": "m.salience",
     "valid_until": "m.valid_until",
     "memory_created_at": "m.created_at",
     "source_session": _SOURCE_SESSION.format(id="c.id"),
@@ -123,7 +155,7 @@ def memory_profile(
         ("m.project = :mem_project", "mem_project", project),
         ("m.sector = :mem_sector", "mem_sector", sector),
         ("m.tier = :mem_tier", "mem_tier", tier),
-        ("m.salience >= :mem_min_salience", "mem_min_salience", min_salience or None),
+        (f"{SALIENCE} >= :mem_min_salience", "mem_min_salience", min_salience or None),
         (
             "m.chunk_id in"
             " (select memory_id from session_memories where session_id = :mem_session)",

@@ -43,8 +43,8 @@ class MemorySearch:
     )
     reinforce: bool = option(
         True,
-        "each memory found gains a little salience and is linked to the session as recalled, "
-        "so it ranks higher next time; --no-reinforce (reinforce=false) only looks",
+        "each memory found is linked to the session as recalled and gains a little salience, "
+        "once per session, relaxing over days; --no-reinforce (reinforce=false) only looks",
     )
 
     def check(self) -> None:
@@ -69,11 +69,16 @@ class Recall(StoreState):
         """Ranked memories; ``options`` are the fields of MemorySearch. The filters apply before
         the top-k, so ``limit`` results come back whenever that many match.
 
-        Each memory returned gains ``ranking.recall_boost`` salience and is linked as recalled
-        to ``recalled_in`` (by default ``session_id``), so what was found before ranks higher in
-        later searches. ``reinforce=False`` only looks: no salience, link or usage row is
-        written (for evaluation, and for clients that only show memories), and nothing is on
-        an index opened read-only (its notes say so). The results are MemoryHits.
+        Each memory returned is linked as recalled to ``recalled_in`` (by default
+        ``session_id``; with neither, to the store's own session, opened by its first such
+        search), and so gains salience: ``ranking.recall_boost`` for each session that recalled
+        it, counted once however often that session does, each gain halving every
+        ``ranking.recall_half_life_days`` after the session's last recall, all of them together
+        at most ``ranking.recall_cap`` (Ranking.recall_gain). What was found before ranks a
+        little higher later, and never by more than the cap. ``reinforce=False`` only looks: no
+        link or usage row is written (for evaluation, and for clients that only show memories),
+        and nothing is on an index opened read-only (its notes say so). The results are
+        MemoryHits, whose salience counts this search's recall.
         """
         o = MemorySearch(**options)
         o.check()
@@ -96,7 +101,9 @@ class Recall(StoreState):
         if o.reinforce and self.index.readonly:
             found.notes.append(READ_ONLY_NOTE)
         elif o.reinforce:
-            self._recall(hits, o.session_id if o.recalled_in is None else o.recalled_in, now)
+            session = o.session_id if o.recalled_in is None else o.recalled_in
+            own = {r.id: r.extra["own_salience"] for r in found}
+            self._recall(hits, own, session, now)
         found.results = hits
         return found
 
@@ -121,19 +128,44 @@ class Recall(StoreState):
         )
         return self.index.searcher.search(query, opts, document_profile(project))
 
-    def _recall(self, hits, session_id, now) -> None:
-        """Each memory returned gains salience, and is linked to the session as recalled."""
+    def _recall(self, hits, own, session_id, now) -> None:
+        """Links each memory returned to the session (the store's own if None) as recalled,
+        and sets the hit's salience to its own (``own``, by id) and its recalls' gain."""
         if not hits:
             return
-        boost = self.ranking.recall_boost
+        if session_id is None:
+            session_id = self._own_session()
         with transaction(self.conn):
             for hit in hits:
-                self.conn.execute(
-                    "update memories set salience = min(1.0, salience + ?) where chunk_id = ?",
-                    (boost, hit.memory.id),
-                )
                 self._link(session_id, hit.memory.id, "recalled", now)
-                hit.memory.salience = min(1.0, hit.memory.salience + boost)
+        gains = self._recall_gains([hit.memory.id for hit in hits], now)
+        for hit in hits:
+            hit.memory.salience = min(1.0, own[hit.memory.id] + gains.get(hit.memory.id, 0.0))
+
+    def _own_session(self) -> int:
+        """The session that searches naming none recall into, opened on first use."""
+        if getattr(self, "_own_session_id", None) is None:
+            self._own_session_id = self.start_session().id
+        return self._own_session_id
+
+    def _recall_gains(self, memory_ids, now) -> dict:
+        """The salience their recalls add, by memory id (none for one never recalled)."""
+        recalled: dict = {}
+        for memory_id, at in self.conn.execute(
+            "select memory_id, max(at) from session_memories where usage = 'recalled'"
+            " and memory_id in (select value from json_each(?)) group by memory_id, session_id",
+            (json.dumps(list(memory_ids)),),
+        ):
+            recalled.setdefault(memory_id, []).append(at)
+        return {i: self.ranking.recall_gain(ats, now) for i, ats in recalled.items()}
+
+    def _recalled(self, memories) -> list:
+        """``memories`` (read with their own salience), each with its recalls' gain added."""
+        gains = self._recall_gains([m.id for m in memories], self.clock())
+        for m in memories:
+            if m.id in gains:
+                m.salience = min(1.0, m.salience + gains[m.id])
+        return memories
 
 
 def _hit(result) -> MemoryHit:

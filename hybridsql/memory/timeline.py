@@ -30,8 +30,8 @@ class Timeline(StoreState):
         key = (anchor.project, anchor.created_at, anchor.id)
         earlier = self.conn.execute(sql.format(op="<", order="desc"), (*key, before)).fetchall()
         later = self.conn.execute(sql.format(op=">", order="asc"), (*key, after)).fetchall()
-        memories = [_memory(r) for r in reversed(earlier)] + [anchor]
-        memories += [_memory(r) for r in later]
+        memories = self._recalled([_memory(r) for r in reversed(earlier)]) + [anchor]
+        memories += self._recalled([_memory(r) for r in later])
         return [
             TimelineEntry(offset, memory, self._source_session(memory.id))
             for offset, memory in enumerate(memories, -len(earlier))
@@ -48,7 +48,7 @@ class Timeline(StoreState):
             " order by m.created_at desc, m.chunk_id desc limit ?",
             (clean_text(project), limit),
         ).fetchall()
-        memories = [_memory(r) for r in rows]
+        memories = self._recalled([_memory(r) for r in rows])
         return [
             TimelineEntry(-n, memory, self._source_session(memory.id))
             for n, memory in enumerate(memories)

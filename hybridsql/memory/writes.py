@@ -68,8 +68,9 @@ class Writes(StoreState):
     ) -> Memory:
         """Replaces a memory with a new one that SUPERSEDES it; the old one gets valid_until.
 
-        The new memory keeps the old one's project, and its sector, tier and salience unless
-        given. In ``session_id`` the new memory is linked as created, the old one as updated.
+        The new memory keeps the old one's project, and its sector, tier and own salience (what
+        recalls added stays with the old one) unless given. In ``session_id`` the new memory is
+        linked as created, the old one as updated.
         """
         old = self._live(memory_id)
         if old.is_superseded:
@@ -82,7 +83,10 @@ class Writes(StoreState):
         sector = old.sector if sector is None else sector
         tier = old.tier if tier is None else clean_text(tier)
         content = clean_text(content) if isinstance(content, str) else content
-        salience = old.salience if salience is None else salience
+        if salience is None:
+            salience = self.conn.execute(
+                "select salience from memories where chunk_id = ?", (memory_id,)
+            ).fetchone()[0]
         _check_memory(content, old.project, sector, tier, salience)
         self._check_size(content)
         _check_text("created_by", created_by, empty=True)
@@ -106,7 +110,8 @@ class Writes(StoreState):
     def reinforce(
         self, memory_id: int, amount: float = 0.1, session_id: int | None = None
     ) -> Memory:
-        """Raises a memory's salience by ``amount`` (capped at 1); links it as reinforced."""
+        """Raises a memory's own salience by ``amount`` (capped at 1), for good: unlike what
+        recalls add, it does not relax. Links it as reinforced."""
         self._live(memory_id)
         if not 0 < amount <= 1:
             raise IndexingError(f"amount must be in (0, 1], not {amount!r}")
@@ -166,7 +171,7 @@ class Writes(StoreState):
         row = self.conn.execute(f"{_MEMORY_SQL} where m.chunk_id = ?", (memory_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"no memory with id {memory_id}")
-        return _memory(row)
+        return self._recalled([_memory(row)])[0]
 
     def _live(self, memory_id: int) -> Memory:
         memory = self.get(memory_id)

@@ -6,6 +6,7 @@ The package by concern (each module's docstring says what it owns):
 - ``keywords``: the keyword plan (FTS5 query and LIKE terms) and the query text vocabulary;
 - ``statement``: build_statement, its result columns (RESULT_COLUMNS), Profile, explain_sql;
 - ``searcher``: Searcher, which runs a search and reads the statement's rows by name;
+- ``files``: a file's matching chunks as at most per_file results (file_hits);
 - ``results``: SearchResult and SearchResults;
 - ``snippets``: snippets, highlighting, and ``visible`` text for a terminal.
 

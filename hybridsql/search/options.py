@@ -76,6 +76,11 @@ class SearchOptions:
     group_by_file: bool = option(
         False, "one result per file: its best chunk, with the lines of its other matches"
     )
+    per_file: int = option(
+        2,
+        "most results from one file, each with its neighbouring matching chunks merged in, the"
+        " lines of the rest on the file's first; 0: every matching chunk a result of its own",
+    )
     # Deprecated: limit's old name (not a field: no flag, no MCP parameter, not in asdict()).
     max_results: InitVar[int | None] = None
 
@@ -162,7 +167,7 @@ def finite(value) -> bool:
 
 # The integer options and their least values; the most is MAX_RESULTS. keyword_terms 0 keeps
 # every term.
-COUNTS = {"limit": 1, "candidate_pool": 1, "keyword_terms": 0}
+COUNTS = {"limit": 1, "candidate_pool": 1, "keyword_terms": 0, "per_file": 0}
 NUMBERS = (
     "vector_weight",
     "keyword_weight",
@@ -175,9 +180,20 @@ NUMBERS = (
 )
 
 
-def params_limit(opts: SearchOptions) -> int:
-    """MMR picks from the whole pool; otherwise the statement stops at the limit."""
-    return max(opts.candidate_pool, opts.limit) if opts.mmr else opts.limit
+def by_file(opts: SearchOptions, kind: str) -> bool:
+    """Whether a search's chunks are made into at most per_file results a file: documents
+    only (a memory has no file), and not with group_by_file (one a file, in the statement)."""
+    return bool(opts.per_file) and not opts.group_by_file and kind == "document"
+
+
+def params_limit(opts: SearchOptions, kind: str = "document") -> int:
+    """MMR picks from the whole pool, and per_file from every candidate (a file's chunks
+    past its results are merged into them or listed on them): up to a pool from each side.
+    Otherwise the statement stops at the limit."""
+    pool = max(opts.candidate_pool, opts.limit)
+    if by_file(opts, kind):
+        return 2 * pool
+    return pool if opts.mmr else opts.limit
 
 
 def _caller_level() -> int:

@@ -21,7 +21,8 @@ class SearchResult:
     keyword_score: float | None
     decay: float
     match_type: str
-    # With group_by_file: [start_line, end_line] of the file's other chunks that matched.
+    # [start_line, end_line] of the file's other matching chunks that no result shows
+    # (group_by_file, or past per_file), on the file's first result.
     other_ranges: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # the profile's columns
 

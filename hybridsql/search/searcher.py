@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING
 from hybridsql.discovery import is_markdown
 from hybridsql.errors import QueryError
 from hybridsql.schema import FTS_TABLES, has_fts
+from hybridsql.search.files import file_hits
 from hybridsql.search.keywords import _like_pattern, clean_text, keyword_plan
-from hybridsql.search.options import MAX_QUERY_CHARS, SearchOptions, params_limit, unix_time
+from hybridsql.search.options import (
+    MAX_QUERY_CHARS,
+    SearchOptions,
+    by_file,
+    params_limit,
+    unix_time,
+)
 from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
 from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
@@ -76,7 +83,7 @@ class Searcher:
             "now": time.time() if opts.now is None else unix_time(opts.now),
             "half_life_days": opts.half_life_days,
             "min_score": opts.min_score,
-            "limit": params_limit(opts),
+            "limit": params_limit(opts, profile.kind),
             "kind": profile.kind,
             **{f"like{i}": _like_pattern(t) for i, t in enumerate(plan.like_terms)},
             **profile.params,
@@ -96,6 +103,9 @@ class Searcher:
         params = {k: v for k, v in params.items() if k in used}
         names = result_names(profile)
         rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
+        if by_file(opts, profile.kind):
+            rows = file_hits(rows, opts.per_file)
+            rows = rows if opts.mmr else rows[: opts.limit]
         terms = highlight_terms(query)
         results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
         if opts.mmr and results:

@@ -57,6 +57,7 @@ RESULT_COLUMNS = {
     "keyword_hit": "rank is not null",
     "keyword_tier": "keyword_tier",
     "file_ranges": "file_ranges",
+    "file_id": "file_id",
 }
 # The statement's own column names, which a Profile's columns may not reuse: the results' and
 # those of its CTEs.
