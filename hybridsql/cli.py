@@ -308,6 +308,26 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
     show(value, as_json, lambda v: terminal.document_lines(v["results"], v["notes"]))
 
 
+@cli.command(epilog=example("hybridsql stats --db mem.db", "hybridsql stats --db mem.db --json"))
+@click.option(
+    "--db",
+    envvar="HYBRIDSQL_DB",
+    show_envvar=True,
+    required=True,
+    metavar="FILE",
+    help="the SQLite database file",
+)
+@json_option
+def stats(db, as_json):
+    """Print an index file's bytes by table (share of the file, rows) against its text.
+
+    Opens the file read-only. Bytes by table need SQLite's dbstat virtual table.
+    """
+    from hybridsql import stats as breakdown
+
+    show(breakdown.file_stats(db), as_json, breakdown.lines)
+
+
 # -- agent memories: ``hybridsql memory ...`` -------------------------------------------------
 
 

@@ -3,8 +3,9 @@ models), a cache, SQL embed().
 
 A provider has ``model_id``, ``dims`` and ``embed(texts) -> float32 array (n, dims)``.
 :class:`Embedder` puts a two-level cache in front of one: an in-memory LRU and the SQLite table
-``embedding_cache``, both keyed by (model_id and revision, sha256 of the text). Vectors travel as
-float32 little-endian BLOBs.
+``embedding_cache``, both keyed by (model_id and revision, sha256 of the text), and, in a
+hybridsql index, the index's own vectors (the cache keeps only those the index lacks: see
+schema.py). Vectors travel as float32 little-endian BLOBs.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
-_CACHE_TABLE = """CREATE TABLE IF NOT EXISTS embedding_cache(
-    model_id TEXT, text_sha256 BLOB, vector BLOB, PRIMARY KEY (model_id, text_sha256)
-) WITHOUT ROWID"""
 _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
+# How long an Embedder looks for a vector it cached in the index: a file's chunks are written
+# once all have vectors, and a large file's (thousands of chunks) are embedded over many calls.
+# A text is looked for 1, 2, 4, ... calls after it was cached, up to _CHECKS calls after: a few
+# looks each, while a query's vector, which never reaches the index, is let go.
+_CHECKS = 4096
 
 
 class EmbeddingProvider(Protocol):
@@ -669,7 +672,10 @@ class Embedder:
 
     ``conn`` is an apsw.Connection holding the table ``embedding_cache`` (created if missing),
     shared across processes; None keeps the cache in memory only. ``lru_size`` bounds the
-    in-memory cache.
+    in-memory cache. Where ``conn`` holds a hybridsql index whose vectors this provider made, a
+    text's vector is also looked up there, and the cache's rows that the index holds are deleted:
+    at each call those added since the last one (by any process), in later calls those it
+    stored or read, and when it is closed.
     """
 
     def __init__(
@@ -684,8 +690,15 @@ class Embedder:
         self.lru_size = lru_size
         self._lru: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        # Texts whose vector is in embedding_cache and may since have reached the index: key ->
+        # [text, the call it was cached or read at].
+        self._pending: dict[bytes, list] = {}
+        self._calls = 0  # calls to embed() so far
+        self._index = False  # whether the index's vectors serve as the cache
         if conn is not None:
-            conn.execute(_CACHE_TABLE)
+            from .schema import ensure_cache
+
+            self._index = ensure_cache(conn, self.model_id, self.cache_id)
 
     @property
     def model_id(self) -> str:
@@ -729,7 +742,11 @@ class Embedder:
                 raise TypeError(f"Embedder.embed(): text {i} is {type(text).__name__}, not str")
             keys.append(hashlib.sha256(text.encode("utf-8")).digest())
         with self._lock:
-            return keys, {key: self._cached(key) for key in set(keys)}
+            self._prune()
+            return keys, {
+                key: self._cached(key, text)
+                for key, text in dict(zip(keys, texts, strict=True)).items()
+            }
 
     def compute(self, texts: list[str]) -> np.ndarray:
         """The provider's vectors of ``texts``, checked, without the cache."""
@@ -740,7 +757,7 @@ class Embedder:
         key."""
         fresh = dict(zip(missing, vectors, strict=True))
         with self._lock:
-            self._store(fresh)
+            self._store(fresh, missing)
         return fresh
 
     def embed_one(self, text: str) -> np.ndarray:
@@ -752,8 +769,10 @@ class Embedder:
         with self._lock:
             self._lru.pop(hashlib.sha256(text.encode("utf-8")).digest(), None)
 
-    def _cached(self, key: bytes) -> np.ndarray | None:
+    def _cached(self, key: bytes, text: str) -> np.ndarray | None:
         import numpy as np
+
+        from .schema import INDEX_VECTOR
 
         vector = self._lru.get(key)
         if vector is not None:
@@ -765,6 +784,10 @@ class Embedder:
             "SELECT vector FROM embedding_cache WHERE model_id = ? AND text_sha256 = ?",
             (self.cache_id, key),
         ).fetchone()
+        if row is not None and self._index:
+            self._pending[key] = [text, self._calls]
+        elif row is None and self._index:
+            row = self.conn.execute(INDEX_VECTOR, (text, self.model_id)).fetchone()
         if row is None:
             return None
         vector = np.frombuffer(row[0], dtype="<f4").astype(np.float32)
@@ -782,12 +805,20 @@ class Embedder:
             )
         return vectors
 
-    def _store(self, vectors: dict[bytes, np.ndarray]) -> None:
+    def _store(self, vectors: dict[bytes, np.ndarray], texts: dict[bytes, str]) -> None:
         for key, vector in vectors.items():
             self._remember(key, vector)
+            if self._index:
+                self._pending[key] = [texts[key], self._calls]
         if self.conn is not None:
-            insert = "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)"
-            rows = [(self.cache_id, key, v.astype("<f4").tobytes()) for key, v in vectors.items()]
+            insert = (
+                "INSERT OR REPLACE INTO embedding_cache(model_id, text_sha256, vector,"
+                " text_length, text_tail) VALUES (?1, ?2, ?3, length(?4), substr(?4, -24))"
+            )
+            rows = [
+                (self.cache_id, key, v.astype("<f4").tobytes(), texts[key])
+                for key, v in vectors.items()
+            ]
             if len(rows) == 1:
                 # One statement is atomic alone; SQLite refuses a savepoint inside a running
                 # write, which is where SQL embed() is called from in an INSERT.
@@ -795,6 +826,44 @@ class Embedder:
             else:
                 with self.conn:
                     self.conn.executemany(insert, rows)
+
+    def close(self) -> None:
+        """Deletes the cache rows this Embedder stored or read whose vectors the index now holds
+        (HybridIndex.close calls it); a row it leaves (a process killed) serves as the cache."""
+        with self._lock:
+            if self.conn is not None:
+                # A full disk, a busy file: the rows stay, as a cache.
+                with contextlib.suppress(apsw.Error):
+                    self._prune(every=True)
+
+    def _prune(self, every: bool = False) -> None:
+        """Deletes the cache rows of pending texts whose vector the index now holds: each text
+        ``every`` time, else 1, 2, 4... calls after it was cached; one cached _CHECKS calls ago
+        is let go (a query's vector never reaches the index)."""
+        from .schema import INDEX_VECTOR, prune_cache
+
+        self._calls += 1
+        if self._index:
+            # Rows added since: what earlier runs left, vectors of deleted chunks whose texts
+            # were written again. At a call, not when made: an open that fails on a damaged
+            # file must write nothing to it.
+            prune_cache(self.conn, self.model_id, self.cache_id)
+        if not self._pending:
+            return
+        delete = (
+            "DELETE FROM embedding_cache WHERE model_id = ?3 AND text_sha256 = ?4"
+            f" AND vector = ({INDEX_VECTOR})"
+        )
+        with contextlib.nullcontext() if self.conn.in_transaction else self.conn:
+            for key, (text, born) in list(self._pending.items()):
+                age = self._calls - born
+                if every or not age & (age - 1):  # a power of two
+                    self.conn.execute(delete, (text, self.model_id, self.cache_id, key))
+                    if self.conn.changes():
+                        del self._pending[key]
+                        continue
+                if age >= _CHECKS:
+                    del self._pending[key]
 
     def _remember(self, key: bytes, vector: np.ndarray) -> None:
         self._lru[key] = vector

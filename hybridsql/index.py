@@ -307,6 +307,8 @@ class HybridIndex:
 
     def close(self, damaged: bool = False) -> None:
         """Closes the database; ``damaged``: without writing to it (see extension.close)."""
+        if self.embedder is not None and not damaged and not self.readonly:
+            self.embedder.close()  # the cache's copies of what the index now holds
         close(self.conn, damaged)
 
     def __enter__(self):

@@ -18,11 +18,11 @@ from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
 if TYPE_CHECKING:
     import apsw
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 3);
+insert or ignore into meta values ('schema_version', 4);
 
 create table if not exists files(
   id integer primary key,
@@ -47,6 +47,26 @@ create table if not exists chunks(
 );
 create index if not exists chunks_file on chunks(file_id);
 create index if not exists chunks_kind on chunks(kind);
+-- Each chunk's text by its length and last characters: a text's vector is looked up in the
+-- index before it is embedded (embed.py, Embedder), so the cache keeps no second copy of a
+-- vector the index holds; the text itself is compared after. A table kept by triggers rather
+-- than an index on those expressions, which `sqlite-utils transform` refuses to carry over.
+create table if not exists chunk_keys(
+  length integer not null, tail text not null, chunk_id integer not null,
+  primary key (length, tail, chunk_id)
+) without rowid;
+create trigger if not exists chunk_keys_insert after insert on chunks begin
+  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+end;
+create trigger if not exists chunk_keys_delete after delete on chunks begin
+  delete from chunk_keys
+  where length = length(old.text) and tail = substr(old.text, -24) and chunk_id = old.id;
+end;
+create trigger if not exists chunk_keys_update after update of id, text on chunks begin
+  delete from chunk_keys
+  where length = length(old.text) and tail = substr(old.text, -24) and chunk_id = old.id;
+  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+end;
 
 -- One vector per chunk (chunk_id is the rowid), float32, tagged with its model; kind is the
 -- chunk's, so that a search of documents or of memories reads only their blocks.
@@ -245,6 +265,8 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
             _upgrade_from_1(conn)
         elif version == 2:
             _upgrade_from_2(conn)
+        if version in (1, 2, 3):
+            _upgrade_from_3(conn)
         try:
             conn.execute(TABLES)
         except apsw.SQLError as e:
@@ -333,6 +355,7 @@ def _resync(conn: apsw.Connection, fts: bool) -> None:
         " delete from memory_links where from_id not in (select chunk_id from memories)"
         " or to_id not in (select chunk_id from memories);"
     )
+    conn.execute(_FILL_CHUNK_KEYS)
     if fts:
         conn.execute("insert into chunks_fts(chunks_fts) values ('delete-all')")
         _fill_fts(conn)
@@ -380,7 +403,7 @@ def _upgrade_from_1(conn: apsw.Connection) -> None:
                 pass
     conn.execute(
         "drop table vectors_schema1; delete from meta where key = 'vectors_version';"
-        f" update meta set value = {SCHEMA_VERSION} where key = 'schema_version'"
+        " update meta set value = 3 where key = 'schema_version'"
     )
     fts = conn.execute(
         "select count(*) from sqlite_schema where type = 'table' and name = 'chunks_fts'"
@@ -403,9 +426,25 @@ def _upgrade_from_2(conn: apsw.Connection) -> None:
         conn.execute("drop table chunks_fts")
         conn.execute(FTS)
         conn.execute(_FILL_CHUNKS_FTS)
-    conn.execute(f"update meta set value = {SCHEMA_VERSION} where key = 'schema_version'")
+    conn.execute("update meta set value = 3 where key = 'schema_version'")
 
 
+def _upgrade_from_3(conn: apsw.Connection) -> None:
+    """Schema 3 kept every vector twice: in vectors and in embedding_cache (a WITHOUT ROWID
+    table, whose 1.5 KB rows each spilled onto an overflow page: 4.6 KB a vector). The cache is
+    made again as CACHE_TABLE without the vectors that the index holds; the index's vectors serve
+    as the cache from then on (found by chunk_keys, made by TABLES)."""
+    conn.execute(TABLES)
+    conn.execute(_FILL_CHUNK_KEYS)
+    if conn.execute(_HAS_CACHE).fetchone()[0]:
+        _upgrade_cache(conn)
+    conn.execute("update meta set value = 4 where key = 'schema_version'")
+
+
+_FILL_CHUNK_KEYS = (
+    "delete from chunk_keys;"
+    " insert into chunk_keys select length(text), substr(text, -24), id from chunks"
+)
 _FILL_CHUNKS_FTS = (
     "insert into chunks_fts(rowid, text) select id, text from chunks where kind = 'document'"
 )
@@ -416,6 +455,156 @@ def _fill_fts(conn: apsw.Connection) -> None:
     for table in (t for pair in FTS_TABLES.values() for t in pair if t != "chunks_fts"):
         conn.execute(f"insert into {table}({table}) values ('rebuild')")
     conn.execute(_FILL_CHUNKS_FTS)
+
+
+# -- the embedding cache ------------------------------------------------------------------------
+#
+# Vectors embedded but not in the index: a query's, a chunk's between its embedding and its
+# file's transaction (so a stopped run resumes without embedding it again), a deleted document
+# chunk's (keep_leaving_vectors: a file that comes back is not embedded again). A vector that
+# the index holds leaves the cache (prune_cache): a text is looked up in the index by
+# chunk_keys, where the index's vectors of the model were made as the cache's are, which meta
+# records as 'vectors MODEL' = the cache id (model and revision; '' once two were mixed).
+# text_length and text_tail are the text's key in chunk_keys.
+
+# Rows are numbered in the order they came (autoincrement: a deleted row's number is not given
+# again), so that a prune looks only at rows added since the last one.
+CACHE_TABLE = """create table if not exists embedding_cache(
+  id integer primary key autoincrement, model_id text not null, text_sha256 blob not null,
+  vector blob not null, text_length integer, text_tail text, unique (model_id, text_sha256)
+)"""
+_HAS_CACHE = "select count(*) from sqlite_schema where type = 'table' and name = 'embedding_cache'"
+# The vector of the text ?1 that the index holds for the model ?2.
+INDEX_VECTOR = (
+    "select v.vector from chunk_keys k join chunks c on c.id = k.chunk_id"
+    " join vectors v on v.chunk_id = c.id"
+    " where k.length = length(?1) and k.tail = substr(?1, -24) and c.text = ?1"
+    " and v.model_id = ?2 limit 1"
+)
+# Deletes the cache rows of the cache id ?1 whose vector the index holds for the model ?2, of
+# rowid over ?3.
+_PRUNE = """delete from embedding_cache where model_id = ?1 and id > ?3 and exists (
+  select 1 from chunk_keys k join vectors v on v.chunk_id = k.chunk_id
+  where k.length = embedding_cache.text_length and k.tail = embedding_cache.text_tail
+    and v.model_id = ?2 and v.vector = embedding_cache.vector
+)"""
+
+
+def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
+    """Makes the embedding cache if missing (upgrading one of schema 3); returns whether the
+    index in ``conn`` (if any) holds vectors made as ``cache_id`` makes them, so that they serve
+    as the cache. Writes nothing to an index whose record says so already."""
+    with conn:
+        conn.execute(CACHE_TABLE)
+        columns = {
+            c for (c,) in conn.execute("select name from pragma_table_info('embedding_cache')")
+        }
+        if "text_length" not in columns:
+            _upgrade_cache(conn)
+        readable = "select count(*) from pragma_module_list where name = 'vector_index'"
+        if (
+            not {"meta", "chunks", "vectors", "chunk_keys"} <= set(_present(conn))
+            or not conn.execute(readable).fetchone()[0]  # the Python functions only
+        ):
+            return False
+        key = f"vectors {model_id}"
+        row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
+        if row is None:
+            made = "select exists(select 1 from vectors where model_id = ?)"
+            if conn.execute(made, (model_id,)).fetchone()[0]:
+                return False  # vectors made before the record, by a revision unknown
+            conn.execute("insert into meta values (?, ?)", (key, cache_id))
+        elif row[0] != cache_id:
+            # Vectors of another revision are there, and this one may add its own.
+            conn.execute("update meta set value = '' where key = ?", (key,))
+            return False
+    keep_leaving_vectors(conn, model_id, cache_id)
+    return True
+
+
+def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
+    """Deletes the cache's vectors of ``cache_id`` that the index holds, among the rows added
+    since the last prune (meta 'cache pruned'); returns how many. Not atomic (SQLite refuses a
+    savepoint where SQL embed() runs, inside a write): stopped between its two statements, it
+    checks the same rows again next time."""
+    row = conn.execute("select value from meta where key = 'cache pruned'").fetchone()
+    since = row[0] if row else 0
+    last = conn.execute("select coalesce(max(id), 0) from embedding_cache").fetchone()[0]
+    if last <= since:
+        return 0
+    conn.execute(_PRUNE, (cache_id, model_id, since))
+    gone = conn.changes()
+    conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
+    return gone
+
+
+def keep_leaving_vectors(conn: apsw.Connection, model_id: str, cache_id: str) -> None:
+    """On this connection, a document chunk's vector of ``model_id`` goes into the cache when
+    the chunk is deleted (a file deleted or rewritten): a file that comes back (a `git
+    checkout` of another branch, then back) is not embedded again. A TEMP trigger, since its
+    key is the text's sha256, a function of this connection's; an agent's memories are not kept
+    (a hard delete forgets them). Copies of texts written again at once are pruned
+    (prune_cache)."""
+    import hashlib
+
+    def sha256(text):
+        return hashlib.sha256(text.encode("utf-8")).digest() if isinstance(text, str) else None
+
+    conn.create_scalar_function("hybridsql_text_sha256", sha256, 1, deterministic=True)
+    # The model and cache id are values, not SQL text: the trigger reads them from a TEMP table.
+    conn.execute(
+        "create temp table if not exists hybridsql_embedder(model_id text, cache_id text);"
+        " delete from temp.hybridsql_embedder"
+    )
+    conn.execute("insert into temp.hybridsql_embedder values (?, ?)", (model_id, cache_id))
+    conn.execute(
+        "create temp trigger if not exists hybridsql_keep_vectors before delete on main.chunks"
+        " when old.kind = 'document' begin"
+        " insert or ignore into embedding_cache(model_id, text_sha256, vector, text_length,"
+        " text_tail)"
+        " select e.cache_id, hybridsql_text_sha256(old.text), v.vector, length(old.text),"
+        " substr(old.text, -24) from hybridsql_embedder e join vectors v"
+        " on v.chunk_id = old.id and v.model_id = e.model_id;"
+        " end"
+    )
+
+
+def _upgrade_cache(conn: apsw.Connection) -> None:
+    """The cache of schema 3 (model_id, text_sha256, vector), WITHOUT ROWID, made again as
+    CACHE_TABLE with the rows that the index lacks, each with its text's key when a chunk has
+    its text. For each model, the cache id whose rows the index holds byte for byte is recorded
+    as the one that made its vectors (none when two did)."""
+    import hashlib
+
+    present = set(_present(conn))
+    texts = {}
+    if "chunks" in present:
+        for (text,) in conn.execute("select distinct text from chunks"):
+            texts[hashlib.sha256(text.encode("utf-8")).digest()] = text
+    readable = "select count(*) from pragma_module_list where name = 'vector_index'"
+    index = {"vectors", "chunk_keys"} <= present and conn.execute(readable).fetchone()[0]
+    models = [m for (m,) in conn.execute("select distinct model_id from vectors")] if index else []
+    conn.execute("alter table embedding_cache rename to embedding_cache_3")
+    conn.execute(CACHE_TABLE)
+    made_by: dict = {}
+    insert = (
+        "insert into embedding_cache(model_id, text_sha256, vector, text_length, text_tail)"
+        " values (?1, ?2, ?3, length(?4), substr(?4, -24))"
+    )
+    old = "select model_id, text_sha256, vector from embedding_cache_3"
+    for cache_id, key, vector in conn.execute(old).fetchall():
+        text = texts.get(key)
+        model = next((m for m in models if cache_id == m or cache_id.startswith(m + "@")), None)
+        if text is not None and model is not None:
+            found = conn.execute(INDEX_VECTOR, (text, model)).fetchone()
+            if found is not None and found[0] == vector:
+                made_by.setdefault(model, set()).add(cache_id)
+                continue
+        conn.execute(insert, (cache_id, key, vector, text))
+    conn.execute("drop table embedding_cache_3")
+    for model, ids in made_by.items():
+        record = ids.pop() if len(ids) == 1 else ""
+        conn.execute("insert or replace into meta values (?, ?)", (f"vectors {model}", record))
 
 
 def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool = False) -> None:

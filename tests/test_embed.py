@@ -520,9 +520,12 @@ def test_sqlite_cache_survives_a_new_connection(local, tmp_path):
     assert conn.execute(
         "SELECT name, type, pk FROM pragma_table_info('embedding_cache')"
     ).fetchall() == [
-        ("model_id", "TEXT", 1),
-        ("text_sha256", "BLOB", 2),
+        ("id", "INTEGER", 1),
+        ("model_id", "TEXT", 0),
+        ("text_sha256", "BLOB", 0),
         ("vector", "BLOB", 0),
+        ("text_length", "INTEGER", 0),
+        ("text_tail", "TEXT", 0),
     ]
 
     again = Counting(local)

@@ -38,7 +38,8 @@ class Counting:
 def fresh_index(tmp_path, example_db, provider=None):
     db = str(tmp_path / "mem.db")
     shutil.copy(example_db, db)
-    idx = HybridIndex(db, embedder="none")
+    # Deleted through the model's Embedder, the chunks' vectors go into the embedding cache.
+    idx = HybridIndex(db, embedder="local")
     with idx.conn:
         idx.conn.execute("delete from files")  # keep only the embedding cache
     idx.close()

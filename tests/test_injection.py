@@ -253,6 +253,10 @@ REVIEWED = {
         "path": "a database's file name in an error message, not SQL",
         "table": "each name of FTS_TABLES, a module constant",
     },
+    "stats.py": {
+        "table": "a table's name read from the file's schema, quoted as an identifier (its"
+        " double quotes doubled)",
+    },
     "vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",
         "self._name('rowids')": "quoted(): a quoted identifier",

@@ -176,7 +176,7 @@ def test_a_transformed_chunks_table_gets_its_triggers_back_and_its_indexes_in_st
     the next writing open makes the triggers again and brings both back in step."""
     path = index_copy
     triggers = schema_of(path, "trigger")
-    assert len(triggers) == 6
+    assert len(triggers) == 9
     sqlite_utils("transform", path, "chunks")
     assert [name for name, _ in schema_of(path, "trigger")] == ["files_delete"]
     # Written while the triggers are gone: a file's chunks deleted, a chunk added, one changed.
@@ -198,7 +198,8 @@ def test_a_transformed_chunks_table_gets_its_triggers_back_and_its_indexes_in_st
     assert (out.returncode, out.stdout, out.stderr) == (
         1,
         "",
-        f"hybridsql: {path} is missing chunks_delete, memories_delete, chunks_fts_insert,"
+        f"hybridsql: {path} is missing chunk_keys_insert, chunk_keys_delete, chunk_keys_update,"
+        " chunks_delete, memories_delete, chunks_fts_insert,"
         " chunks_fts_delete, chunks_fts_update (a table rebuilt by another tool, such as"
         " `sqlite-utils transform`, loses its triggers); open it once for writing to make them"
         f" again, with `hybridsql index DIR --db {path}` or any `hybridsql memory` command that"
@@ -213,6 +214,12 @@ def test_a_transformed_chunks_table_gets_its_triggers_back_and_its_indexes_in_st
         check_fts(conn)
         orphans = "select count(*) from vectors where chunk_id not in (select id from chunks)"
         assert conn.execute(orphans).fetchone()[0] == 0
+        keys = (
+            "select count(*) from chunks c join chunk_keys k on k.chunk_id = c.id"
+            " and k.length = length(c.text) and k.tail = substr(c.text, -24)"
+        )
+        count = "select (select count(*) from chunks), (select count(*) from chunk_keys)"
+        assert conn.execute(count).fetchone() == (conn.execute(keys).fetchone()[0],) * 2
     finally:
         conn.close()
     with HybridIndex(path, embedder="none", readonly=True) as idx:
