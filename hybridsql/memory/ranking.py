@@ -2,6 +2,7 @@
 that puts the formula, the filters and the memory's columns into the one search statement."""
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hybridsql.errors import QueryError
@@ -32,7 +33,7 @@ class Ranking:
     recall_cap: float = 0.1  # the most salience recalls add, all sessions together
     recall_half_life_days: float = 7.0  # a recall's gain halves in this many days
 
-    def recall_gain(self, recalled_at, now: float) -> float:
+    def recall_gain(self, recalled_at: Iterable[float], now: float) -> float:
         """The salience recalls add at ``now``, given when each session last recalled the
         memory: recall_boost per session, each halving every recall_half_life_days, all of them
         together at most recall_cap. RECALL_GAIN computes the same in SQL."""
