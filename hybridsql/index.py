@@ -228,13 +228,17 @@ class Work:
         self.finished = 0
         self.tell()
 
-    def done(self, name: str, unchanged: bool = False) -> None:
+    def done(self, name: str, unchanged: bool = False, tell: bool = True) -> None:
+        """``name`` is done (or found ``unchanged``); ``tell`` False leaves telling the progress
+        to the caller: the files a batch's vectors complete are written at one moment, and told
+        as one step, so that the time left is not reckoned between them."""
         size = self.sizes.pop(name, 0)
         if unchanged:
             self.total -= size
         else:
             self.finished += size
-        self.tell()
+        if tell:
+            self.tell()
 
     def tell(self) -> None:
         self.progress.work(self.finished, self.total)
@@ -501,13 +505,17 @@ class HybridIndex:
         worker: Any = Computer(embedder) if embedder else None
 
         def write_ready() -> None:
+            written = False
             while waiting and not waiting[0][2]:
                 (rel, sha, size, mtime, chunks), vectors, _ = waiting.popleft()
                 self._write_file(root, rel, sha, size, mtime, chunks, vectors)
                 report.files_indexed += 1
                 report.chunks_written += len(chunks)
-                work.done(rel)
+                work.done(rel, tell=False)
                 step(rel)
+                written = True
+            if written:
+                work.tell()
 
         def fill(entries, keys, found) -> None:
             for (entry, i), key in zip(entries, keys, strict=True):

@@ -164,26 +164,30 @@ def report_lines(report: dict, keyword_only: bool, left_out: str | None) -> list
 
 class Eta:
     """The time left of an indexing run: the bytes of work left (Progress.work) at the rate of
-    the bytes done since the run began. By bytes, not files: a folder's files range from a line
-    to megabytes. Over the whole run, not its last seconds: a batch's files are written at once,
-    so a rate over a few seconds jumps with each batch."""
+    the bytes done since the first were done. By bytes, not files: a folder's files range from a
+    line to megabytes. From the first bytes done, not from the run's start: the start pays for
+    the model's load and the first batch's fill, which the rest of the run does not. Over the
+    rest of the run, not its last seconds: a batch's files are written at once, so a rate over a
+    few seconds jumps with each batch."""
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self.began = None
+        self.first = None  # (when, bytes done) at the first work done
         self.done = self.total = 0
 
     def work(self, done: int, total: int) -> None:
-        if self.began is None:
-            self.began = self.clock()
+        if self.first is None and done > 0:
+            self.first = (self.clock(), done)
         self.done, self.total = done, total
 
     def left(self) -> float | None:
-        """Seconds left, or None while nothing is done (or all is)."""
-        if self.began is None or self.done <= 0 or self.done >= self.total:
+        """Seconds left, or None until work has been done since the first (or when all is)."""
+        if self.first is None or self.done >= self.total:
             return None
-        spent = self.clock() - self.began
-        return spent * (self.total - self.done) / self.done
+        since, done = self.first
+        if self.done <= done:
+            return None
+        return (self.clock() - since) * (self.total - self.done) / (self.done - done)
 
 
 def clock_time(seconds: float) -> str:

@@ -202,3 +202,36 @@ def run_piped(tmp_path, *argv):
         [HYBRIDSQL, *argv], capture_output=True, text=True, cwd=tmp_path, check=False
     )
     return run.returncode, run.stderr
+
+
+def test_time_left_is_reckoned_from_the_first_work_done_not_the_start():
+    """A run that spends 10 s loading the model, then does 10 % of its bytes every second: from
+    the second file on, the bar says exactly the time that is left (the load is not counted)."""
+    from hybridsql.terminal import Eta
+
+    now = [0.0]
+    eta = Eta(clock=lambda: now[0])
+    eta.work(0, 1000)
+    assert eta.left() is None  # nothing done yet
+    now[0] = 11.0
+    eta.work(100, 1000)
+    assert eta.left() is None  # one reading: no rate yet
+    for second in range(2, 10):
+        now[0] = 10.0 + second
+        eta.work(100 * second, 1000)
+        assert eta.left() == 10 - second
+    now[0] = 20.0
+    eta.work(1000, 1000)
+    assert eta.left() is None  # all done
+
+
+def test_time_left_ignores_files_found_unchanged():
+    """Unchanged files leave the total (Progress.work): the rate counts only work done."""
+    from hybridsql.terminal import Eta
+
+    now = [0.0]
+    eta = Eta(clock=lambda: now[0])
+    eta.work(50, 500)
+    now[0] = 5.0
+    eta.work(100, 300)  # 50 bytes in 5 s; 200 left
+    assert eta.left() == 20.0
