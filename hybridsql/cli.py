@@ -53,6 +53,18 @@ class Embedder(click.ParamType):
         self.fail(f"expected {', '.join(EMBEDDERS)}, openai:MODEL or llm:MODEL_ID, not {value!r}")
 
 
+def db_option(required: bool = True, help: str = "the SQLite database file"):
+    """--db FILE, or $HYBRIDSQL_DB: the index a command opens."""
+    return click.option(
+        "--db",
+        envvar="HYBRIDSQL_DB",
+        show_envvar=True,
+        required=required,
+        metavar="FILE",
+        help=help,
+    )
+
+
 def db_options(command=None, *, required: bool = True):
     """--db and --embedder, which every command that opens an index takes; an SQLite error
     about the file itself becomes its one-line DatabaseError. ``@db_options(required=False)``
@@ -83,14 +95,7 @@ def db_options(command=None, *, required: bool = True):
         "embedding model of the llm package: pip install 'hybridsql[llm]'); default "
         "$HYBRIDSQL_EMBEDDER or auto",
     )(run)
-    return click.option(
-        "--db",
-        envvar="HYBRIDSQL_DB",
-        show_envvar=True,
-        required=required,
-        metavar="FILE",
-        help="the SQLite database file",
-    )(with_embedder)
+    return db_option(required)(with_embedder)
 
 
 def json_option(command):
@@ -309,14 +314,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
 
 
 @cli.command(epilog=example("hybridsql stats --db mem.db", "hybridsql stats --db mem.db --json"))
-@click.option(
-    "--db",
-    envvar="HYBRIDSQL_DB",
-    show_envvar=True,
-    required=True,
-    metavar="FILE",
-    help="the SQLite database file",
-)
+@db_option()
 @json_option
 def stats(db, as_json):
     """Print an index file's bytes by table (share of the file, rows) against its text.
@@ -648,14 +646,7 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
         "hybridsql replicate --db mem.db --to /backups/mem --once",
     )
 )
-@click.option(
-    "--db",
-    envvar="HYBRIDSQL_DB",
-    show_envvar=True,
-    required=True,
-    metavar="FILE",
-    help="the index to replicate",
-)
+@db_option(help="the index to replicate")
 @click.option("--to", required=True, metavar="URL", help="the replica: a URL or a folder")
 @click.option("--once", is_flag=True, help="sync what is committed now, then exit")
 @click.option("--seconds", type=float, default=None, help="stop after this many seconds")
