@@ -839,31 +839,50 @@ class Embedder:
     def _prune(self, every: bool = False) -> None:
         """Deletes the cache rows of pending texts whose vector the index now holds: each text
         ``every`` time, else 1, 2, 4... calls after it was cached; one cached _CHECKS calls ago
-        is let go (a query's vector never reaches the index)."""
-        from .schema import INDEX_VECTOR, prune_cache
+        is let go (a query's vector never reaches the index).
+
+        Housekeeping: what is due is found by reading, so that a call with nothing to delete (a
+        search's) takes no write lock, and a busy file leaves the rows as a cache, checked
+        again at a later call, instead of failing the caller's write or search."""
+        from .index import transaction
+        from .schema import INDEX_VECTOR, prune_cache, unpruned_cache
 
         self._calls += 1
-        if self._index:
-            # Rows added since: what earlier runs left, vectors of deleted chunks whose texts
-            # were written again. At a call, not when made: an open that fails on a damaged
-            # file must write nothing to it.
-            prune_cache(self.conn, self.model_id, self.cache_id)
-        if not self._pending:
-            return
-        delete = (
-            "DELETE FROM embedding_cache WHERE model_id = ?3 AND text_sha256 = ?4"
-            f" AND vector = ({INDEX_VECTOR})"
+        held = (
+            "select 1 from embedding_cache where model_id = ?3 and text_sha256 = ?4"
+            f" and vector = ({INDEX_VECTOR})"
         )
-        with contextlib.nullcontext() if self.conn.in_transaction else self.conn:
-            for key, (text, born) in list(self._pending.items()):
-                age = self._calls - born
-                if every or not age & (age - 1):  # a power of two
-                    self.conn.execute(delete, (text, self.model_id, self.cache_id, key))
-                    if self.conn.changes():
-                        del self._pending[key]
-                        continue
-                if age >= _CHECKS:
-                    del self._pending[key]
+        due = []
+        for key, (text, born) in list(self._pending.items()):
+            age = self._calls - born
+            check = every or not age & (age - 1)  # a power of two
+            if (
+                check
+                and self.conn.execute(held, (text, self.model_id, self.cache_id, key)).fetchone()
+            ):
+                due.append((key, text))
+            elif age >= _CHECKS:
+                del self._pending[key]
+        # Rows added since the last prune: what earlier runs left, vectors of deleted chunks
+        # whose texts were written again. At a call, not when made: an open that fails on a
+        # damaged file must write nothing to it.
+        added = self._index and unpruned_cache(self.conn) is not None
+        if not due and not added:
+            return
+        try:
+            with contextlib.nullcontext() if self.conn.in_transaction else transaction(self.conn):
+                if added:
+                    prune_cache(self.conn, self.model_id, self.cache_id)
+                for key, text in due:
+                    self.conn.execute(
+                        "delete from embedding_cache where model_id = ?3 and text_sha256 = ?4"
+                        f" and vector = ({INDEX_VECTOR})",
+                        (text, self.model_id, self.cache_id, key),
+                    )
+        except apsw.BusyError:
+            return  # the rows stay, as a cache; checked again at a later call
+        for key, _ in due:
+            del self._pending[key]
 
     def _remember(self, key: bytes, vector: np.ndarray) -> None:
         self._lru[key] = vector

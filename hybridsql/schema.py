@@ -522,19 +522,25 @@ def ensure_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> bool:
     return True
 
 
-def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
-    """Deletes the cache's vectors of ``cache_id`` that the index holds, among the rows added
-    since the last prune (meta 'cache pruned'); returns how many. Not atomic (SQLite refuses a
-    savepoint where SQL embed() runs, inside a write): stopped between its two statements, it
-    checks the same rows again next time."""
+def unpruned_cache(conn: apsw.Connection) -> tuple[int, int] | None:
+    """(the last rowid pruned, the cache's last rowid) when rows were added to the cache since
+    the last prune (meta 'cache pruned'), else None. Reads only."""
     row = conn.execute("select value from meta where key = 'cache pruned'").fetchone()
     since = row[0] if row else 0
     last = conn.execute("select coalesce(max(id), 0) from embedding_cache").fetchone()[0]
-    if last <= since:
+    return (since, last) if last > since else None
+
+
+def prune_cache(conn: apsw.Connection, model_id: str, cache_id: str) -> int:
+    """Deletes the cache's vectors of ``cache_id`` that the index holds, among the rows added
+    since the last prune (unpruned_cache); returns how many. The caller holds the write lock
+    (or stops between the two statements: the same rows are then checked again next time)."""
+    span = unpruned_cache(conn)
+    if span is None:
         return 0
-    conn.execute(_PRUNE, (cache_id, model_id, since))
+    conn.execute(_PRUNE, (cache_id, model_id, span[0]))
     gone = conn.changes()
-    conn.execute("insert or replace into meta values ('cache pruned', ?)", (last,))
+    conn.execute("insert or replace into meta values ('cache pruned', ?)", (span[1],))
     return gone
 
 

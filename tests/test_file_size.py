@@ -110,6 +110,33 @@ def test_a_querys_vector_stays_in_the_cache(tmp_path, memory_dir):
     assert provider.asked == []
 
 
+def test_a_busy_file_leaves_the_cache_unpruned_instead_of_failing_a_search(tmp_path, memory_dir):
+    """Pruning is housekeeping: while another process holds the write lock, an embedding whose
+    prune is due answers (the rows stay, as a cache), a search with nothing to prune takes no
+    write lock at all, and the rows leave at a later call once the lock is free."""
+    db = str(tmp_path / "mem.db")
+    with HybridIndex(db, embedder=Letters()) as idx:
+        idx.index_folder(str(memory_dir))
+        idx.search("where does staging run?")  # its vector cached: the search below embeds none
+    edit(memory_dir)
+    with HybridIndex(db, embedder=Letters()) as idx:
+        idx.index_folder(str(memory_dir))
+        left = cached_in_index(idx.conn)
+        assert left > 0  # the edited file's old chunks, pruned at the next call
+        idx.conn.set_busy_timeout(50)
+        other = connect(db)
+        other.execute("begin immediate")
+        try:
+            idx.embedder.embed(["where does staging run?"])  # a prune due, and the file busy
+            assert cached_in_index(idx.conn) == left
+            assert idx.search("where does staging run?")
+        finally:
+            other.execute("rollback")
+            other.close()
+        idx.embedder.embed(["where does staging run?"])
+        assert cached_in_index(idx.conn) == 0
+
+
 def test_vectors_cached_before_their_file_was_written_are_kept_and_used(tmp_path, memory_dir):
     """A run stopped between a batch's embedding and its file's transaction resumes from the
     cache: rows the index does not hold are never pruned."""
