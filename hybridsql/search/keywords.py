@@ -7,9 +7,9 @@ are, how many terms a search keeps, and clean_text for text SQLite must take.
 import re
 from dataclasses import dataclass, field
 
+from hybridsql.schema import CJK as _CJK
 from hybridsql.schema import FTS_TABLES
 
-_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_TERMS = 32  # distinct query terms kept, for FTS5 and for LIKE
