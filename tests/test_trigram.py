@@ -1,0 +1,395 @@
+"""The trigram tables hold only the chunks with CJK text (schema 5): the GLOB of their views and
+triggers is the keyword plan's CJK class, character for character; a query sent to them matches
+what a scan of the chunks matches; triggers keep them in step through every write, from any
+client; an index of schema 4 (trigram tables over every chunk) upgrades and answers as a new one."""
+
+import os
+import random
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import check_fts, letter_counts
+
+import hybridsql
+from hybridsql.index import HybridIndex
+from hybridsql.memory import MemoryStore
+from hybridsql.schema import CJK, FTS_TABLES, SCHEMA_VERSION, schema_version
+from hybridsql.search import SearchOptions, keyword_plan
+
+FOLDER = os.path.join(os.path.dirname(__file__), "data", "cjk")
+SHELL = shutil.which("sqlite3")
+HAS_CJK = re.compile(f"[{CJK}]")
+RANGES = [(ord(CJK[i]), ord(CJK[i + 2])) for i in range(0, len(CJK), 3)]
+
+
+def fold(text: str) -> str:
+    """Text as FTS5's trigram tokenizer compares it (case_sensitive 0): each character folded
+    to one lower-case character where it has one."""
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+
+
+def terms_of(match: str) -> list:
+    """The quoted terms of an FTS5 query that keyword_plan made (AND-ed)."""
+    return [t.replace('""', '"') for t in re.findall(r'"((?:[^"]|"")*)"', match)]
+
+
+def scan(conn, kind: str, terms: list, cjk_only: bool) -> set:
+    """The chunks of ``kind`` holding every term, by a scan of chunks (the oracle)."""
+    rows = conn.execute("select id, text from chunks where kind = ?", (kind,)).fetchall()
+    return {
+        i
+        for i, text in rows
+        if (not cjk_only or HAS_CJK.search(text)) and all(fold(t) in fold(text) for t in terms)
+    }
+
+
+def trigram_ids(conn, kind: str) -> set:
+    """The rows a trigram table holds."""
+    table = FTS_TABLES[kind][1]
+    return {i for (i,) in conn.execute(f"select id from {table}_docsize")}
+
+
+def cjk_ids(conn, kind: str) -> set:
+    rows = conn.execute("select id, text from chunks where kind = ?", (kind,)).fetchall()
+    return {i for i, text in rows if HAS_CJK.search(text)}
+
+
+def check_in_step(conn):
+    """Each trigram table holds exactly its kind's chunks with CJK text, and FTS5 agrees."""
+    check_fts(conn)
+    for kind in FTS_TABLES:
+        assert trigram_ids(conn, kind) == cjk_ids(conn, kind)
+
+
+class Letters:
+    """A provider whose vector is a text's letter counts and a 1 (a text of CJK alone has no
+    letter); records every text it is asked for."""
+
+    model_id, dims = "letters", 27
+
+    def __init__(self):
+        self.asked = []
+
+    def embed(self, texts):
+        self.asked += texts
+        return np.array([letter_counts(t) + [1.0] for t in texts], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def cjk_index(tmp_path_factory):
+    """tests/data/cjk (Chinese, Japanese, Korean and English notes, some mixed) indexed, and a
+    few memories, with and without CJK."""
+    path = str(tmp_path_factory.mktemp("cjk") / "cjk.db")
+    with HybridIndex(path, embedder=Letters()) as idx:
+        idx.index_folder(FOLDER)
+        store = MemoryStore(idx)
+        for text in MEMORIES:
+            store.add(text, "asia", "semantic")
+    return path
+
+
+MEMORIES = [
+    "王磊负责会话缓存的告警阈值调整，十一月底完成",
+    "Wang Lei owns the session cache alert threshold, due end of November",
+    "オンコールの交代は毎週月曜日の朝十時",
+    "배포는 금요일 오후에 하지 않는다",
+    "Deploys never go out on Friday afternoons",
+]
+
+
+def test_the_glob_is_the_keyword_plans_class(cjk_index):
+    """Every GLOB in the schema has the class of keywords._CJK, and SQLite's GLOB and Python's
+    regular expression agree on every code point (ranges' ends, the characters beside them,
+    fullwidth and halfwidth forms), in apsw and in the stock sqlite3 shell."""
+    conn = hybridsql.connect(cjk_index)
+    sql = " ".join(
+        s for (s,) in conn.execute("select sql from sqlite_schema where sql like '%glob%'")
+    )
+    classes = re.findall(r"glob '\*\[([^]]*)\]\*'", sql)
+    assert len(classes) == 10 and set(classes) == {CJK}
+    # glob's class as the schema has it, over every code point but the surrogates
+    sweep = f"""with recursive n(c) as (select 1 union all select c + 1 from n where c < 1114111)
+select c from n where (c < 55296 or c > 57343) and char(c) glob '*[{CJK}]*'"""
+    in_sqlite = [c for (c,) in conn.execute(sweep)]
+    in_python = [c for lo, hi in RANGES for c in range(lo, hi + 1)]
+    assert in_sqlite == sorted(set(in_python))
+    edges = [c for lo, hi in RANGES for c in (lo - 1, lo, hi, hi + 1)]
+    forms = [ord(c) for c in "ＡｚＺ０９！～ｶﾞ￥　、。「」"] + [0x20000, 0x3400, 0x1100]
+    probe = [chr(c) for c in edges + forms]
+    expected = [bool(HAS_CJK.search(f"a{c}b")) for c in probe]
+    assert expected[:4] == [False, True, True, False]  # ⺀'s range: U+2E7F out, U+2E80 in
+    got = [
+        bool(conn.execute(f"select ? glob '*[{CJK}]*'", (f"a{c}b",)).fetchone()[0]) for c in probe
+    ]
+    assert got == expected
+    select = " union all ".join(f"select 'a{c}b' glob '*[{CJK}]*'" for c in probe)
+    shell = subprocess.run(
+        [SHELL, ":memory:", select], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert [line == "1" for line in shell.stdout.split()] == expected
+    conn.close()
+
+
+def queries(conn, rng: random.Random) -> list:
+    """Generated queries: CJK substrings of 1 to 6 characters of the chunks (and ones no chunk
+    has), alone and with words of the chunks; words alone with a CJK punctuation mark (so that
+    they go to the trigram table); fullwidth forms; words of mixed case."""
+    texts = [t for (t,) in conn.execute("select text from chunks order by id")]
+    runs = [r for t in texts for r in re.findall(f"[{CJK}]+", t)]
+    words = [w for t in texts for w in re.findall(r"[A-Za-z][A-Za-z-]{2,}", t)]
+    out = []
+    for _ in range(300):
+        run = rng.choice(runs)
+        size = rng.randint(1, 6)
+        start = rng.randrange(max(1, len(run) - size + 1))
+        cjk = run[start : start + size]
+        shape = rng.randrange(6)
+        if shape == 0:
+            out.append(cjk)
+        elif shape == 1:
+            out.append(f"{cjk} {rng.choice(words)}")
+        elif shape == 2:
+            out.append(f"{rng.choice(words).upper()} {cjk} {rng.choice(words)}")
+        elif shape == 3:
+            out.append(f"{rng.choice(words)}、")
+        elif shape == 4:
+            out.append("".join(rng.sample("数据库迁移回滚ログイン배포캐시", 3)))
+        else:
+            out.append(f"{cjk[:2]} {rng.choice(words)}")
+    return out + [
+        "ＡＰＩ",
+        "ａｐｉの応答",
+        "ｶﾀｶﾅ",
+        "（注）",
+        "API 응답",
+        "登录 rollback",
+        "登录 zebra",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["document", "memory"])
+def test_the_trigram_table_matches_what_a_scan_of_the_cjk_chunks_matches(cjk_index, kind):
+    conn = hybridsql.connect(cjk_index)
+    asked = 0
+    for query in queries(conn, random.Random(f"trigram {kind}")):
+        plan = keyword_plan(query, tables=FTS_TABLES[kind])
+        if plan.table != FTS_TABLES[kind][1] or plan.match is None:
+            continue  # a run under three characters alone: LIKE
+        asked += 1
+        terms = terms_of(plan.match)
+        found = {
+            i
+            for (i,) in conn.execute(
+                f"select rowid from {plan.table} where {plan.table} match ?",
+                (plan.match,),
+            )
+        }
+        assert found == scan(conn, kind, terms, cjk_only=True), query
+        if any(len(r) >= 3 for r in re.findall(f"[{CJK}]+", query)):
+            # A CJK run of three or more is in every chunk it matches: nothing was lost.
+            assert found == scan(conn, kind, terms, cjk_only=False), query
+    assert asked > (150 if kind == "document" else 100)
+    conn.close()
+
+
+def test_the_matches_are_not_all_empty(cjk_index):
+    """The oracle compares real matches: CJK queries find CJK chunks of each language."""
+    with HybridIndex(cjk_index, readonly=True) as idx:
+        for query, path in [
+            ("数据库迁移", "zh/部署流程.md"),
+            ("ロールバック", "ja/オンボーディング.md"),
+            ("롤백 스크립트", "ko/배포-체크리스트.md"),
+            ("ＡＰＩの応答時間", "ja/検索チューニング.md"),
+            ("回滚 dry-run", "mixed/release-notes.md"),
+        ]:
+            assert path in [r.path for r in idx.search(query, mode="keyword")], query
+
+
+def test_a_short_cjk_run_with_words_matches_the_words_in_cjk_chunks_then_anywhere(cjk_index):
+    """登录 (two characters) cannot use trigrams: the words are AND-ed over the chunks with CJK
+    text; where none has them, LIKE finds any chunk with 登录 or one of the words."""
+    with HybridIndex(cjk_index, readonly=True) as idx:
+        # en/login-incident.md has "sessions" too, but no CJK
+        found = idx.search("登录 sessions", mode="keyword")
+        assert [r.path for r in found] == ["mixed/release-notes.md"]
+        assert found.keyword_tier == "fts"
+        found = idx.search("登录 outage", mode="keyword")
+        assert "en/login-incident.md" in [r.path for r in found]
+        assert found.keyword_tier == "like"
+
+
+def write(conn, sql: str, *args):
+    conn.execute(sql, args)
+    check_in_step(conn)
+
+
+def test_triggers_keep_the_trigram_tables_in_step(cjk_index, tmp_path):
+    """Inserts, updates that add or remove CJK or change a chunk's kind, and deletes, from apsw;
+    FTS5's integrity-check passes after each."""
+    path = str(tmp_path / "w.db")
+    shutil.copy(cjk_index, path)
+    conn = hybridsql.connect(path)
+    check_in_step(conn)
+    insert = (
+        "insert into chunks(kind, file_id, path, text, created_at)"
+        " values (?, (select min(id) from files), 'x.md', ?, 0)"
+    )
+    write(conn, insert, "document", "plain English about rollbacks")
+    english = conn.last_insert_rowid()
+    write(conn, insert, "document", "回滚 in Chinese")
+    chinese = conn.last_insert_rowid()
+    write(conn, "update chunks set text = text || ' 部署' where id = ?", english)
+    write(conn, "update chunks set text = 'no CJK any more' where id = ?", chinese)
+    write(conn, "update chunks set text = 'still none' where id = ?", chinese)
+    write(conn, "update chunks set text = '全角ＡＢＣ' where id = ?", chinese)
+    write(conn, "update chunks set kind = 'memory', file_id = null where id = ?", english)
+    write(conn, "update chunks set kind = 'document' where id = ?", english)
+    write(conn, "delete from chunks where id in (?, ?)", english, chinese)
+    write(conn, "delete from files where path = 'mixed/glossary.md'")
+    write(conn, "delete from chunks where kind = 'memory'")
+    conn.close()
+
+
+@pytest.mark.skipif(SHELL is None, reason="no sqlite3 shell")
+def test_the_stock_shell_keeps_them_in_step(cjk_index, tmp_path):
+    """The triggers are SQL: the stock sqlite3 shell's writes keep the tables in step too."""
+    path = str(tmp_path / "s.db")
+    shutil.copy(cjk_index, path)
+    statements = [
+        "insert into chunks(kind, path, text, created_at) values ('memory', '', '캐시 증설', 0)",
+        "update chunks set text = text || '、' where kind = 'document' and text not glob '*[가-힯]*'",
+        "update chunks set text = 'English only' where path glob 'zh/*'",
+        "delete from chunks where path glob 'ko/*'",
+    ]
+    done = subprocess.run(
+        [SHELL, path, f".load {hybridsql.loadable_path()}", *statements],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    conn = hybridsql.connect(path)
+    check_in_step(conn)
+    assert (
+        len(trigram_ids(conn, "document"))
+        == conn.execute(
+            "select count(*) from chunks where kind = 'document' and path not glob 'zh/*'"
+        ).fetchone()[0]
+    )
+    conn.close()
+
+
+# Schema 4's trigram tables, views and triggers, as its code made them.
+SCHEMA4 = """
+create view document_chunks as select id, text from chunks where kind = 'document';
+create virtual table chunks_trigram using fts5(
+  text, content='document_chunks', content_rowid='id', tokenize='trigram'
+);
+create virtual table memories_trigram using fts5(
+  text, content='memory_chunks', content_rowid='id', tokenize='trigram'
+);
+create trigger chunks_fts_insert after insert on chunks begin
+  insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into chunks_trigram(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
+  insert into memories_trigram(rowid, text) select new.id, new.text where new.kind = 'memory';
+end;
+create trigger chunks_fts_delete after delete on chunks begin
+  insert into chunks_fts(chunks_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into chunks_trigram(chunks_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into memories_fts(memories_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into memories_trigram(memories_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+end;
+create trigger chunks_fts_update after update of text, kind on chunks begin
+  insert into chunks_fts(chunks_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into chunks_trigram(chunks_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'document';
+  insert into memories_fts(memories_fts, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into memories_trigram(memories_trigram, rowid, text)
+    select 'delete', old.id, old.text where old.kind = 'memory';
+  insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into chunks_trigram(rowid, text) select new.id, new.text where new.kind = 'document';
+  insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
+  insert into memories_trigram(rowid, text) select new.id, new.text where new.kind = 'memory';
+end;
+insert into chunks_trigram(chunks_trigram) values ('rebuild');
+insert into memories_trigram(memories_trigram) values ('rebuild');
+update meta set value = 4 where key = 'schema_version';
+"""
+
+CJK_QUERIES = [
+    "数据库迁移",
+    "数据库",
+    "回滚 rollback",
+    "rollback、",
+    "ロールバック",
+    "キャッシュ",
+    "로그인 실패",
+    "캐시 서버",
+    "登录 sessions",
+    "缓存",
+]
+
+
+def answers(idx):
+    """Keyword searches of documents and of memories (ids and scores), and the trigram tables'
+    own matches with their bm25."""
+    # scores decay with the clock
+    store = MemoryStore(idx, clock=lambda: 1795219200.0, options=SearchOptions(min_score=0))
+    out = []
+    for query in CJK_QUERIES:
+        found = idx.search(query, mode="keyword", keyword_norm="saturation", min_score=0)
+        out.append([(r.id, r.score) for r in found])
+        found = store.search(query, mode="keyword", reinforce=False)
+        out.append([(h.memory.id, h.score) for h in found])
+        match = keyword_plan(query).match
+        for table in (tables[1] for tables in FTS_TABLES.values() if match):
+            sql = f"select rowid, bm25({table}) from {table} where {table} match ? order by 1"
+            out.append([tuple(row) for row in idx.conn.execute(sql, (match,))])
+    return out
+
+
+def test_a_schema_4_index_upgrades_and_answers_as_a_new_one(cjk_index, tmp_path):
+    path = str(tmp_path / "schema4.db")
+    shutil.copy(cjk_index, path)
+    conn = hybridsql.connect(path)
+    with conn:
+        conn.execute(
+            "drop trigger chunks_fts_insert; drop trigger chunks_fts_delete;"
+            " drop trigger chunks_fts_update; drop table chunks_trigram;"
+            " drop table memories_trigram; drop view document_cjk_chunks;"
+            " drop view memory_cjk_chunks;"
+        )
+        conn.execute(SCHEMA4)
+    vectors = conn.execute("select chunk_id, vector from vectors order by 1").fetchall()
+    everything = {i for (i,) in conn.execute("select id from chunks where kind = 'document'")}
+    assert trigram_ids(conn, "document") == everything != cjk_ids(conn, "document")
+    conn.close()
+    with pytest.raises(hybridsql.DatabaseError, match="made by an older hybridsql"):
+        HybridIndex(path, readonly=True)
+    provider = Letters()
+    with HybridIndex(path, embedder=provider) as idx, HybridIndex(cjk_index, readonly=True) as new:
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 5
+        assert idx.conn.execute("select chunk_id, vector from vectors order by 1").fetchall() == (
+            vectors
+        )
+        assert len(vectors) == 26 and provider.asked == []  # 21 chunks, 5 memories
+        check_in_step(idx.conn)
+        schema = "select type, name, sql from sqlite_schema where name not glob '*_trigram_*'"
+        assert sorted(idx.conn.execute(schema)) == sorted(new.conn.execute(schema))
+        got, want = answers(idx), answers(new)
+        assert got == want and sum(len(a) for a in got) > 40
+    with HybridIndex(path, embedder=provider) as idx:  # a second open changes nothing
+        assert schema_version(idx.conn) == SCHEMA_VERSION
+        idx.conn.execute("delete from chunks where path glob 'ja/*'")
+        check_in_step(idx.conn)
