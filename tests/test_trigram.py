@@ -248,7 +248,8 @@ def test_triggers_keep_the_trigram_tables_in_step(cjk_index, tmp_path):
     write(conn, "update chunks set kind = 'memory', file_id = null where id = ?", english)
     write(conn, "update chunks set kind = 'document' where id = ?", english)
     write(conn, "delete from chunks where id in (?, ?)", english, chinese)
-    write(conn, "delete from files where path = 'mixed/glossary.md'")
+    write(conn, "delete from files where path in ('mixed/glossary.md', 'en/deploy.md')")
+    write(conn, "delete from chunks where path = 'en/search-tuning.md'")
     write(conn, "delete from chunks where kind = 'memory'")
     conn.close()
 
