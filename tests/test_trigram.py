@@ -221,6 +221,33 @@ def test_a_short_cjk_run_with_words_matches_the_words_in_cjk_chunks_then_anywher
         assert found.keyword_tier == "like"
 
 
+@pytest.mark.parametrize(
+    "query, table, match",
+    [
+        ("数据库迁移 rollback", "chunks_trigram", '"数据库迁移" AND "rollback"'),
+        ("登录 sessions", "chunks_trigram", '"sessions"'),
+        ("ＡＰＩ", "chunks_trigram", '"ＡＰＩ"'),
+        ("ｶﾀｶﾅ", "chunks_trigram", '"ｶﾀｶﾅ"'),
+        ("。，、「」", "chunks_trigram", '"。，、「」"'),
+        ("「rollback」", "chunks_fts", '"rollback"'),
+        ("sessions、outage。", "chunks_fts", '"sessions" OR "outage"'),
+    ],
+)
+def test_cjk_letters_send_a_query_to_the_trigram_table_cjk_punctuation_alone_does_not(
+    query, table, match
+):
+    plan = keyword_plan(query)
+    assert (plan.table, plan.match) == (table, match)
+
+
+def test_words_in_cjk_quotation_marks_are_searched_in_every_chunk(cjk_index):
+    with HybridIndex(cjk_index, readonly=True) as idx:
+        for query in ["「outage」", "outage。"]:
+            found = idx.search(query, mode="keyword")
+            assert [r.path for r in found] == ["en/login-incident.md"]
+            assert found.keyword_tier == "fts"
+
+
 def write(conn, sql: str, *args):
     conn.execute(sql, args)
     check_in_step(conn)

@@ -12,6 +12,7 @@ from hybridsql.schema import FTS_TABLES
 
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_LETTER = re.compile(r"[^\W_]")  # a letter or digit: Han, kana, Hangul and fullwidth ones too
 MAX_TERMS = 32  # distinct query terms kept, for FTS5 and for LIKE
 MAX_TERM_CHARS = 64  # longer words and CJK runs are cut (a sha256 in hex still fits)
 _WORD = re.compile(rf"[^\W_{_CJK}]+")
@@ -54,7 +55,9 @@ def keyword_plan(
     document with only some of them is still found (a word that FTS5 would split, like
     ``ERR_CONN_RESET``, becomes a phrase; stopwords are dropped unless nothing else is left).
     Text with CJK goes to the trigram table, its CJK runs and words AND-ed (runs under three
-    characters cannot use trigrams and are left to LIKE). The LIKE terms (CJK runs of any
+    characters cannot use trigrams and are left to LIKE); that table holds only chunks with CJK
+    text. CJK punctuation alone (「」、。) around other words does not make text CJK: "「rollback」"
+    is searched as "rollback" is, in every chunk. The LIKE terms (CJK runs of any
     length, words of three or more characters) serve when FTS5 is missing or finds nothing.
     ``tables``: the (porter, trigram) tables of the kind of chunks searched.
     """
@@ -76,7 +79,7 @@ def keyword_plan(
     like_terms = bounded(cjk_runs + [w for piece in kept for w in piece if len(w) >= 3])
     if not fts:
         return KeywordPlan(None, None, like_terms)
-    if cjk_runs:
+    if any(_LETTER.search(run) for run in cjk_runs) or (cjk_runs and not kept):
         terms = [t for t in cjk_runs + [" ".join(w) for w in kept] if len(t) >= 3]
         match = " AND ".join(_quote(t) for t in terms) or None
         return KeywordPlan(tables[1], match, like_terms)
