@@ -27,6 +27,20 @@ SCIFACT = os.path.join(ROOT, "tests", "data", "scifact")
 # The installed command. Not `python -m hybridsql`: from the checkout, that would import the
 # source tree (uncompiled in a clean clone) instead of the installed package.
 HYBRIDSQL = os.path.join(os.path.dirname(sys.executable), "hybridsql")
+SHELL = shutil.which("sqlite3")  # the stock sqlite3 shell
+
+
+def run_sqlite3(db, *statements):
+    """The stock sqlite3 shell on ``db`` with ``statements`` on its command line after ``.load``
+    of the extension: the CompletedProcess (text)."""
+    return subprocess.run(
+        [SHELL, db, f".load {hybridsql.loadable_path()}", *statements],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
 
 # Environment in which sqlite-utils and Datasette run on Python's own sqlite3, as where pysqlite3
 # is not installed: a sitecustomize.py on PYTHONPATH makes `import pysqlite3` fail. On a Python

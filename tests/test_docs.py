@@ -11,11 +11,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HYBRIDSQL, ROOT
+from conftest import HYBRIDSQL, ROOT, run_sqlite3
 
 import hybridsql
 
-SHELL = shutil.which("sqlite3")
 SQL_PAGES = ("README.md", "docs/sql.md", "examples/README.md")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
@@ -59,13 +58,7 @@ def transcripts() -> list:
 def shell_lines(db: str, *statements: str) -> list:
     """What the stock sqlite3 shell prints for ``statements`` given on its command line after
     ``.load`` of the extension (as the pages' first example runs it): stdout, then stderr."""
-    done = subprocess.run(
-        [SHELL, db, f".load {hybridsql.loadable_path()}", *statements],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_sqlite3(db, *statements)
     return done.stdout.splitlines() + done.stderr.splitlines()
 
 

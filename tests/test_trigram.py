@@ -11,7 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import check_fts, letter_counts
+from conftest import SHELL, check_fts, letter_counts, run_sqlite3
 
 import hybridsql
 from hybridsql.index import HybridIndex
@@ -20,7 +20,6 @@ from hybridsql.schema import CJK, FTS_TABLES, SCHEMA_VERSION, schema_version
 from hybridsql.search import SearchOptions, keyword_plan
 
 FOLDER = os.path.join(os.path.dirname(__file__), "data", "cjk")
-SHELL = shutil.which("sqlite3")
 HAS_CJK = re.compile(f"[{CJK}]")
 RANGES = [(ord(CJK[i]), ord(CJK[i + 2])) for i in range(0, len(CJK), 3)]
 
@@ -292,13 +291,7 @@ def test_the_stock_shell_keeps_them_in_step(cjk_index, tmp_path):
         "update chunks set text = 'English only' where path glob 'zh/*'",
         "delete from chunks where path glob 'ko/*'",
     ]
-    done = subprocess.run(
-        [SHELL, path, f".load {hybridsql.loadable_path()}", *statements],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_sqlite3(path, *statements)
     assert (done.returncode, done.stderr) == (0, "")
     conn = hybridsql.connect(path)
     check_in_step(conn)
