@@ -848,8 +848,10 @@ class Embedder:
         from .schema import INDEX_VECTOR, prune_cache, unpruned_cache
 
         self._calls += 1
-        held = (
-            "select 1 from embedding_cache where model_id = ?3 and text_sha256 = ?4"
+        # A pending text's cache row whose vector the index holds (?1 text, ?2 model, ?3 cache id,
+        # ?4 key): found by reading, deleted under the write lock.
+        rows = (
+            "from embedding_cache where model_id = ?3 and text_sha256 = ?4"
             f" and vector = ({INDEX_VECTOR})"
         )
         due = []
@@ -858,7 +860,9 @@ class Embedder:
             check = every or not age & (age - 1)  # a power of two
             if (
                 check
-                and self.conn.execute(held, (text, self.model_id, self.cache_id, key)).fetchone()
+                and self.conn.execute(
+                    f"select 1 {rows}", (text, self.model_id, self.cache_id, key)
+                ).fetchone()
             ):
                 due.append((key, text))
             elif age >= _CHECKS:
@@ -874,11 +878,7 @@ class Embedder:
                 if added:
                     prune_cache(self.conn, self.model_id, self.cache_id)
                 for key, text in due:
-                    self.conn.execute(
-                        "delete from embedding_cache where model_id = ?3 and text_sha256 = ?4"
-                        f" and vector = ({INDEX_VECTOR})",
-                        (text, self.model_id, self.cache_id, key),
-                    )
+                    self.conn.execute(f"delete {rows}", (text, self.model_id, self.cache_id, key))
         except apsw.BusyError:
             return  # the rows stay, as a cache; checked again at a later call
         for key, _ in due:
