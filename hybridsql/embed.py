@@ -845,15 +845,9 @@ class Embedder:
         search's) takes no write lock, and a busy file leaves the rows as a cache, checked
         again at a later call, instead of failing the caller's write or search."""
         from .index import transaction
-        from .schema import INDEX_VECTOR, prune_cache, unpruned_cache
+        from .schema import CACHED_IN_INDEX, prune_cache, unpruned_cache
 
         self._calls += 1
-        # A pending text's cache row whose vector the index holds (?1 text, ?2 model, ?3 cache id,
-        # ?4 key): found by reading, deleted under the write lock.
-        rows = (
-            "from embedding_cache where model_id = ?3 and text_sha256 = ?4"
-            f" and vector = ({INDEX_VECTOR})"
-        )
         due = []
         for key, (text, born) in list(self._pending.items()):
             age = self._calls - born
@@ -861,7 +855,7 @@ class Embedder:
             if (
                 check
                 and self.conn.execute(
-                    f"select 1 {rows}", (text, self.model_id, self.cache_id, key)
+                    f"select 1 {CACHED_IN_INDEX}", (text, self.model_id, self.cache_id, key)
                 ).fetchone()
             ):
                 due.append((key, text))
@@ -878,7 +872,9 @@ class Embedder:
                 if added:
                     prune_cache(self.conn, self.model_id, self.cache_id)
                 for key, text in due:
-                    self.conn.execute(f"delete {rows}", (text, self.model_id, self.cache_id, key))
+                    self.conn.execute(
+                        f"delete {CACHED_IN_INDEX}", (text, self.model_id, self.cache_id, key)
+                    )
         except apsw.BusyError:
             return  # the rows stay, as a cache; checked again at a later call
         for key, _ in due:

@@ -519,6 +519,11 @@ INDEX_VECTOR = (
     " where k.length = length(?1) and k.tail = substr(?1, -24) and c.text = ?1"
     " and v.model_id = ?2 limit 1"
 )
+# The cache row of a text (?1 text, ?2 model, ?3 cache id, ?4 its sha256) whose vector the index
+# holds: the FROM and WHERE of Embedder._prune's check (select 1) and delete.
+CACHED_IN_INDEX = (
+    f"from embedding_cache where model_id = ?3 and text_sha256 = ?4 and vector = ({INDEX_VECTOR})"
+)
 # Deletes the cache rows of the cache id ?1 whose vector the index holds for the model ?2, of
 # rowid over ?3.
 _PRUNE = """delete from embedding_cache where model_id = ?1 and id > ?3 and exists (
