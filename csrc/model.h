@@ -1,0 +1,37 @@
+/*
+** The embedding model's engine (csrc/model.c): all-MiniLM-L6-v2 with int8 weights, read from one
+** model file that the caller keeps mapped or in memory.  It knows nothing of SQLite: the SQL
+** function embed() (csrc/hybridsql.c) finds the file, maps it once per process and calls these.
+**
+** The contract between model.c and its callers; both sides are written against it.
+*/
+#ifndef HYBRIDSQL_MODEL_H
+#define HYBRIDSQL_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct HsModel HsModel;
+
+/* What hs_model_embed returns. */
+#define HS_MODEL_OK 0
+#define HS_MODEL_STOPPED 1 /* stop() said so between two windows; out is untouched */
+#define HS_MODEL_NOMEM 2
+
+/* Reads a model file's n bytes at data (not copied: they must outlive the model).  Checks the
+** magic, the format version, the checksum, every shape and offset against n; on any failure
+** returns NULL and writes one line for the user into err (errcap bytes), which names what is wrong
+** and what to do. */
+HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+void hs_model_free(HsModel *m);
+const char *hs_model_id(const HsModel *m); /* e.g. "all-MiniLM-L6-v2-int8" */
+int hs_model_dims(const HsModel *m);      /* 384 */
+
+/* The vector of a UTF-8 text (len bytes, not NUL-terminated) into out[dims]: tokenized, read in
+** windows of 256 tokens ([CLS] and [SEP] included), at most 8, mean-pooled over all their tokens,
+** L2-normalised; the zero vector for a text the model cannot read (as LocalProvider).  stop, when
+** not NULL, is asked between windows; a non-zero answer stops with HS_MODEL_STOPPED.  One model
+** may be used by many threads at once (it keeps no state between calls). */
+int hs_model_embed(const HsModel *m, const char *text, int64_t len, float *out,
+                   int (*stop)(void *), void *arg);
+
+#endif
