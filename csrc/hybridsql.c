@@ -3173,10 +3173,70 @@ static int vtab_in_ok;
 /* IN lists are handed over whole for the first 32 constraints only (sqlite3_vtab_in). */
 #define VX_MAX_IN 32
 
+/*
+** Whether SQLite's test of condition c on a k-nearest query's K rows keeps the
+** same rows as the test before the top k would: so for the k column (one value
+** for the whole query), the vector IS [NOT] NULL (no row's is NULL), and score
+** >, >=, IS [NOT] NULL (the rows are in descending score, so what passes is a
+** head of them).
+*/
+static int same_after(const VxTab *t, const struct sqlite3_index_constraint *c) {
+  int op = c->op;
+  if (c->iColumn == VX_K(t)) return 1;
+  if (op == SQLITE_INDEX_CONSTRAINT_ISNULL || op == SQLITE_INDEX_CONSTRAINT_ISNOTNULL)
+    return c->iColumn == VX_SCORE(t) || c->iColumn == t->vec;
+  return c->iColumn == VX_SCORE(t) &&
+         (op == SQLITE_INDEX_CONSTRAINT_GT || op == SQLITE_INDEX_CONSTRAINT_GE);
+}
+
+/* A condition's operator as SQL writes it. */
+static const char *op_word(unsigned char op) {
+  switch (op) {
+    case SQLITE_INDEX_CONSTRAINT_EQ: return "=";
+    case SQLITE_INDEX_CONSTRAINT_GT: return ">";
+    case SQLITE_INDEX_CONSTRAINT_LE: return "<=";
+    case SQLITE_INDEX_CONSTRAINT_LT: return "<";
+    case SQLITE_INDEX_CONSTRAINT_GE: return ">=";
+    case SQLITE_INDEX_CONSTRAINT_NE: return "!=";
+    case SQLITE_INDEX_CONSTRAINT_IS: return "is";
+    case SQLITE_INDEX_CONSTRAINT_ISNOT: return "is not";
+    case SQLITE_INDEX_CONSTRAINT_ISNULL: return "is null";
+    case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: return "is not null";
+    case SQLITE_INDEX_CONSTRAINT_LIKE: return "like";
+    case SQLITE_INDEX_CONSTRAINT_GLOB: return "glob";
+    case SQLITE_INDEX_CONSTRAINT_REGEXP: return "regexp";
+    case SQLITE_INDEX_CONSTRAINT_MATCH: return "match";
+    default: return "?";
+  }
+}
+
+/*
+** A k-nearest query handed a condition that the table cannot apply before the
+** top k (Requirement 10): an error that names it and the two ways to write the
+** query, rather than K rows that SQLite then filters down to fewer.
+*/
+static int refuse_knn(VxTab *t, sqlite3_index_info *info, int i) {
+  const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+  int col = c->iColumn, unary = c->op == SQLITE_INDEX_CONSTRAINT_ISNULL ||
+                                c->op == SQLITE_INDEX_CONSTRAINT_ISNOTNULL;
+  const char *name = col < 0 || col == t->alias ? "rowid"
+                     : col == VX_SCORE(t)       ? "score"
+                                                : t->col[col].name;
+  const char *coll = sqlite3_vtab_collation(info, i);
+  char collate[80] = "";
+  if (coll && sqlite3_stricmp(coll, "BINARY") != 0)
+    sqlite3_snprintf(sizeof(collate), collate, " collate %s", coll);
+  return vx_fail(t, SQLITE_ERROR, "%s: k = N takes the N nearest of the rows its conditions"
+                 " select, and the table cannot apply \"%s %s%s%s\" before the top N: write"
+                 " \"order by score desc limit N\" instead of k = N, or put the condition in"
+                 " \"rowid in (select rowid from %s where ...)\"", t->name, name,
+                 op_word(c->op), unary ? "" : " ...", collate, t->name);
+}
+
 static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   VxTab *t = (VxTab *)vt;
   int match = -1, n = 0, rowid_eq = 0, eq = 0, conds = 0, all_taken = 1, has_k = 0;
-  int limit = -1, offset = -1;
+  int limit = -1, offset = -1, k_taken = 0, refused = -1;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH && c->iColumn == t->vec) {
@@ -3210,10 +3270,11 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
       if (i == match) {
         role = 'M', op = '=';
       } else if (col == VX_K(t) && op == '=') {
-        role = 'K';
+        role = 'K', k_taken = 1;
       } else if (col < 0 || col == t->alias) {
         if (!op || op == 'l' || op == 'g') {
           all_taken = 0;
+          if (refused < 0) refused = i;
           continue;
         }
         role = 'R', col = 0;
@@ -3227,12 +3288,14 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
         else if (sqlite3_stricmp(name, "RTRIM") == 0) coll = 'r';
         else { /* another collation: SQLite tests it */
           all_taken = 0;
+          if (refused < 0) refused = i;
           continue;
         }
         role = t->col[col].role == VX_PARTITION ? 'P' : 'X';
         if (op == '=') eq++;
       } else {
         all_taken = 0;
+        if (refused < 0 && !same_after(t, c)) refused = i;
         continue;
       }
       if (match >= 0 && op == '=' && role != 'M') {
@@ -3259,6 +3322,10 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
       sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c%02x%c%c", role, col, op,
                        coll);
     }
+  }
+  if (match >= 0 && k_taken && refused >= 0) {
+    sqlite3_free(plan);
+    return refuse_knn(t, info, refused);
   }
   double rows = t->rows > 0 ? (double)t->rows : 1.0;
   for (int i = 0; i < eq; i++) rows /= 10.0;
