@@ -94,13 +94,21 @@
 **    other conditions select, with score the cosine of Requirement 4: the
 **    same rows and scores as cosine_topk(Q, K, rowid, VECTOR) over those rows,
 **    best first, ties by rowid.  The conditions applied before the top k are
-**    comparisons (=, <, <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE,
-**    GLOB, IN) of the rowid, a partition column or a metadata column with a
-**    value, every one of them; SQLite applies any other condition to the K
-**    rows.  Without k, the query gives every row its conditions select, best
-**    first (k NULL), and SQLite applies the rest, the ORDER BY and the LIMIT:
-**    "order by score desc limit N" is the N best (scored alone where SQLite
-**    hands the LIMIT over, vx_best_index).  A NULL Q gives no rows.  The
+**    those SQLite hands the table: comparisons (=, <, <=, >, >=, !=, IS, IS
+**    NOT, IS NULL, IS NOT NULL, LIKE, GLOB, IN) of the rowid, a partition
+**    column or a metadata column with a value, every one of them, and the ORs
+**    SQLite reads as one of them (x = 1 or x = 2 as an IN list).  SQLite hands
+**    no virtual table another OR, NOT IN, an expression of a column or another
+**    table's column: it applies those to the K rows, and "rowid in (select
+**    rowid from T where ...)" applies them first.  With k, a condition SQLite
+**    hands over that the table cannot apply first (LIKE or GLOB on the rowid,
+**    another collation, score other than >, >= and IS [NOT] NULL, the vector
+**    compared with a value) is an error, never fewer rows.  Without k, the
+**    query gives every row its conditions select, best first (k NULL), and
+**    SQLite applies the rest, the ORDER BY and the LIMIT: "order by score desc
+**    limit N" is the N best of the rows every condition selects (scored alone
+**    where SQLite hands the LIMIT over, which it does only with every
+**    condition, vx_best_index).  A NULL Q gives no rows.  The
 **    first pass bounds each row's cosine from its int8 record (rec_build) and
 **    the rows that could be in the top k are rescored exactly, so the answer
 **    is exact whatever the data.  Without MATCH, the table is an ordinary
@@ -3154,11 +3162,23 @@ static int vtab_in_ok;
 ** (argvIndex, then omit) is one xFilter honours exactly, alone and with the
 ** others: a k-nearest query over the rows they select cannot be split, so an
 ** IN list is taken whole or not at all, two rowid conditions are both applied,
-** and k is one number.  What it does not take SQLite tests on the rows it gets.
+** and k is one number.  What it does not take SQLite tests on the rows it gets;
+** with k, that is allowed only where the test keeps the rows a test before the
+** top k would (same_after), and any other usable condition is refused.
 ** LIMIT stands for k only where nothing is left for SQLite to test and the
 ** rows come out in the ORDER BY's order (none, or score desc); without k or
 ** such a LIMIT, a MATCH query gives every row its conditions select, best
 ** first, and SQLite applies the ORDER BY and LIMIT.
+**
+** An OR whose branches each are a condition of this table is not among the
+** constraints: SQLite asks about each branch (with the AND terms beside it) to
+** cost a MULTI-INDEX OR plan, in calls no different from those of a query
+** with that branch as an AND term, and such a plan returns the union of what
+** each branch's xFilter gives.  The K nearest of each branch are not the K
+** nearest of their union, so no k-nearest plan can answer the OR, and no call
+** can tell the table that there is one: such plans cost more than the plan
+** without the branch (VX_COND_COST), which SQLite then takes, testing the OR on
+** its K rows as Requirement 10 says.
 **
 ** Costs: a k-nearest plan that takes only conditions with values costs least,
 ** so SQLite neither asks it once per row of another table (a plan that takes
