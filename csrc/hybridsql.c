@@ -3166,9 +3166,12 @@ static int vtab_in_ok;
 ** with k, that is allowed only where the test keeps the rows a test before the
 ** top k would (same_after), and any other usable condition is refused.
 ** LIMIT stands for k only where nothing is left for SQLite to test and the
-** rows come out in the ORDER BY's order (none, or score desc); without k or
-** such a LIMIT, a MATCH query gives every row its conditions select, best
-** first, and SQLite applies the ORDER BY and LIMIT.
+** rows come out in the ORDER BY's order (none, or score desc).  SQLite agrees:
+** it hands LIMIT over only when every condition of the statement is one of
+** this table's, and uses a plan that takes it only if the plan takes every
+** other condition too, so an OR or an expression leaves it with SQLite.
+** Without k or such a LIMIT, a MATCH query gives every row its conditions
+** select, best first, and SQLite applies the ORDER BY and LIMIT.
 **
 ** An OR whose branches each are a condition of this table is not among the
 ** constraints: SQLite asks about each branch (with the AND terms beside it) to
