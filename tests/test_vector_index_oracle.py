@@ -385,6 +385,10 @@ class Gen:
         post = post + r.sample(
             ["n.grp = 2", "n.title like 'note 1%'", "n.grp != {P}m"], r.randint(0, 1)
         )
+        refused = None
+        if r.random() < 0.08:
+            refused, what = self.refused()
+            post.append(refused)
         limit = r.choice(["", f"limit {r.randint(1, 20)}"])
         order = ["{P}score desc", "{R}", "n.id"] if limit or r.random() < 0.3 else []
 
@@ -408,6 +412,8 @@ class Gen:
             + (" order by " + ", ".join(table(o) for o in order) if order else "")
             + (" " + limit if limit else "")
         )
+        if k and refused:
+            return sql, None, bool(order), REFUSED.format(table="t", what=what)
         base = f"select * from o where qi = {qi}" + (" and 0" if q == "null" else "")
         if k:
             base += "".join(f" and {inner(c)}" for _, c in pre)
