@@ -365,6 +365,19 @@ async def _answer(write_stream, request_id, code: int, message: str) -> None:
     await write_stream.send(SessionMessage(answer))
 
 
+def listed(schema: dict, value):
+    """``value`` as the SDK reads it: a list sent as JSON text, where the schema takes a list
+    (some clients send every list so), is that list."""
+    takes_list = any(o.get("type") == "array" for o in schema.get("anyOf", [schema]))
+    if takes_list and isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        return parsed if isinstance(parsed, list) else value
+    return value
+
+
 class StrictServer(MCPServer):
     """An MCPServer that refuses, with one line, a tool call naming an argument the tool does
     not take (the SDK drops those silently, so a misspelt ``limt=5`` would be a search with the
@@ -387,7 +400,7 @@ class StrictServer(MCPServer):
             if missing:
                 raise ToolError(f"{name}: {', '.join(map(repr, missing))} must be given")
             for key, value in arguments.items():
-                why = refusal(properties[key], value)
+                why = refusal(properties[key], listed(properties[key], value))
                 if why is not None:
                     part, rule, shown = why
                     raise ToolError(f"{name}: {key}{part} must be {rule}, not {shown}")

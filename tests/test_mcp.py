@@ -502,6 +502,10 @@ def test_arguments_the_schema_does_not_allow_are_refused_with_one_line(raw):
         assert raw.call(tool, arguments) == (True, message), (tool, arguments[:80])
     recent = json.loads(raw.call("recent_memories", "{}")[1])["entries"]
     assert [e["memory"] for e in recent] == [first]  # not deleted, nothing added
+    as_text = raw.call(
+        "extract_memory", '{"topic": "t", "title": "t", "content": "x", "tags": "[\\"a\\"]"}'
+    )
+    assert not as_text[0]  # a list sent as JSON text, as some clients send lists, is a list
     for tier in ("session", "project", "global"):
         added = raw.call("add", f'{{"content": "a {tier} fact", "tier": "{tier}"}}')
         assert json.loads(added[1])["tier"] == tier
