@@ -266,7 +266,7 @@ def bounded(answer: dict, lists: tuple, max_chars: int) -> dict:
     return answer
 
 
-def _shown(value) -> str:
+def _as_sent(value) -> str:
     """``value`` as an error line quotes it: as JSON, cut (a refused text may be megabytes)."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 80 else text[:79] + "…"
@@ -301,12 +301,12 @@ def refusal(schema: dict, value) -> tuple[str, str, str] | None:
         nullable = not part and any(o.get("type") == "null" for o in options)
         return part, rule + (" or null" if nullable else ""), shown
     if "enum" in schema and not any(type(value) is type(e) and value == e for e in schema["enum"]):
-        return "", f"one of {', '.join(map(str, schema['enum']))}", _shown(value)
+        return "", f"one of {', '.join(map(str, schema['enum']))}", _as_sent(value)
     kind = schema.get("type")
     if kind in JSON_TYPES:
         what, fits = JSON_TYPES[kind]
         if not fits(value):
-            return "", what, _shown(value)
+            return "", what, _as_sent(value)
     if "maxLength" in schema and len(value) > schema["maxLength"]:
         return "", f"at most {schema['maxLength']:,} characters", f"{len(value):,}"
     if "maxItems" in schema and len(value) > schema["maxItems"]:

@@ -8,7 +8,6 @@ from typing import Any
 from hybridsql.errors import QueryError
 from hybridsql.memory.ranking import memory_profile
 from hybridsql.memory.records import (
-    MAX_NAME_CHARS,
     READ_ONLY_NOTE,
     SECTORS,
     TIERS,
@@ -16,6 +15,7 @@ from hybridsql.memory.records import (
     MemoryHit,
     StoreState,
     _check_count,
+    _check_name,
     _check_tier,
     transaction,
 )
@@ -58,10 +58,8 @@ class MemorySearch:
             raise QueryError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.tier is not None:
             _check_tier(self.tier, QueryError)
-        if isinstance(self.project, str) and len(self.project) > MAX_NAME_CHARS:
-            raise QueryError(
-                f"project must be at most {MAX_NAME_CHARS} characters, not {len(self.project):,}"
-            )
+        if isinstance(self.project, str):
+            _check_name("project", self.project, empty=True, error=QueryError)
         self.project, self.tier = (
             clean_text(v) if isinstance(v, str) else v for v in (self.project, self.tier)
         )

@@ -194,13 +194,11 @@ def _shown(value, most: int = 80) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _check_name(name: str, value, empty: bool = False) -> None:
+def _check_name(name: str, value, empty: bool = False, error=IndexingError) -> None:
     """A name is text of at most MAX_NAME_CHARS characters."""
     _check_text(name, value, empty)
     if len(value) > MAX_NAME_CHARS:
-        raise IndexingError(
-            f"{name} must be at most {MAX_NAME_CHARS} characters, not {len(value):,}"
-        )
+        raise error(f"{name} must be at most {MAX_NAME_CHARS} characters, not {len(value):,}")
 
 
 def _one_line(name: str, value) -> str:
