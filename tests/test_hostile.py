@@ -308,7 +308,8 @@ def words(n: int) -> str:
 
 
 # Hostile shapes of a markdown text of about n characters. Every chunk stored its heading path
-# whole, so one heading of n characters made about n / 1,300 chunks of n bytes each.
+# whole, so one heading of n characters made a chunk every few thousand of its characters, each
+# storing all n of them.
 SHAPES = {
     "one huge heading": lambda n: f"# {words(n)}\n\nbody\n",
     "one huge line": lambda n: f"# notes\n\n{words(n)}\n",
