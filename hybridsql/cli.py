@@ -19,7 +19,7 @@ import click
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.memory import SECTORS, MemorySearch
+from hybridsql.memory import SECTORS, TIERS, MemorySearch
 from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
 
@@ -385,7 +385,7 @@ def memory_id(command):
 @click.argument("content")
 @click.option("--project", default="", help="the project it belongs to")
 @click.option("--sector", type=click.Choice(SECTORS), default="semantic", show_default=True)
-@click.option("--tier", default="project", show_default=True, help="session, project or global")
+@click.option("--tier", type=click.Choice(TIERS), default="project", show_default=True)
 @click.option("--salience", type=float, default=0.5, show_default=True, help="in [0, 1]")
 @click.option("--session", type=int, default=None, help="the session it was learnt in")
 @store_command("create", terminal.memory_lines)

@@ -85,12 +85,12 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
             for backend in BACKENDS:
                 idx.search(value, mode=mode, backend=backend, prefix=True)
         session = store.start_session(project=value)
-        memory = store.add(value, project=value, tier=value, session_id=session.id)
-        assert (memory.content, memory.project, memory.tier) == (value, value, value)
+        memory = store.add(value, project=value, tier="global", session_id=session.id)
+        assert (memory.content, memory.project, memory.tier) == (value, value, "global")
         newer = store.supersede(memory.id, value + " v2", created_by=value)
         store.reinforce(newer.id, session_id=session.id)
         store.relate(newer.id, memory.id, "SEE_ALSO", created_by=value)
-        found = store.search(value, project=value, tier=value, session_id=session.id)
+        found = store.search(value, project=value, tier="global", session_id=session.id)
         assert [hit.memory.id for hit in found] == [newer.id]
         store.search_documents(value, project=value)
         store.timeline(newer.id)
@@ -107,6 +107,10 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
                 idx.search("deploy", **{option: value})
         with pytest.raises(HybridSQLError):
             store.search("deploy", sector=value)
+        with pytest.raises(HybridSQLError):
+            store.search("deploy", tier=value)
+        with pytest.raises(HybridSQLError):
+            store.add(value, tier=value)
     store.delete(stored[0])
     store.delete(stored[1], hard=True)
 
@@ -136,7 +140,7 @@ def test_hostile_values_through_the_cli_come_back_verbatim(tmp_path):
                 "--project",
                 value,
                 "--tier",
-                value,
+                "session",
                 "--db",
                 db,
                 "--embedder",
@@ -147,7 +151,7 @@ def test_hostile_values_through_the_cli_come_back_verbatim(tmp_path):
             check=True,
         )
         memory = json.loads(added.stdout)
-        assert (memory["content"], memory["project"], memory["tier"]) == (value, value, value)
+        assert (memory["content"], memory["project"], memory["tier"]) == (value, value, "session")
         found = subprocess.run(
             [*base, "search", value, "--project", value, "--db", db, "--embedder", "none"],
             capture_output=True,
