@@ -995,6 +995,8 @@ DAMAGED_PARTS = {
     "a vector block over its room": ["update vectors_blocks set count = 999"],
     "a vector codes row cut short": ["update vectors_codes set data = x'00'"],
     "a vector codes table lost": ["drop table vectors_codes"],
+    "a vector row in a block that is missing": ["update vectors_rowids set block = 77"],
+    "the keyword index's sizes lost": ["delete from chunks_fts_docsize"],
     "the chunks table's pages zeroed": [],
 }
 
