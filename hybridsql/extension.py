@@ -5,6 +5,7 @@ import contextlib
 import logging
 import os
 import platform
+import re
 import shutil
 import sqlite3
 import sys
@@ -351,6 +352,21 @@ def file_error(error: apsw.Error, path: str, writing: bool = True) -> DatabaseEr
         return DatabaseError(f"{path} is locked by another process; try again when it is done")
     if isinstance(error, (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError)):
         return DatabaseError(_file_problem(path, writing, error))
+    newer = re.search(
+        r"made by a newer hybridsql \(storage format (\d+); this one reads (\d+)\)", str(error)
+    )
+    if newer:
+        return DatabaseError(
+            f"{path} was made by a newer hybridsql (its vectors' storage format {newer[1]}, this"
+            f" one reads {newer[2]}); upgrade hybridsql to use it"
+        )
+    dims = re.search(r"vector.* has (\d+) dimensions, the .*vectors .* have (\d+)$", str(error))
+    if dims:
+        return DatabaseError(
+            f"{path} holds vectors of {dims[2]} dimensions where its model gives {dims[1]}: the"
+            " model changed under the same name, or the file is damaged; index into a new"
+            " file, or restore it from a backup"
+        )
     return None
 
 

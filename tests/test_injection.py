@@ -180,6 +180,8 @@ REVIEWED = {
         "path": "a database's file name in an error message, not SQL",
         "package": "the package's folder in an error message, not SQL",
         "os.path.basename(path)": "the native extension's file name in an error message, not SQL",
+        "dims[1]": "a number of dimensions from SQLite's error, in an error message, not SQL",
+        "dims[2]": "as dims[1]",
     },
     "cli.py": {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
@@ -231,9 +233,12 @@ REVIEWED = {
         "vscore": "one of two literals of build_statement",
         "relevance": "chosen from literals by the validated fusion and keyword_norm options, "
         "or Profile.relevance (SQL written in code)",
-        "keyword_score": "a value of a literal dict, keyed by the validated keyword_norm",
+        "keyword_score": "a value of a literal dict, keyed by the validated keyword_norm, or a"
+        " literal of RRF_K",
+        "vector_score": "a literal of build_statement, chosen by the validated fusion",
+        "linear": "a literal of build_statement",
         "RRF_K": "module constant, an int",
-        "RRF_K + 1": "module constant, an int",
+        "RRF_K + 1.0": "module constant, a float",
         "conds": "literals of build_statement, and Profile.filters (SQL written in code)",
         "vector_of('c.id')": "Searcher._vector_of: a literal subquery on vectors, or"
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",

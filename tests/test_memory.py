@@ -293,6 +293,25 @@ def test_superseded_memories_are_left_out_unless_asked(store):
         store.supersede(old.id, "again")
 
 
+@pytest.mark.parametrize("fusion", ["linear", "rrf"])
+@pytest.mark.parametrize("mode", ["hybrid", "keyword", "semantic"])
+def test_a_superseded_memory_ranks_below_its_successor_in_every_mode_and_fusion(
+    index, mode, fusion
+):
+    """The old memory matches the query best on both sides, so it comes first where nothing
+    marks it superseded: the ranking's superseded factor alone puts its successor above it."""
+    store = MemoryStore(index, options=SearchOptions(fusion=fusion), clock=Clock())
+    old = add(store, "Staging deploys run through Jenkins on every merge to main")
+    new = store.supersede(old.id, "Staging deploys now run through GitHub Actions")
+    query, options = "staging deploys Jenkins", {"mode": mode, "reinforce": False}
+    found = store.search(query, include_superseded=True, **options)
+    assert ids(found) == [new.id, old.id]
+    unmarked = MemoryStore(
+        index, ranking=Ranking(superseded_factor=1.0), options=store.options, clock=store.clock
+    )
+    assert ids(unmarked.search(query, include_superseded=True, **options)) == [old.id, new.id]
+
+
 def test_sector_project_tier_and_salience_filters(store):
     made = {}
     for sector in ("episodic", "semantic", "procedural", "emotional", "reflective"):
