@@ -32,15 +32,16 @@ create trigger if not exists document_metadata_delete after delete on files begi
 end;
 """
 ROOT = "collection:"
-OPS = ("=", "!=", ">", ">=", "<", "<=", "in", "nin", "like", "exists", "contains")
+OPS = ("=", "!=", ">", ">=", "<", "<=", "in", "nin", "like", "exists", "contains", "text", "empty")
 _COMPARE = {"=": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
 
 @dataclass
 class Cond:
     """``key op value`` on a metadata field: a comparison (=, !=, >, >=, <, <=), ``in`` or
-    ``nin`` (a list), ``like`` (SQL LIKE), ``exists`` (a bool), ``contains`` (the field is a
-    list holding value)."""
+    ``nin`` (a list), ``like`` (SQL LIKE, case-insensitive), ``text`` (holds value, case
+    kept), ``exists`` (a bool), ``contains`` (the field is a list holding value), ``empty``
+    (a bool: the field is missing, null or an empty list)."""
 
     key: str
     op: str
@@ -74,9 +75,12 @@ def _value(v: Any, key: str) -> Any:
     raise QueryError(f"filter on {key!r}: a value must be text, a number, a bool or None")
 
 
-def filter_sql(tree: Cond | Logic | None, params: dict) -> str:
-    """The SQL condition of a filter tree on ``document_metadata m``; its values go into
-    ``params`` (as :f0, :f1, ...)."""
+ID = "#id"  # the key of a condition on the documents' ids, not on a metadata field
+
+
+def filter_sql(tree: Cond | Logic | None, params: dict, files: str = "f") -> str:
+    """The SQL condition of a filter tree on ``document_metadata m`` and the documents' files
+    row (alias ``files``); its values go into ``params`` (as :f0, :f1, ...)."""
     if tree is None:
         return "1"
 
@@ -85,10 +89,12 @@ def filter_sql(tree: Cond | Logic | None, params: dict) -> str:
         params[name] = value
         return f":{name}"
 
-    def path(key: str) -> str:
+    def name(key: str) -> str:
+        # The field is found by its name among the object's keys (json_each), not by a JSON
+        # path, which cannot spell every name (a double quote in it).
         if not isinstance(key, str) or not key:
             raise QueryError(f"a filter's field must be a non-empty name, not {key!r}")
-        return bind('$."' + key.replace('"', '""') + '"')
+        return bind(key)
 
     def walk(node) -> str:
         if isinstance(node, Logic):
@@ -101,11 +107,16 @@ def filter_sql(tree: Cond | Logic | None, params: dict) -> str:
             return "(" + f" {node.op} ".join(walk(p) for p in node.parts) + ")"
         if node.op not in OPS:
             raise QueryError(f"filter on {node.key!r}: unknown operator {node.op!r}")
-        at = path(node.key)
-        f = f"json_extract(m.metadata, {at})"
+        if node.key == ID:
+            if node.op not in ("=", "!=", "in", "nin"):
+                raise QueryError(f"ids are compared with =, !=, in or nin, not {node.op}")
+            at, f = "", f"{files}.path"
+        else:
+            at = name(node.key)
+            f = f"(select value from json_each(m.metadata) where key = {at})"
         if node.op == "exists":
-            found = f"json_type(m.metadata, {at}) is not null"
-            return found if node.value else f"not ({found})"
+            found = f"exists (select 1 from json_each(m.metadata) where key = {at})"
+            return found if node.value else f"not {found}"
         if node.op in ("in", "nin"):
             if isinstance(node.value, (str, bytes)) or not isinstance(node.value, Sequence):
                 raise QueryError(f"filter on {node.key!r}: {node.op} takes a list of values")
@@ -114,9 +125,18 @@ def filter_sql(tree: Cond | Logic | None, params: dict) -> str:
             return inside if node.op == "in" else f"({f} is not null and not ({inside}))"
         if node.op == "contains":
             return (
-                f"exists (select 1 from json_each(m.metadata, {at})"
-                f" where value = {bind(_value(node.value, node.key))})"
+                "exists (select 1 from json_each(m.metadata) o, json_each(o.value) e"
+                f" where o.key = {at} and o.type = 'array'"
+                f" and e.value = {bind(_value(node.value, node.key))})"
             )
+        if node.op == "text":
+            return f"instr({f}, {bind(_value(node.value, node.key))}) > 0"
+        if node.op == "empty":
+            full = (
+                f"exists (select 1 from json_each(m.metadata) where key = {at}"
+                " and type != 'null' and not (type = 'array' and json_array_length(value) = 0))"
+            )
+            return f"not {full}" if node.value else full
         if node.op == "like":
             return f"{f} like {bind(_value(node.value, node.key))}"
         value = _value(node.value, node.key)
@@ -158,8 +178,15 @@ class Collection:
 
     # ---- writing ----
 
-    def add(self, texts: Sequence[str], metadatas: Sequence[dict], ids: Sequence[str]) -> list:
-        """Adds (or replaces, by id) documents; returns their ids."""
+    def add(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[dict],
+        ids: Sequence[str],
+        vectors: Sequence | None = None,
+    ) -> list:
+        """Adds (or replaces, by id) documents; returns their ids. ``vectors``: theirs, made
+        by the caller, else by embed_documents."""
         texts, metadatas, ids = list(texts), list(metadatas), [str(i) for i in ids]
         if not len(texts) == len(metadatas) == len(ids):
             raise QueryError("texts, metadatas and ids must be as many")
@@ -169,7 +196,7 @@ class Collection:
         if len(set(ids)) != len(ids):
             raise QueryError("the ids of one call must differ")
         blobs = [json.dumps(m or {}, ensure_ascii=False, default=str) for m in metadatas]
-        vectors = self._vectors(texts)
+        vectors = self._vectors(texts, vectors)
         import hashlib
         import time
 
@@ -202,12 +229,12 @@ class Collection:
                     )
         return ids
 
-    def _vectors(self, texts: list) -> list | None:
-        if self.embed_documents is None or not texts:
+    def _vectors(self, texts: list, given: Sequence | None) -> list | None:
+        if given is None and (self.embed_documents is None or not texts):
             return None
         import numpy as np
 
-        rows = np.asarray(self.embed_documents(texts), dtype="<f4")
+        rows = np.asarray(given if given is not None else self.embed_documents(texts), "<f4")
         if rows.ndim != 2 or rows.shape[0] != len(texts):
             raise QueryError(
                 f"the embeddings gave {rows.shape[0] if rows.ndim else 0} vectors for"
@@ -257,6 +284,20 @@ class Collection:
                 found.append((str(doc_id), row[0], json.loads(row[1])))
         return found
 
+    def ids(self, where: Cond | Logic | None = None) -> list:
+        """The ids of the documents the filter selects (all of them without one), in the order
+        they were added."""
+        params: dict = {"root": self.root}
+        cond = filter_sql(where, params)
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "select f.path from files f join document_metadata m on m.file_id = f.id"
+                f" where f.root = :root and {cond} order by f.id",
+                params,
+            )
+        ]
+
     def count(self) -> int:
         return self.conn.execute(
             "select count(*) from files where root = ?", (self.root,)
@@ -266,7 +307,7 @@ class Collection:
         """The search statement's Profile for this collection and filter: its documents only,
         the filter applied before each side's top k, and each one's id and metadata."""
         params: dict = {"collection_root": self.root}
-        cond = filter_sql(where, params)
+        cond = filter_sql(where, params, "cf")
         return Profile(
             kind="document",
             join="join files cf on cf.id = c.file_id"
@@ -282,11 +323,13 @@ class Collection:
         k: int = 4,
         mode: str = "hybrid",
         where: Cond | Logic | None = None,
+        query_vector: Sequence[float] | None = None,
         **options: Any,
     ) -> list:
         """The k best documents for ``query`` by the one hybrid statement (``mode`` hybrid,
-        semantic or keyword, and any other SearchOptions), as Found."""
-        if self.embed_query is None and mode != "keyword":
+        semantic or keyword, and any other SearchOptions), as Found. ``query_vector``: the
+        query's, made by the caller, else by embed_query."""
+        if self.embed_query is None and query_vector is None and mode != "keyword":
             mode = "keyword"
         opts = SearchOptions(
             mode=mode,
@@ -300,7 +343,8 @@ class Collection:
         )
         from hybridsql.search.searcher import Searcher
 
-        searcher = Searcher(self.conn, _QueryEmbedder(self), self.index.searcher.native)
+        embedder = _QueryEmbedder(self.model_id, self.embed_query, query_vector)
+        searcher = Searcher(self.conn, embedder, self.index.searcher.native)
         results = searcher.search(query, opts, self.profile(where))
         return [
             Found(
@@ -375,11 +419,11 @@ class Collection:
 class _QueryEmbedder:
     """What Searcher asks of an embedder, from a collection's embed_query."""
 
-    def __init__(self, collection: Collection) -> None:
-        self.collection = collection
-        self.model_id = collection.model_id
+    def __init__(self, model_id, embed_query, vector) -> None:
+        self.model_id, self.embed_query, self.vector = model_id, embed_query, vector
 
     def embed_one(self, text: str):
         import numpy as np
 
-        return np.asarray(self.collection.embed_query(text), dtype="<f4")
+        vector = self.vector if self.vector is not None else self.embed_query(text)
+        return np.asarray(vector, dtype="<f4")

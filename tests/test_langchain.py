@@ -135,3 +135,16 @@ def test_what_the_store_writes_is_an_index_the_cli_searches(tmp_path, local_embe
     reopened = HybridSQLVectorStore(db, local_embeddings)
     assert [d.page_content for d in reopened.get_by_ids(["b"])] == [NOTES[1][0]]
     reopened.close()
+
+
+def test_hostile_filter_keys_and_values_are_bound(tmp_path):
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    store = HybridSQLVectorStore(str(tmp_path / "h.db"), DeterministicFakeEmbedding(size=8))
+    key, value = "k'\"] ) or 1=1; --", "v' or '1'='1"
+    store.add_texts(["one", "two"], [{key: value}, {key: "other"}], ids=["1", "2"])
+    for search_type in ("hybrid", "similarity", "mmr"):
+        got = store.as_retriever(search_type=search_type, k=2, filter={key: value}).invoke("one")
+        assert [d.id for d in got] == ["1"]
+    assert store.collection.count() == 2
+    store.close()
