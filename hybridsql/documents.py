@@ -234,7 +234,8 @@ class Collection:
             return None
         import numpy as np
 
-        rows = np.asarray(given if given is not None else self.embed_documents(texts), "<f4")
+        made = given if given is not None else self.embed_documents(texts)  # type: ignore[misc]
+        rows = np.asarray(made, "<f4")
         if rows.ndim != 2 or rows.shape[0] != len(texts):
             raise QueryError(
                 f"the embeddings gave {rows.shape[0] if rows.ndim else 0} vectors for"

@@ -11,16 +11,20 @@ read it.
 """
 
 import uuid
+from collections import abc
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.vectorstores import VectorStore
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
-from pydantic import ConfigDict, field_validator
+from pydantic import Field
 
 from hybridsql.documents import Collection, Cond, Found, Logic
 from hybridsql.errors import QueryError
@@ -72,9 +76,9 @@ class HybridSQLEmbeddings(Embeddings):
     ``hybridsql index`` writes, so the CLI's hybrid search finds what a store wrote with it."""
 
     def __init__(self, provider: Any = None) -> None:
-        from hybridsql.embed import resolve_provider
+        from hybridsql.embed import LocalProvider
 
-        self.provider = provider or resolve_provider("local")
+        self.provider = provider or LocalProvider()
         self.model_id = self.provider.model_id
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -137,9 +141,10 @@ class HybridSQLVectorStore(VectorStore):
         texts: Iterable[str],
         metadatas: list[dict] | None = None,
         *,
-        ids: list[str | None] | None = None,
+        ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
+        """Adds (or replaces, by id) texts; an id that is None or missing is made (uuid4)."""
         texts = list(texts)
         metadatas = metadatas or [{} for _ in texts]
         given = list(ids) if ids is not None else [None] * len(texts)
@@ -275,45 +280,56 @@ class HybridSQLVectorStore(VectorStore):
         return store
 
     def as_retriever(self, **kwargs: Any) -> "HybridSQLRetriever":
-        """The retriever: ``search_type`` hybrid (default), similarity, mmr or keyword; ``k``,
-        ``filter``, ``fetch_k``, ``lambda_mult``, ``search_options`` (SearchOptions' fields for
-        hybrid and keyword); LangChain's ``search_kwargs`` dict is read too."""
-        search_kwargs = dict(kwargs.pop("search_kwargs", None) or {})
-        return HybridSQLRetriever(vectorstore=self, **{**search_kwargs, **kwargs})
+        """The retriever: ``search_type`` hybrid (default), similarity, mmr, keyword (or
+        LangChain's similarity_score_threshold); ``k``, ``filter``, ``fetch_k``,
+        ``lambda_mult``, ``search_options`` (SearchOptions' fields for hybrid and keyword), or
+        LangChain's ``search_kwargs`` dict of them."""
+        return HybridSQLRetriever(vectorstore=self, **kwargs)
 
 
-class HybridSQLRetriever(BaseRetriever):
-    """Documents for a query from a HybridSQLVectorStore: by default the one hybrid statement."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+class HybridSQLRetriever(VectorStoreRetriever):
+    """Documents for a query from a HybridSQLVectorStore: by default the one hybrid statement.
+    ``k``, ``filter``, ``fetch_k``, ``lambda_mult`` and ``search_options`` (SearchOptions'
+    fields, for hybrid and keyword) are fields, and ``search_kwargs`` is read as LangChain's
+    own retriever reads it; an invoke's keyword arguments come first."""
 
     vectorstore: HybridSQLVectorStore
     search_type: str = "hybrid"
+    allowed_search_types: ClassVar[abc.Collection[str]] = (
+        *SEARCH_TYPES,
+        "similarity_score_threshold",
+    )
     k: int = 4
     filter: dict | None = None
     fetch_k: int = 20
     lambda_mult: float = 0.5
-    search_options: dict = {}
-
-    @field_validator("search_type")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in SEARCH_TYPES:
-            raise ValueError(f"search_type must be one of {', '.join(SEARCH_TYPES)}, not {value!r}")
-        return value
+    search_options: dict = Field(default_factory=dict)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = kwargs.get("k", self.k)
-        where = kwargs.get("filter", self.filter)
+        if self.search_type == "similarity_score_threshold":
+            return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
+        given = {**self.search_kwargs, **kwargs}
+        k = given.pop("k", self.k)
+        where = given.pop("filter", self.filter)
         store = self.vectorstore
         if self.search_type == "similarity":
             return store.similarity_search(query, k, where)
         if self.search_type == "mmr":
-            return store.max_marginal_relevance_search(
-                query, k, kwargs.get("fetch_k", self.fetch_k), self.lambda_mult, where
-            )
+            fetch_k = given.pop("fetch_k", self.fetch_k)
+            lambda_mult = given.pop("lambda_mult", self.lambda_mult)
+            return store.max_marginal_relevance_search(query, k, fetch_k, lambda_mult, where)
+        options = {**self.search_options, **given}
         if self.search_type == "keyword":
-            return store.keyword_search(query, k, where, **self.search_options)
-        return store.hybrid_search(query, k, where, **self.search_options)
+            return store.keyword_search(query, k, where, **options)
+        return store.hybrid_search(query, k, where, **options)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        # SQLite answers from this process: the sync search, off the event loop's thread.
+        sync = run_manager.get_sync()
+        return await run_in_executor(
+            None, lambda: self._get_relevant_documents(query, run_manager=sync, **kwargs)
+        )

@@ -78,9 +78,9 @@ class HybridSQLEmbedding(BaseEmbedding):
     _provider: Any = PrivateAttr()
 
     def __init__(self, provider: Any = None, **kwargs: Any) -> None:
-        from hybridsql.embed import resolve_provider
+        from hybridsql.embed import LocalProvider
 
-        provider = provider or resolve_provider("local")
+        provider = provider or LocalProvider()
         super().__init__(model_name=provider.model_id, **kwargs)
         self._provider = provider
 
@@ -116,7 +116,7 @@ class HybridSQLVectorStore(BasePydanticVectorStore):
     ) -> None:
         from hybridsql.index import HybridIndex
 
-        super().__init__()
+        super().__init__(stores_text=True)
         if index is None:
             if db_path is None:
                 raise QueryError("give db_path (the index file) or index")
@@ -172,7 +172,7 @@ class HybridSQLVectorStore(BasePydanticVectorStore):
     def _where(node_ids, filters, doc_ids=None) -> Cond | Logic | None:
         """The condition of a call's node ids, document ids and filters; an empty list of ids
         restricts nothing (LlamaIndex's retriever passes [] for "any")."""
-        parts = []
+        parts: list[Cond | Logic | None] = []
         if node_ids:
             parts.append(Cond(ID, "in", list(node_ids)))
         if doc_ids:
