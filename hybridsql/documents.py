@@ -201,47 +201,56 @@ class Collection:
         import time
 
         now = time.time()
-        with self._transaction(self.conn):
-            for i, (text, meta, doc_id) in enumerate(zip(texts, blobs, ids, strict=True)):
-                self.conn.execute(
-                    "delete from files where root = ? and path = ?", (self.root, doc_id)
+        sizes = [len(t.encode("utf-8", "surrogatepass")) for t in texts]
+        sums = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+        conn = self.conn
+        with self._transaction(conn):
+            conn.executemany(
+                "delete from files where root = ? and path = ?", [(self.root, i) for i in ids]
+            )
+            # Ids given here, under the write lock, so that each table's rows go in at once.
+            file0 = conn.execute("select coalesce(max(id), 0) + 1 from files").fetchone()[0]
+            chunk0 = conn.execute("select coalesce(max(id), 0) + 1 from chunks").fetchone()[0]
+            conn.executemany(
+                "insert into files(id, root, path, sha256, size, mtime) values (?, ?, ?, ?, ?, ?)",
+                [(file0 + n, self.root, i, sums[n], sizes[n], now) for n, i in enumerate(ids)],
+            )
+            conn.executemany(
+                "insert into document_metadata(file_id, metadata) values (?, ?)",
+                [(file0 + n, meta) for n, meta in enumerate(blobs)],
+            )
+            conn.executemany(
+                "insert into chunks(id, kind, file_id, path, start_line, end_line, heading, text,"
+                " created_at) values (?, 'document', ?, ?, 1, ?, '', ?, ?)",
+                [
+                    (chunk0 + n, file0 + n, ids[n], t.count("\n") + 1, t, now)
+                    for n, t in enumerate(texts)
+                ],
+            )
+            if vectors is not None:
+                conn.executemany(
+                    "insert into vectors(chunk_id, vector, model_id, kind)"
+                    " values (?, ?, ?, 'document')",
+                    [(chunk0 + n, v, self.model_id) for n, v in enumerate(vectors)],
                 )
-                data = text.encode("utf-8", "surrogatepass")
-                self.conn.execute(
-                    "insert into files(root, path, sha256, size, mtime) values (?, ?, ?, ?, ?)",
-                    (self.root, doc_id, hashlib.sha256(data).hexdigest(), len(data), now),
-                )
-                file_id = self.conn.last_insert_rowid()
-                self.conn.execute(
-                    "insert into document_metadata(file_id, metadata) values (?, ?)",
-                    (file_id, meta),
-                )
-                self.conn.execute(
-                    "insert into chunks(kind, file_id, path, start_line, end_line, heading, text,"
-                    " created_at) values ('document', ?, ?, 1, ?, '', ?, ?)",
-                    (file_id, doc_id, text.count("\n") + 1, text, now),
-                )
-                if vectors is not None:
-                    self.conn.execute(
-                        "insert into vectors(chunk_id, vector, model_id, kind)"
-                        " values (?, ?, ?, 'document')",
-                        (self.conn.last_insert_rowid(), vectors[i], self.model_id),
-                    )
         return ids
 
     def _vectors(self, texts: list, given: Sequence | None) -> list | None:
+        """Each text's vector as float32 bytes: those given, else embed_documents'."""
         if given is None and (self.embed_documents is None or not texts):
             return None
-        import numpy as np
+        from array import array
 
         made = given if given is not None else self.embed_documents(texts)  # type: ignore[misc]
-        rows = np.asarray(made, "<f4")
-        if rows.ndim != 2 or rows.shape[0] != len(texts):
-            raise QueryError(
-                f"the embeddings gave {rows.shape[0] if rows.ndim else 0} vectors for"
-                f" {len(texts)} texts"
-            )
-        return [r.tobytes() for r in rows]
+        rows = list(made)
+        if len(rows) != len(texts):
+            raise QueryError(f"the embeddings gave {len(rows)} vectors for {len(texts)} texts")
+        # array's float32 is the native order, little-endian on every host hybridsql runs on;
+        # a numpy row is taken as it is, a list of floats without numpy's conversion.
+        return [
+            r.astype("<f4").tobytes() if hasattr(r, "astype") else array("f", r).tobytes()
+            for r in rows
+        ]
 
     def delete(self, ids: Sequence[str] | None = None, where: Cond | Logic | None = None) -> int:
         """Deletes the documents with these ids (missing ones are no error), or those the filter
@@ -304,18 +313,33 @@ class Collection:
             "select count(*) from files where root = ?", (self.root,)
         ).fetchone()[0]
 
+    def alone(self) -> bool:
+        """Whether the index holds no document but this collection's: then a search without a
+        filter needs no condition (a list of every id costs a k-nearest query ten times its
+        time at 10k documents)."""
+        return bool(
+            self.conn.execute(
+                "select (select count(*) from files) = (select count(*) from files"
+                " where root = ?) and not exists (select 1 from chunks where file_id is null"
+                " and kind = 'document')",
+                (self.root,),
+            ).fetchone()[0]
+        )
+
     def profile(self, where: Cond | Logic | None) -> Profile:
         """The search statement's Profile for this collection and filter: its documents only,
         the filter applied before each side's top k, and each one's id and metadata."""
         params: dict = {"collection_root": self.root}
-        cond = filter_sql(where, params, "cf")
+        filters = ""
+        if where is not None or not self.alone():
+            filters = f"cf.root = :collection_root and {filter_sql(where, params, 'cf')}"
         return Profile(
             kind="document",
             join="join files cf on cf.id = c.file_id"
             " join document_metadata m on m.file_id = c.file_id",
-            filters=f"cf.root = :collection_root and {cond}",
+            filters=filters,
             columns={"doc_id": "cf.path", "metadata": "m.metadata"},
-            params=params,
+            params=params if filters else {},
         )
 
     def search(
@@ -374,11 +398,18 @@ class Collection:
         )
         searcher = self.index.searcher
         if searcher.native:
+            some = where is not None or not self.alone()
             rows = self.conn.execute(
                 "select v.chunk_id, v.score from vectors v where v.vector match :q and v.k = :k"
-                " and v.model_id = :model and v.kind = 'document' and v.chunk_id in"
-                f" (select c.id from chunks c where c.file_id in ({ids_sql}))",
-                {**params, "q": blob, "k": k, "model": self.model_id},
+                " and v.model_id = :model and v.kind = 'document'"
+                + (
+                    f" and v.chunk_id in (select c.id from chunks c where c.file_id in ({ids_sql}))"
+                    if some
+                    else ""
+                ),
+                {**params, "q": blob, "k": k, "model": self.model_id}
+                if some
+                else {"q": blob, "k": k, "model": self.model_id},
             ).fetchall()
         else:
             allowed = [
