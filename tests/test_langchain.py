@@ -4,6 +4,7 @@ index the CLI searches) are checked here."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -154,7 +155,6 @@ def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
     """docs/frameworks.md: each python block, run from another folder, prints the block that
     follows it."""
     import re
-    from pathlib import Path
 
     page = (Path(__file__).parent.parent / "docs" / "frameworks.md").read_text()
     pairs = re.findall(r"```python\n(.*?)```\n.*?```\n(.*?)```", page, re.S)
@@ -170,3 +170,27 @@ def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout == shown
+
+
+def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path):
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from hybridsql.index import HybridIndex
+
+    db = str(tmp_path / "shared.db")
+    idx = HybridIndex(db, embedder="none")
+    idx.index_folder(str(Path(__file__).parent.parent / "examples" / "memory"))
+    fake = DeterministicFakeEmbedding(size=8)
+    a = HybridSQLVectorStore(embedding=fake, collection="a", index=idx)
+    b = HybridSQLVectorStore(embedding=fake, collection="b", index=idx)
+    a.add_texts([f"deploy note {i}" for i in range(20)], ids=[f"a{i}" for i in range(20)])
+    b.add_texts([f"deploy note {i}" for i in range(20)], ids=[f"b{i}" for i in range(20)])
+    for search_type in ("hybrid", "similarity", "mmr", "keyword"):
+        found = a.as_retriever(search_type=search_type, k=20).invoke("deploy note 3")
+        assert found and all(d.id.startswith("a") for d in found), search_type
+    assert len(a.similarity_search("deploy note 3", k=50)) == 20
+    a.delete([f"a{i}" for i in range(10)])
+    assert a.collection.count() == 10 and b.collection.count() == 20
+    folder = "select count(*) from files where root not like 'collection:%'"
+    assert idx.conn.execute(folder).fetchone()[0] > 0  # the folder's notes stay
+    idx.close()
