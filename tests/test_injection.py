@@ -175,6 +175,16 @@ SQL_TEXT = re.compile(
 # Every expression interpolated into SQL text in hybridsql/, by file, with why it is a constant
 # of the code. Reviewed on 2026-11-22.
 REVIEWED = {
+    # A filter tree's SQL: operators and SQL written in code, each key's JSON path and each
+    # value bound as a :fN parameter (tests/test_langchain.py sends hostile keys and values).
+    "documents.py": {
+        "cond": "filter_sql's text: code's SQL and :fN parameter names",
+        "ids_sql": "Collection.nearest's constant text and filter_sql's",
+        "at": "a :fN parameter name from bind()",
+        "bind(_value(node.value, node.key))": "a :fN parameter name from bind()",
+        "node.key": "a refused filter's field in an error message, not SQL",
+        "node.op": "a refused filter's operator in an error message, not SQL",
+    },
     # Error messages that read like SQL ("create an index with ..."): never executed.
     "extension.py": {
         "path": "a database's file name in an error message, not SQL",

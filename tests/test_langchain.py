@@ -1,0 +1,196 @@
+"""LangChain: the store and retriever pass LangChain's own standard suites (langchain-tests,
+unmodified), and the hybrid retriever's filters, search types and what it writes (an ordinary
+index the CLI searches) are checked here."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langchain_core", reason="the langchain extra is not installed")
+
+from langchain_core.documents import Document  # noqa: E402
+from langchain_tests.integration_tests import (  # noqa: E402
+    RetrieversIntegrationTests,
+    VectorStoreIntegrationTests,
+)
+
+from hybridsql.errors import QueryError  # noqa: E402
+from hybridsql.langchain import (  # noqa: E402
+    HybridSQLEmbeddings,
+    HybridSQLRetriever,
+    HybridSQLVectorStore,
+)
+
+
+class TestStandardVectorStore(VectorStoreIntegrationTests):
+    @pytest.fixture()
+    def vectorstore(self, tmp_path):
+        store = HybridSQLVectorStore(str(tmp_path / "lc.db"), self.get_embeddings())
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+NOTES = [
+    ("Python code is indented with four spaces, never tabs.", {"topic": "style", "year": 2024}),
+    ("Deploys freeze on Fridays after 3pm.", {"topic": "ops", "year": 2025}),
+    ("The database is backed up every night with Litestream.", {"topic": "ops", "year": 2023}),
+    ("Use pytest for every test, with fixtures in conftest.py.", {"topic": "style", "year": 2026}),
+    ("Error E1234 means the cache is cold; warm it first.", {"topic": "ops", "year": 2026}),
+]
+
+
+@pytest.fixture(scope="module")
+def local_embeddings():
+    return HybridSQLEmbeddings()
+
+
+@pytest.fixture(scope="module")
+def notes_store(tmp_path_factory, local_embeddings):
+    path = tmp_path_factory.mktemp("notes") / "notes.db"
+    store = HybridSQLVectorStore(str(path), local_embeddings)
+    store.add_texts([t for t, _ in NOTES], [m for _, m in NOTES], ids=[str(i) for i in range(5)])
+    yield store
+    store.close()
+
+
+class TestStandardRetriever(RetrieversIntegrationTests):
+    @property
+    def retriever_constructor(self):
+        return HybridSQLRetriever
+
+    @property
+    def retriever_constructor_params(self):
+        return {"vectorstore": self._store}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "how should python be indented?"
+
+    @pytest.fixture(autouse=True)
+    def _with_store(self, notes_store):
+        self._store = notes_store
+
+
+def test_hybrid_finds_exact_words_and_meaning(notes_store):
+    # an error code only words find, and a paraphrase only meaning finds
+    assert notes_store.hybrid_search("E1234", k=1)[0].id == "4"
+    assert notes_store.hybrid_search("indentation rules for source files", k=1)[0].id == "0"
+    assert notes_store.keyword_search("Litestream", k=3)[0].id == "2"
+
+
+@pytest.mark.parametrize(
+    "where, want",
+    [
+        ({"topic": "ops"}, {"1", "2", "4"}),
+        ({"year": {"$gte": 2025}}, {"1", "3", "4"}),
+        ({"year": {"$in": [2023, 2024]}}, {"0", "2"}),
+        ({"year": {"$nin": [2023, 2024]}}, {"1", "3", "4"}),
+        ({"topic": {"$ne": "ops"}}, {"0", "3"}),
+        ({"$or": [{"topic": "style"}, {"year": 2023}]}, {"0", "2", "3"}),
+        ({"$and": [{"topic": "ops"}, {"year": {"$lt": 2026}}]}, {"1", "2"}),
+        ({"topic": "ops", "year": 2026}, {"4"}),
+        ({"$not": {"topic": "ops"}}, {"0", "3"}),
+        ({"missing": {"$exists": False}}, {"0", "1", "2", "3", "4"}),
+        ({"topic": {"$like": "st%"}}, {"0", "3"}),
+    ],
+)
+@pytest.mark.parametrize("search_type", ["hybrid", "similarity", "mmr", "keyword"])
+def test_filters_apply_before_the_top_k(notes_store, where, want, search_type):
+    # k = 1 with a filter: the best of the filtered documents, never an empty answer because
+    # the best document overall was filtered out after the top k
+    retriever = notes_store.as_retriever(search_type=search_type, k=1, filter=where)
+    query = "deploys python litestream pytest error cache" if search_type == "keyword" else "code"
+    got = retriever.invoke(query)
+    assert len(got) == 1 and got[0].id in want
+    everything = notes_store.as_retriever(search_type=search_type, k=5, filter=where)
+    found = {d.id for d in everything.invoke(query)}
+    if search_type in ("similarity", "mmr"):  # the k nearest, whatever their cosine
+        assert found == want
+    else:  # hybrid and keyword leave out what neither words nor meaning match
+        assert found and found <= want
+
+
+def test_bad_filters_and_search_types_say_so_in_one_line(notes_store):
+    with pytest.raises(QueryError, match="unknown operator '\\$regex'"):
+        notes_store.hybrid_search("x", filter={"topic": {"$regex": "o"}})
+    with pytest.raises(ValueError, match="search_type of fuzzy not allowed"):
+        notes_store.as_retriever(search_type="fuzzy")
+
+
+def test_what_the_store_writes_is_an_index_the_cli_searches(tmp_path, local_embeddings):
+    db = str(tmp_path / "cli.db")
+    store = HybridSQLVectorStore(db, local_embeddings)
+    store.add_documents([Document(page_content=t, metadata=m) for t, m in NOTES], ids=list("abcde"))
+    store.close()
+    out = subprocess.run(
+        [sys.executable, "-m", "hybridsql", "search", "tabs or spaces?", "--db", db, "-n", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "four spaces" in out
+    reopened = HybridSQLVectorStore(db, local_embeddings)
+    assert [d.page_content for d in reopened.get_by_ids(["b"])] == [NOTES[1][0]]
+    reopened.close()
+
+
+def test_hostile_filter_keys_and_values_are_bound(tmp_path):
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    store = HybridSQLVectorStore(str(tmp_path / "h.db"), DeterministicFakeEmbedding(size=8))
+    key, value = "k'\"] ) or 1=1; --", "v' or '1'='1"
+    store.add_texts(["one", "two"], [{key: value}, {key: "other"}], ids=["1", "2"])
+    for search_type in ("hybrid", "similarity", "mmr"):
+        got = store.as_retriever(search_type=search_type, k=2, filter={key: value}).invoke("one")
+        assert [d.id for d in got] == ["1"]
+    assert store.collection.count() == 2
+    store.close()
+
+
+def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
+    """docs/frameworks.md: each python block, run from another folder, prints the block that
+    follows it."""
+    import re
+
+    page = (Path(__file__).parent.parent / "docs" / "frameworks.md").read_text()
+    pairs = re.findall(r"```python\n(.*?)```\n.*?```\n(.*?)```", page, re.S)
+    assert len(pairs) == 2
+    for code, shown in pairs:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == shown
+
+
+def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path):
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from hybridsql.index import HybridIndex
+
+    db = str(tmp_path / "shared.db")
+    idx = HybridIndex(db, embedder="none")
+    idx.index_folder(str(Path(__file__).parent.parent / "examples" / "memory"))
+    fake = DeterministicFakeEmbedding(size=8)
+    a = HybridSQLVectorStore(embedding=fake, collection="a", index=idx)
+    b = HybridSQLVectorStore(embedding=fake, collection="b", index=idx)
+    a.add_texts([f"deploy note {i}" for i in range(20)], ids=[f"a{i}" for i in range(20)])
+    b.add_texts([f"deploy note {i}" for i in range(20)], ids=[f"b{i}" for i in range(20)])
+    for search_type in ("hybrid", "similarity", "mmr", "keyword"):
+        found = a.as_retriever(search_type=search_type, k=20).invoke("deploy note 3")
+        assert found and all(d.id.startswith("a") for d in found), search_type
+    assert len(a.similarity_search("deploy note 3", k=50)) == 20
+    a.delete([f"a{i}" for i in range(10)])
+    assert a.collection.count() == 10 and b.collection.count() == 20
+    folder = "select count(*) from files where root not like 'collection:%'"
+    assert idx.conn.execute(folder).fetchone()[0] > 0  # the folder's notes stay
+    idx.close()
