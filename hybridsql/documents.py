@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsql.errors import QueryError
+from hybridsql.locking import one_call_at_a_time
 from hybridsql.search.options import SearchOptions
 from hybridsql.search.statement import Profile
 
@@ -147,11 +148,14 @@ def filter_sql(tree: Cond | Logic | None, params: dict, files: str = "f") -> str
     return walk(tree)
 
 
+@one_call_at_a_time
 class Collection:
     """The documents of one collection in an open HybridIndex.
 
     ``embed_documents(texts)`` and ``embed_query(text)`` give vectors (sequences of floats) of
-    the model ``model_id``; None for both makes a keyword-only collection."""
+    the model ``model_id``; None for both makes a keyword-only collection. Threads may share
+    it (LangChain's async methods run it in others): its methods run one at a time, under the
+    index's lock."""
 
     def __init__(
         self,
@@ -166,6 +170,7 @@ class Collection:
         if not isinstance(name, str) or not name:
             raise QueryError(f"a collection's name must be non-empty text, not {name!r}")
         self.index = index
+        self.lock = index.lock
         self.conn = index.conn
         self.root = ROOT + name
         self.embed_documents = embed_documents

@@ -194,3 +194,19 @@ def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path)
     folder = "select count(*) from files where root not like 'collection:%'"
     assert idx.conn.execute(folder).fetchone()[0] > 0  # the folder's notes stay
     idx.close()
+
+
+async def test_concurrent_async_calls_share_one_store(tmp_path):
+    """LangChain's async methods run the store in executor threads: many at once, no error."""
+    import asyncio
+
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    store = HybridSQLVectorStore(str(tmp_path / "a.db"), DeterministicFakeEmbedding(size=8))
+    writes = [store.aadd_texts([f"note {i} deploy"], ids=[str(i)]) for i in range(40)]
+    reads = [store.asimilarity_search(f"note {i}", k=3) for i in range(40)]
+    hybrid = [store.as_retriever(k=2).ainvoke(f"deploy {i}") for i in range(40)]
+    done = await asyncio.gather(*writes, *reads, *hybrid)
+    assert list(done[:40]) == [[str(i)] for i in range(40)]
+    assert store.collection.count() == 40
+    store.close()
