@@ -1609,6 +1609,15 @@ static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 ** restored backup, another file attached under the same name) brings back
 ** the nonce that goes with it: the cache cannot serve rows that are not in
 ** the database.
+**
+** From format 3 the nonce is also the block's checksum (block_sum): a sum
+** over the words of its T_codes row, weighted by their position, plus a hash
+** of its id, dims, capacity, count and partition values.  A write changes it
+** by what it changes (the words it rewrites, the count), so it costs no read
+** of the block; a block read from the file is checked against it before any
+** of its rows is scored, and the cache keeps only blocks that passed.  A
+** format 1 or 2 table becomes format 3 in the first transaction that writes
+** to it (vx_upgrade), which sums every block once.
 */
 #define HS_BLOCK_ROWS 256
 #define HS_BLOCK_MIN 16
@@ -1616,7 +1625,7 @@ static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 #define HS_MAX_FILTERS 24        /* partition and metadata columns together */
 #define HS_CACHE_BYTES ((size_t)4 << 30) /* per table and connection */
 #define HS_SWEEP_EVERY 256       /* queries between sweeps of dropped blocks */
-#define HS_FORMAT 2
+#define HS_FORMAT 3
 #define HS_TAILS 64 /* partitions whose last block a table remembers */
 #define HS_LAYOUTS 4 /* layouts (one per number of dimensions) a table remembers */
 
@@ -1691,6 +1700,39 @@ static Layout layout_v2(int64_t page, int64_t d, int nnum) {
 
 static int64_t group_id(const Layout *l, int64_t block, int64_t slot) {
   return block * 256 + slot / l->group;
+}
+
+/*
+** Format 3's checksum of `n` bytes (a multiple of 8) of a T_codes row, from its
+** 8-byte word `first` on.  Word w at position j adds w * m_j, m_j odd (so a
+** change of one word always changes the sum), plus the product of its two
+** halves each xor'd with a key of j (so that changes which cancel in the first
+** term, such as the top bit of two words, do not cancel in the second).  A
+** sum over words: a write adds the sum of the words it writes and takes away
+** that of the words they replace.
+*/
+static uint64_t codes_sum(const uint8_t *p, int64_t n, int64_t first) {
+  const uint64_t km = 0x9e3779b97f4a7c15ULL, kk = 0xc2b2ae3d27d4eb4fULL;
+  uint64_t m = (uint64_t)first * km, k = (uint64_t)first * kk + 0x165667b19e3779f9ULL;
+  uint64_t a = 0, b = 0;
+  for (int64_t i = 0; i + 8 <= n; i += 8, m += km, k += kk) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    a += w * (m | 1);
+    b += (uint64_t)((uint32_t)w ^ (uint32_t)k) * (uint64_t)((uint32_t)(w >> 32) ^ (uint32_t)(k >> 32));
+  }
+  return a + b;
+}
+
+/* The checksum of `n` zero bytes from word `first` on: a new T_codes row's. */
+static uint64_t zeros_sum(int64_t n, int64_t first) {
+  uint8_t zero[4096] = {0};
+  uint64_t sum = 0;
+  for (int64_t at = 0; at < n; at += (int64_t)sizeof(zero)) {
+    int64_t part = n - at < (int64_t)sizeof(zero) ? n - at : (int64_t)sizeof(zero);
+    sum += codes_sum(zero, part, first + at / 8);
+  }
+  return sum;
 }
 
 static sqlite3_int64 fresh_nonce(void) {
@@ -1855,6 +1897,9 @@ typedef struct VxTab {
   int busy;     /* inside a method that reads or writes the shadow tables */
   int64_t rows; /* for xBestIndex's costs */
   int64_t page; /* format 2: the page size its layout is made for; 0: format 1 */
+  int64_t format; /* T_info's format: 3 keeps checksums (block_sum); -1: to be read again */
+  int upgrade;    /* a transaction began: its first write makes an older format 3 */
+  I64Map pending; /* format 3, within one xUpdate: block -> what its writes added to its sum */
   Layout layouts[HS_LAYOUTS];
   int nlayouts;
   int64_t tails[HS_TAILS]; /* by a hash of partition values: a block that was its last */
@@ -2178,10 +2223,10 @@ static char *vs_sql(VxTab *t, int which) {
       for (int i = 0; i < t->npart; i++) sqlite3_str_appendf(s, " and p%d is ?%d", i, i + 1);
       sqlite3_str_appendall(s, " order by id desc limit 1");
       break;
-    case VS_BLOCK:
+    case VS_BLOCK: /* the partition values from column 3, then the nonce */
       sqlite3_str_appendall(s, "select dims, capacity, count");
       append_cols(s, "", 'p', t->npart, 1);
-      sqlite3_str_appendf(s, " from \"%w\".\"%w_blocks\" where id = ?1", db, n);
+      sqlite3_str_appendf(s, ", nonce from \"%w\".\"%w_blocks\" where id = ?1", db, n);
       break;
     case VS_NEW_BLOCK: /* ?1 dims, ?2 capacity, ?3 nonce, ?4.. the partition values */
       sqlite3_str_appendf(s, "insert into \"%w\".\"%w_blocks\"(dims, capacity, count, nonce", db,
@@ -2456,12 +2501,21 @@ static int vx_blob_read(VxTab *t, sqlite3_blob *h, void *out, int64_t bytes, int
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
 }
 
+/* Opens (or moves) h on the vectors group gid, of vectors of d dimensions: exactly its size. */
+static int vx_group(VxTab *t, sqlite3_blob **h, int64_t gid, int64_t d) {
+  int rc = vx_blob(t, h, "vectors", gid, 0);
+  int64_t want = 4 * d * vx_layout(t, d)->group;
+  if (rc || sqlite3_blob_bytes(*h) == want) return rc;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its vectors row %lld has %d"
+                 " bytes, not %lld", t->name, gid / 256, gid, sqlite3_blob_bytes(*h), want);
+}
+
 /* The float32 vector of (block, slot) into out (dims floats), through handle *h. */
 static int vx_read_vector(VxTab *t, sqlite3_blob **h, int64_t block, int64_t slot, int64_t dims,
                           float *out) {
   const Layout *l = vx_layout(t, dims);
   int64_t gid = group_id(l, block, slot), off = (slot % l->group) * 4 * dims;
-  int rc = vx_blob(t, h, "vectors", gid, 0);
+  int rc = vx_group(t, h, gid, dims);
   return rc ? rc : vx_blob_read(t, *h, out, 4 * dims, off, "vectors", gid);
 }
 
@@ -2559,25 +2613,131 @@ static int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
 }
 
+/* ---- format 3's checksums ---- */
+
+static int vx_int(sqlite3 *db, const char *sql, int64_t *out);
+
+/* What a block's row adds to the sum of its T_codes row to make its checksum. */
+static uint64_t block_head(int64_t id, int64_t dims, int64_t capacity, int64_t count,
+                           uint64_t parts) {
+  return mix64((uint64_t)id ^ 0x243f6a8885a308d3ULL) + mix64((uint64_t)dims ^ 0x13198a2e03707344ULL) +
+         mix64((uint64_t)capacity ^ 0xa4093822299f31d0ULL) +
+         mix64((uint64_t)count ^ 0x082efa98ec4e6c89ULL) + parts;
+}
+
+/* T_info's format into t->format: 1 when it has none (format 1 wrote none). */
+static int vx_format(VxTab *t) {
+  if (t->format >= 0) return SQLITE_OK;
+  char *sql = sqlite3_mprintf("select coalesce((select value from \"%w\".\"%w_info\" where key ="
+                              " 'format'), 1)", t->schema, t->name);
+  int rc = vx_int(t->db, sql, &t->format);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    t->format = -1;
+    return vx_sql_fail(t, rc);
+  }
+  return SQLITE_OK;
+}
+
+/* Block `id`'s row as T_blocks has it, and the hash of its partition values; found = 0 when
+** there is none. */
+static int vx_block_ref(VxTab *t, int64_t id, BlockRef *r, uint64_t *parts, int *found) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_BLOCK, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, id);
+  rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    sqlite3_value *v[HS_MAX_FILTERS];
+    for (int i = 0; i < t->npart; i++) v[i] = sqlite3_column_value(st, 3 + i);
+    r->id = id;
+    r->dims = sqlite3_column_int64(st, 0);
+    r->capacity = sqlite3_column_int64(st, 1);
+    r->count = sqlite3_column_int64(st, 2);
+    r->nonce = sqlite3_column_int64(st, 3 + t->npart);
+    *parts = hash_values(v, t->npart);
+  }
+  sqlite3_reset(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+static int vx_set_nonce(VxTab *t, int64_t block, sqlite3_int64 nonce) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_TOUCH, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, block);
+  sqlite3_bind_int64(st, 2, nonce);
+  return vs_run(t, st);
+}
+
+/*
+** The nonce of block `id` once its row has `capacity` and `count` (b NULL:
+** those it has): in format 3 its checksum, the one it has changed by the new
+** count and capacity and by what the writes since added (t->pending); before,
+** a random one.  A checksum that did not match before still does not.
+*/
+static int vx_new_nonce(VxTab *t, int64_t id, const BlockRow *b, sqlite3_int64 *nonce) {
+  if (t->format < 3) {
+    *nonce = fresh_nonce();
+    return SQLITE_OK;
+  }
+  BlockRef r;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, id, &r, &parts, &found);
+  if (rc) return rc;
+  if (!found) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its row is missing",
+                   t->name, id);
+  }
+  int64_t delta = 0;
+  map_find(&t->pending, id, &delta);
+  if (!map_put(&t->pending, id, 0)) return SQLITE_NOMEM;
+  uint64_t x = (uint64_t)r.nonce - block_head(id, r.dims, r.capacity, r.count, parts) +
+               block_head(id, r.dims, b ? b->capacity : r.capacity, b ? b->count : r.count, parts) +
+               (uint64_t)delta;
+  *nonce = (sqlite3_int64)x;
+  return SQLITE_OK;
+}
+
+/* Adds x to what the writes of this xUpdate added to block id's sum. */
+static int add_pending(VxTab *t, int64_t id, uint64_t x) {
+  int64_t was = 0;
+  map_find(&t->pending, id, &was);
+  return map_put(&t->pending, id, (int64_t)((uint64_t)was + x)) ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/* A new block's checksum: its row's, with a T_codes row of zeros. */
+static int vx_seal_new(VxTab *t, int64_t id) {
+  if (t->format < 3) return SQLITE_OK;
+  BlockRef r;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, id, &r, &parts, &found);
+  if (rc || !found) return rc;
+  if (!map_put(&t->pending, id, 0)) return SQLITE_NOMEM;
+  uint64_t x = block_head(id, r.dims, r.capacity, r.count, parts) +
+               zeros_sum(block_bytes(t, r.capacity, r.dims), 0);
+  return vx_set_nonce(t, id, (sqlite3_int64)x);
+}
+
 /* Sets a block's count and capacity, with a new nonce. */
 static int vx_set_count(VxTab *t, const BlockRow *b) {
-  int rc;
+  sqlite3_int64 nonce = 0;
+  int rc = vx_new_nonce(t, b->id, b, &nonce);
+  if (rc) return rc;
   sqlite3_stmt *st = vs(t, VS_SET_COUNT, &rc);
   if (!st) return rc;
   sqlite3_bind_int64(st, 1, b->id);
   sqlite3_bind_int64(st, 2, b->count);
   sqlite3_bind_int64(st, 3, b->capacity);
-  sqlite3_bind_int64(st, 4, fresh_nonce());
+  sqlite3_bind_int64(st, 4, nonce);
   return vs_run(t, st);
 }
 
 static int vx_touch(VxTab *t, int64_t block) {
-  int rc;
-  sqlite3_stmt *st = vs(t, VS_TOUCH, &rc);
-  if (!st) return rc;
-  sqlite3_bind_int64(st, 1, block);
-  sqlite3_bind_int64(st, 2, fresh_nonce());
-  return vs_run(t, st);
+  sqlite3_int64 nonce = 0;
+  int rc = vx_new_nonce(t, block, 0, &nonce);
+  return rc ? rc : vx_set_nonce(t, block, nonce);
 }
 
 static int vx_id_op(VxTab *t, int which, int64_t a, int64_t b) {
@@ -2610,15 +2770,35 @@ static void num_encode(const VxTab *t, sqlite3_value *const *metas, uint8_t *val
   }
 }
 
-/* Writes n bytes at offset through an open handle, checking that they are there. */
+/* Writes n bytes at offset through an open handle, checking that they are there.  In
+** format 3 a write to T_codes adds to the block's pending sum what it changes: the sum of the
+** words it writes less that of the words they replace. */
 static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int64_t offset,
                     const char *what, int64_t id) {
-  if (offset < 0 || offset + n > sqlite3_blob_bytes(h)) {
+  int64_t from = offset & ~(int64_t)7, to = (offset + n + 7) & ~(int64_t)7;
+  int sums = t->format >= 3 && strcmp(what, "codes") == 0;
+  if (offset < 0 || (sums ? to : offset + n) > sqlite3_blob_bytes(h)) {
     return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld has %d"
                    " bytes, too few for %lld at %lld", t->name, block_of(what, id), what, id,
                    sqlite3_blob_bytes(h), n, offset);
   }
-  int rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
+  int rc = SQLITE_OK;
+  if (sums) {
+    uint8_t *was = sqlite3_malloc64((sqlite3_uint64)(2 * (to - from)));
+    if (!was) return SQLITE_NOMEM;
+    uint8_t *now = was + (to - from);
+    rc = sqlite3_blob_read(h, was, (int)(to - from), (int)from);
+    if (rc == SQLITE_OK) {
+      memcpy(now, was, (size_t)(to - from));
+      memcpy(now + (offset - from), data, (size_t)n);
+      rc = add_pending(t, id, codes_sum(now, to - from, from / 8) - codes_sum(was, to - from, from / 8));
+    } else {
+      rc = vx_sql_fail(t, rc);
+    }
+    sqlite3_free(was);
+    if (rc) return rc;
+  }
+  rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
 }
 
@@ -2702,6 +2882,9 @@ static int vx_grow(VxTab *t, BlockRow *b) {
            (size_t)b->count);
   }
   if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, new_bytes);
+  if (rc == SQLITE_OK && t->format >= 3) { /* the row became zeros of the new size */
+    rc = add_pending(t, b->id, zeros_sum(new_bytes, 0) - codes_sum(old, old_bytes, 0));
+  }
   if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, grown, new_bytes, 0);
   if (rc == SQLITE_OK) b->capacity = to;
   sqlite3_free(old);
@@ -2738,7 +2921,7 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
       return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row was there"
                      " before it", t->name, b.id);
     }
-    if (rc) return rc;
+    if (rc || (rc = vx_seal_new(t, b.id))) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
   }
@@ -2868,6 +3051,7 @@ static int vx_remove(VxTab *t, int64_t rowid) {
   if ((rc = vx_id_op(t, VS_DROP_ROW, rowid, 0))) return rc;
   last.count = end;
   if (last.count == 0) { /* the block is empty: give its pages back */
+    if (!map_put(&t->pending, last.id, 0)) return SQLITE_NOMEM;
     if ((rc = vx_id_op(t, VS_DROP_BLOCK, last.id, 0))) return rc;
     if ((rc = vx_id_op(t, VS_DROP_CODES, last.id, 0))) return rc;
     rc = vx_id_op(t, VS_DROP_GROUPS, last.id, 0);
@@ -3776,9 +3960,33 @@ static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
   return SQLITE_OK;
 }
 
-/* What a query reads of block r: its rows' records, and its numeric metadata if it has any. */
+/* What a query reads of block r: its rows' records, and its numeric metadata if it has any;
+** in format 3 the whole row, which its checksum covers. */
 static int64_t read_bytes(const VxTab *t, const BlockRef *r) {
-  return t->nnum ? block_bytes(t, r->capacity, r->dims) : r->count * rec_stride(r->dims);
+  return t->nnum || t->format >= 3 ? block_bytes(t, r->capacity, r->dims)
+                                   : r->count * rec_stride(r->dims);
+}
+
+/* A block's T_codes row is exactly as long as its capacity and dims make it. */
+static int vx_codes_length(VxTab *t, sqlite3_blob *h, const BlockRef *r) {
+  int64_t want = block_bytes(t, r->capacity, r->dims);
+  if (sqlite3_blob_bytes(h) == want) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row has %d bytes,"
+                 " not %lld", t->name, r->id, sqlite3_blob_bytes(h), want);
+}
+
+/* Format 3: the `bytes` of block r's T_codes row at buf (all of it) add up to its checksum. */
+static int vx_verify(VxTab *t, const BlockRef *r, const uint8_t *buf, int64_t bytes) {
+  if (t->format < 3) return SQLITE_OK;
+  BlockRef row;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, r->id, &row, &parts, &found);
+  if (rc) return rc;
+  if (found && (uint64_t)r->nonce ==
+                   block_head(r->id, r->dims, r->capacity, r->count, parts) + codes_sum(buf, bytes, 0))
+    return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its records, count or"
+                 " partition do not match its checksum", t->name, r->id);
 }
 
 /*
@@ -3815,11 +4023,58 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   }
   if (!*buf) return SQLITE_NOMEM;
   int rc = vx_blob(t, h, "codes", r->id, 0);
+  if (rc == SQLITE_OK) rc = vx_codes_length(t, *h, r);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);
+  if (rc == SQLITE_OK) rc = vx_verify(t, r, *buf, bytes);
   if (rc && keep) pool_put(&c->pool, *buf);
   if (rc) *buf = 0;
   *fresh = rc == SQLITE_OK && keep;
   return rc;
+}
+
+/*
+** A row about to be scored, c (its vector v, read from its group): its
+** vector is finite and is the one its record was made from (the record, read
+** again from the file, is what rec_build makes of v and c's id), and its
+** location is where c found it.  So a score is never computed from bytes that
+** are not the row's vector, nor given to a rowid that T_rowids does not hold
+** there, whatever the cache or the file says.  recs: room for two records.
+*/
+static int vx_check_row(VxTab *t, sqlite3_blob *hc, const Cand *c, const float *v, int64_t d,
+                        uint8_t *recs) {
+  int64_t stride = rec_stride(d), block, slot;
+  if (hs_first_nonfinite(v, d) >= 0) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
+                   " is not finite", t->name, c->block, c->id);
+  }
+  int found, rc = vx_blob_read(t, hc, recs, stride, c->slot * stride, "codes", c->block);
+  if (rc) return rc;
+  rec_build(recs + stride, c->id, v, d);
+  if (memcmp(recs, recs + stride, (size_t)stride) != 0) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the record of row %lld"
+                   " does not match its vector", t->name, c->block, c->id);
+  }
+  if ((rc = vx_find(t, c->id, &block, &slot, &found))) return rc;
+  if (found && block == c->block && slot == c->slot) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
+                 " %lld, its location says otherwise", t->name, c->block, c->id, c->slot);
+}
+
+/*
+** A query that found no block: none may be found because the partition has
+** none, but a table whose rows have locations has blocks (delete from T_blocks).
+*/
+static int vx_check_blockless(VxTab *t) {
+  int64_t lost = 0;
+  char *sql = sqlite3_mprintf("select not exists (select 1 from \"%w\".\"%w_blocks\") and"
+                              " exists (select 1 from \"%w\".\"%w_rowids\")",
+                              t->schema, t->name, t->schema, t->name);
+  int rc = vx_int(t->db, sql, &lost);
+  sqlite3_free(sql);
+  if (rc) return vx_sql_fail(t, rc);
+  if (!lost) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: its rows have locations, but it has no block",
+                 t->name);
 }
 
 /* A k-nearest query: the k rows most like a->q among those the conditions select. */
@@ -3864,6 +4119,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
   sqlite3_finalize(st);
   st = 0;
+  if (rc == SQLITE_OK && nrefs == 0) rc = vx_check_blockless(t);
   if (a->all) a->k = total > 0 ? total : 1;
   if (rc == SQLITE_OK && !knn_init(&s, q, d, a->k)) rc = SQLITE_NOMEM;
   /* Which rows: a metadata or rowid range condition lists them; a short rowid set is looked up. */
@@ -3909,14 +4165,14 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       if (rc || nlist == 0) continue;
     }
     if (r->count == 0) continue;
+    uint8_t *buf;
+    int fresh;
+    if ((rc = block_records(t, r, &h, &buf, &fresh))) break; /* damage first, then the query's */
     if (r->dims != d) {
       rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
                    " compared with have %lld", t->name, d, r->dims);
       break;
     }
-    uint8_t *buf;
-    int fresh;
-    if ((rc = block_records(t, r, &h, &buf, &fresh))) break;
     const int64_t *scan = listed ? list : 0;
     int64_t kept[HS_BLOCK_ROWS], nkept = 0;
     if (a->nnf) { /* the numeric conditions, on the block's own copy of the values */
@@ -3939,26 +4195,29 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   }
   Dot2Fn fn = dot2();
   const Layout *l = vx_layout(t, d);
-  int64_t open = -1; /* the group h is open on */
+  int64_t open = -1, open_codes = -1; /* the group h is open on, the block hc is */
+  sqlite3_blob *hc = 0;
+  uint8_t *recs = rc == SQLITE_OK ? malloc(2 * (size_t)rec_stride(d)) : 0;
+  if (rc == SQLITE_OK && !recs) rc = SQLITE_NOMEM;
   for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
     int64_t gid = group_id(l, c->block, c->slot);
-    if (gid != open && (rc = vx_blob(t, &h, "vectors", gid, 0))) break;
+    if (gid != open && (rc = vx_group(t, &h, gid, d))) break;
     open = gid;
     rc = vx_blob_read(t, h, v, 4 * d, (c->slot % l->group) * 4 * d, "vectors", gid);
     if (rc) break;
+    if (c->block != open_codes && (rc = vx_blob(t, &hc, "codes", c->block, 0))) break;
+    open_codes = c->block;
+    if ((rc = vx_check_row(t, hc, c, v, d, recs))) break;
     double ab, bb;
     fn(q, v, d, &ab, &bb);
-    if (!isfinite(bb)) {
-      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
-                   " is not finite", t->name, c->block, c->id);
-      break;
-    }
     Hit x = {cosine_from(ab, s.qq, bb), c->id};
     heap_push(cur->hits, &cur->nhits, a->k, x);
   }
   vx_blob_close(&h);
+  vx_blob_close(&hc);
+  free(recs);
   if (rc == SQLITE_OK) {
     qsort(cur->hits, (size_t)cur->nhits, sizeof(Hit), cmp_hits);
     rc = cache_sweep(t);
@@ -4039,8 +4298,8 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
                    " trigger or view on its shadow tables?)", t->name);
   }
   t->busy = 1;
-  int rc;
-  if (idxNum & 1) {
+  int rc = vx_format(t);
+  if (rc == SQLITE_OK && (idxNum & 1)) {
     KnnArgs a;
     rc = knn_args(t, idxStr, argc, argv, &a);
     c->knn = 1;
@@ -4048,7 +4307,7 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
     if (rc == SQLITE_OK && a.q.v && !a.none) rc = vx_knn(t, c, &a); /* a NULL vector: none */
     knn_args_free(&a);
     c->eof = c->nhits == 0;
-  } else {
+  } else if (rc == SQLITE_OK) {
     rc = vx_scan(t, c, idxStr, argc, argv);
   }
   t->busy = 0;
@@ -4155,6 +4414,103 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
 
 /* ---- xUpdate ---- */
 
+/*
+** Format 1 or 2 becomes 3 in the transaction of the table's first write: every
+** block's nonce becomes its checksum (one read of T_codes).  A table with a
+** damaged block keeps its format, and its writes random nonces, until it is
+** repaired: its queries and integrity_check say what is wrong.
+*/
+static int vx_upgrade(VxTab *t) {
+  char *sql = sqlite3_mprintf("select id, dims, capacity, count from \"%w\".\"%w_blocks\"",
+                              t->schema, t->name);
+  sqlite3_stmt *st = 0;
+  int rc = sql ? sqlite3_prepare_v2(t->db, sql, -1, &st, 0) : SQLITE_NOMEM;
+  sqlite3_free(sql);
+  BlockRef *refs = 0;
+  int64_t n = 0, cap = 0;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    rc = vx_check_block(t, sqlite3_column_int64(st, 0), st, 1, 2, 3);
+    if (rc == SQLITE_OK && n == cap) {
+      cap = cap ? 2 * cap : 64;
+      BlockRef *grown = realloc(refs, sizeof(BlockRef) * (size_t)cap);
+      if (grown) refs = grown;
+      else rc = SQLITE_NOMEM;
+    }
+    if (rc == SQLITE_OK) refs[n++].id = sqlite3_column_int64(st, 0);
+  }
+  if (rc == SQLITE_DONE) rc = SQLITE_OK;
+  else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
+  sqlite3_finalize(st);
+  sqlite3_blob *h = 0;
+  uint8_t *buf = 0;
+  int64_t bufcap = 0;
+  for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) {
+    BlockRef *r = &refs[i];
+    uint64_t parts;
+    int found;
+    if ((rc = vx_block_ref(t, r->id, r, &parts, &found)) || !found) break;
+    int64_t bytes = block_bytes(t, r->capacity, r->dims);
+    if ((rc = vx_blob(t, &h, "codes", r->id, 0))) break;
+    if (sqlite3_blob_bytes(h) != bytes) {
+      rc = SQLITE_CORRUPT_VTAB;
+      break;
+    }
+    if (bytes > bufcap) {
+      free(buf);
+      bufcap = 0;
+      if (!(buf = malloc((size_t)bytes))) {
+        rc = SQLITE_NOMEM;
+        break;
+      }
+      bufcap = bytes;
+    }
+    if ((rc = vx_blob_read(t, h, buf, bytes, 0, "codes", r->id))) break;
+    r->nonce = (sqlite3_int64)(block_head(r->id, r->dims, r->capacity, r->count, parts) +
+                               codes_sum(buf, bytes, 0));
+  }
+  vx_blob_close(&h);
+  free(buf);
+  for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) rc = vx_set_nonce(t, refs[i].id, refs[i].nonce);
+  free(refs);
+  if (rc == SQLITE_OK) {
+    rc = vx_exec(t->db, 0, "insert or replace into \"%w\".\"%w_info\"(key, value) values"
+                 " ('format', %d)", t->schema, t->name, HS_FORMAT);
+    if (rc == SQLITE_OK) t->format = HS_FORMAT;
+    else rc = vx_sql_fail(t, rc);
+  } else if ((rc & 0xff) == SQLITE_CORRUPT) { /* left as it is */
+    sqlite3_free(t->base.zErrMsg);
+    t->base.zErrMsg = 0;
+    rc = SQLITE_OK;
+  }
+  return rc;
+}
+
+/* A write transaction begins: another connection may have changed the format since. */
+static int vx_begin(sqlite3_vtab *vt) {
+  VxTab *t = (VxTab *)vt;
+  t->format = -1;
+  t->upgrade = 1;
+  return SQLITE_OK;
+}
+
+static int vx_savepoint(sqlite3_vtab *vt, int n) {
+  (void)vt;
+  (void)n;
+  return SQLITE_OK;
+}
+
+/* What was rolled back may have been an upgrade: the format is read again when next needed. */
+static int vx_rollback(sqlite3_vtab *vt) {
+  ((VxTab *)vt)->format = -1;
+  return SQLITE_OK;
+}
+
+static int vx_rollback_to(sqlite3_vtab *vt, int n) {
+  (void)n;
+  return vx_rollback(vt);
+}
+
+
 static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_int64 *out) {
   VxTab *t = (VxTab *)vt;
   if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
@@ -4164,10 +4520,13 @@ static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_
   }
   t->busy = 1;
   sqlite3_int64 last = sqlite3_last_insert_rowid(t->db); /* block inserts must not change it */
-  int rc = SQLITE_OK;
-  if (argc == 1) {
+  map_free(&t->pending);
+  int rc = vx_format(t);
+  if (rc == SQLITE_OK && t->upgrade && t->format < HS_FORMAT) rc = vx_upgrade(t);
+  t->upgrade = 0;
+  if (rc == SQLITE_OK && argc == 1) {
     rc = vx_remove(t, sqlite3_value_int64(argv[0]));
-  } else {
+  } else if (rc == SQLITE_OK) {
     sqlite3_value **cols = argv + 2;
     int insert = sqlite3_value_type(argv[0]) == SQLITE_NULL;
     int64_t old = insert ? 0 : sqlite3_value_int64(argv[0]), rowid = 0;
@@ -4229,6 +4588,7 @@ static void vx_free(VxTab *t) {
   if (!t) return;
   vx_finish(t);
   cache_clear(&t->cache);
+  map_free(&t->pending);
   vx_free_cols(t);
   sqlite3_free(t->schema);
   sqlite3_free(t->name);
@@ -4342,12 +4702,15 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
       int layout_ok = sqlite3_column_type(st, 3) == SQLITE_INTEGER &&
                       sqlite3_column_type(st, 4) == SQLITE_INTEGER && rows >= HS_BLOCK_MIN &&
                       rows <= HS_BLOCK_ROWS && group >= 1 && group <= rows;
-      int whole = ftype == SQLITE_NULL || (ftype == SQLITE_INTEGER && format == 1)
-                      ? ptype == SQLITE_NULL /* format 1 has no page size */
-                      : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
-                            page >= 512 && page <= 65536 && (!t->dims || layout_ok);
+      /* Format 1 has no page size, nor has format 3 of a table made in format 1. */
+      int v1 = ftype == SQLITE_NULL ||
+               (ftype == SQLITE_INTEGER && (format == 1 || (format == 3 && ptype == SQLITE_NULL)));
+      int whole = v1 ? ptype == SQLITE_NULL
+                     : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
+                           page >= 512 && page <= 65536 && (!t->dims || layout_ok);
       t->rows = sqlite3_column_int64(st, 1);
-      t->page = format >= 2 ? page : 0;
+      t->page = v1 ? 0 : page;
+      t->format = ftype == SQLITE_NULL ? 1 : format;
       t->nlayouts = 0;
       if (ftype == SQLITE_INTEGER && format > HS_FORMAT) {
         *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
@@ -4357,7 +4720,7 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
         *err = sqlite3_mprintf("vector_index: the layout of %s in %s_info is corrupt", t->name,
                                t->name);
         rc = SQLITE_CORRUPT_VTAB;
-      } else if (format >= 2 && t->dims) {
+      } else if (!v1 && t->dims) {
         t->layouts[0] = (Layout){t->dims, rows, group};
         t->nlayouts = 1;
       }
@@ -4658,6 +5021,10 @@ static sqlite3_module vx_module = {
     .xRowid = vx_rowid,
     .xUpdate = vx_xupdate,
     .xRename = vx_rename,
+    .xBegin = vx_begin,
+    .xRollback = vx_rollback,
+    .xSavepoint = vx_savepoint,
+    .xRollbackTo = vx_rollback_to,
     .xShadowName = vx_shadow_name,
     .xIntegrity = vx_integrity,
 };
