@@ -3579,9 +3579,28 @@ static sqlite3_str *row_sql(VxTab *t) {
   sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims, b.capacity, b.count");
   append_cols(s, "b.", 'p', t->npart, 1);
   append_cols(s, "r.", 'm', t->nmeta, 1);
-  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r join \"%w\".\"%w_blocks\" b"
+  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r left join \"%w\".\"%w_blocks\" b"
                          " on b.id = r.block where 1", t->schema, t->name, t->schema, t->name);
   return s;
+}
+
+/*
+** A row that row_sql's statement st stepped to (rc, sqlite3_step's result) is
+** in a block that exists, in one of its count slots: a scan meets a block
+** deleted, or a count lowered, as damage instead of skipping or adding rows.
+*/
+static int row_in_block(VxTab *t, sqlite3_stmt *st, int rc) {
+  if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+  int64_t rowid = sqlite3_column_int64(st, RC_ROWID), block = sqlite3_column_int64(st, RC_BLOCK);
+  if (sqlite3_column_type(st, RC_DIMS) == SQLITE_NULL) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
+                   t->name, rowid, block);
+  }
+  int64_t slot = sqlite3_column_int64(st, RC_SLOT), count = sqlite3_column_int64(st, RC_COUNT);
+  if ((rc = vx_check_block(t, block, st, RC_DIMS, RC_CAPACITY, RC_COUNT))) return rc;
+  if (sqlite3_column_type(st, RC_SLOT) == SQLITE_INTEGER && slot >= 0 && slot < count) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
+                 " %lld, not 0 to %lld", t->name, block, rowid, slot, count - 1);
 }
 
 typedef struct VxCur {
@@ -4284,7 +4303,7 @@ static int vx_scan(VxTab *t, VxCur *c, const char *plan, int argc, sqlite3_value
   if (rc) return rc;
   rc = sqlite3_step(c->rows);
   c->eof = rc != SQLITE_ROW;
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+  return row_in_block(t, c->rows, rc);
 }
 
 static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
@@ -4322,8 +4341,7 @@ static int vx_next(sqlite3_vtab_cursor *cur) {
   }
   int rc = sqlite3_step(c->rows);
   c->eof = rc != SQLITE_ROW;
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK
-                                               : vx_sql_fail((VxTab *)cur->pVtab, rc);
+  return row_in_block((VxTab *)cur->pVtab, c->rows, rc);
 }
 
 static int vx_eof(sqlite3_vtab_cursor *cur) { return ((VxCur *)cur)->eof; }
@@ -4349,7 +4367,7 @@ static int knn_row(VxTab *t, VxCur *c) {
   rc = sqlite3_step(c->rows);
   if (rc == SQLITE_ROW) {
     c->at = c->i;
-    return SQLITE_OK;
+    return row_in_block(t, c->rows, rc);
   }
   return rc == SQLITE_DONE ? vx_fail(t, SQLITE_ERROR, "%s: row %lld was deleted while it was read",
                                      t->name, c->hits[c->i].id)
@@ -4849,10 +4867,17 @@ static int vx_shadow_name(const char *suffix) {
 ** replaced, a row missing or of the wrong size): not an interrupt, a lock, I/O or memory. */
 static int is_damage(int rc) { return rc == SQLITE_ERROR || (rc & 0xff) == SQLITE_CORRUPT; }
 
+/* The error met while checking, a shadow table gone or a row missing, as integrity's report. */
+static int integrity_report(VxTab *t, const char *name, char **err) {
+  *err = t->base.zErrMsg ? sqlite3_mprintf("%s", t->base.zErrMsg)
+                         : sqlite3_mprintf("%s: %s", name, sqlite3_errmsg(t->db));
+  return *err ? SQLITE_OK : SQLITE_NOMEM;
+}
+
 /*
 ** PRAGMA integrity_check (SQLite 3.44 and later): every block is as the
-** writes leave it, and (not for quick_check) every row's record, float32
-** vector and location agree.  The first problem found is reported, as text
+** writes leave it (in format 3, its checksum too), and (not for quick_check)
+** every row's record, float32 vector and location agree.  The first problem found is reported, as text
 ** naming the table and block; an interrupt, a lock or an I/O error while
 ** checking is returned as itself, not reported as damage.
 */
@@ -4866,14 +4891,15 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   }
   sqlite3_free(t->base.zErrMsg);
   t->base.zErrMsg = 0;
+  int rc = vx_format(t);
+  if (rc) return is_damage(rc) ? integrity_report(t, name, err) : rc;
   sqlite3_str *sql = sqlite3_str_new(0);
   sqlite3_str_appendall(sql, "select id, dims, capacity, count");
   append_cols(sql, "", 'p', t->npart, 1);
-  sqlite3_str_appendf(sql, " from \"%w\".\"%w_blocks\" order by ", t->schema, t->name);
+  sqlite3_str_appendf(sql, ", nonce from \"%w\".\"%w_blocks\" order by ", t->schema, t->name);
   append_cols(sql, "", 'p', t->npart, 0);
   sqlite3_str_appendall(sql, t->npart ? ", id" : "id");
   Binds none = {0};
-  int rc;
   sqlite3_stmt *st = prepare_bound(t, sql, &none, &rc);
   sqlite3_value *prev[HS_MAX_FILTERS] = {0};
   int64_t prev_id = -1, prev_full = 1, prev_dims = 0, total = 0;
@@ -4916,7 +4942,7 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
       if (!problem) problem = NOMEM;
       break;
     }
-    if (flags & 1) continue; /* quick_check */
+    if ((flags & 1) && t->format < 3) continue; /* quick_check, with no checksum to check */
     free(buf);
     buf = malloc((size_t)(whole + stride + 9 * HS_MAX_FILTERS));
     v = realloc(v, sizeof(float) * (size_t)dims);
@@ -4926,6 +4952,19 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     }
     rec = buf + whole;
     if ((rc = vx_blob_read(t, hc, buf, whole, 0, "codes", id))) break;
+    if (t->format >= 3) {
+      sqlite3_value *parts[HS_MAX_FILTERS];
+      for (int i = 0; i < t->npart; i++) parts[i] = sqlite3_column_value(st, 4 + i);
+      uint64_t sum = block_head(id, dims, capacity, count, hash_values(parts, t->npart)) +
+                     codes_sum(buf, whole, 0);
+      if (sum != (uint64_t)sqlite3_column_int64(st, 4 + t->npart)) {
+        problem = sqlite3_mprintf("%s: block %lld is damaged: its records, count or partition do"
+                                  " not match its checksum", name, id);
+        if (!problem) problem = NOMEM;
+        break;
+      }
+    }
+    if (flags & 1) continue; /* quick_check */
     for (int64_t s = 0; s < count && !problem && rc == SQLITE_OK; s++) {
       int64_t rowid = rec_id(buf + s * stride), b, sl;
       int found;
@@ -4992,11 +5031,8 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   vx_blob_close(&hv);
   free(buf);
   free(v);
-  if (!problem && is_damage(rc)) { /* a shadow table gone, a row missing or too short */
-    problem = t->base.zErrMsg ? sqlite3_mprintf("%s", t->base.zErrMsg)
-                              : sqlite3_mprintf("%s: %s", name, sqlite3_errmsg(t->db));
-    if (!problem) problem = NOMEM;
-  }
+  /* a shadow table gone, a row missing or too short */
+  if (!problem && is_damage(rc)) return integrity_report(t, name, err);
   if (problem == NOMEM) return SQLITE_NOMEM;
   if (problem) {
     *err = problem;

@@ -66,13 +66,14 @@ ALLOWED = [
 ]
 # T_info's format changed to a later one: the table is refused, as a newer hybridsql's would be.
 NEWER = re.compile(
-    r"vector_index: t was made by a newer hybridsql \(storage format \d+; this one reads 2\)"
+    r"vector_index: t was made by a newer hybridsql \(storage format \d+; this one reads 3\)"
 )
 # SQLITE_CORRUPT names the table and the block, or the shadow table it cannot read.
 CORRUPT = re.compile(
     r"(t: block -?\d+ is damaged: |t: row -?\d+ is damaged: "
     r"|t: row -?\d+ is in block -?\d+, which is missing"
     r"|t: the partition of row -?\d+ has no last block"
+    r"|t: its rows have locations, but it has no block"
     r"|vector_index: the shadow tables of t cannot be read: "
     r"|vector_index: the layout of t in t_info is corrupt)"
 )
