@@ -687,6 +687,52 @@ static int64_t rec_id(const uint8_t *rec) {
   return id;
 }
 
+/*
+** Format 3's checksum of `n` bytes (a multiple of 8) of a T_codes row that
+** start at its byte `first` (a multiple of HS_SUM_CHUNK).  The row is summed
+** in chunks of HS_SUM_CHUNK bytes (the last one shorter), each multiplied by
+** an odd number of its position.  In a chunk each 32-bit word w_i adds
+** w_i * (2i + 1) (so a change of one word always changes the sum), and the
+** words of its two halves are multiplied pairwise, each xor'd with a key of
+** its place (so that changes which cancel in the first term do not cancel in
+** the second).  Loops a compiler vectorises; a write adds the sums of the
+** chunks it changes and takes away what they were.
+*/
+#define HS_SUM_CHUNK 256
+
+static uint64_t chunk_sum(const uint8_t *p, int64_t bytes) {
+  uint32_t w[HS_SUM_CHUNK / 4];
+  int64_t nw = bytes / 4, half = nw / 2;
+  memcpy(w, p, (size_t)bytes);
+  uint64_t lin = 0, nh = 0;
+  for (int64_t i = 0; i < nw; i++) lin += (uint64_t)w[i] * (uint64_t)(2 * i + 1);
+  for (int64_t i = 0; i < half; i++) {
+    uint32_t j = (uint32_t)i, key = j << 24 | j << 16 | j << 8 | j;
+    nh += (uint64_t)(w[i] ^ key ^ 0x9e3779b9u) * (uint64_t)(w[i + half] ^ key ^ 0x7f4a7c15u);
+  }
+  return lin + nh;
+}
+
+static uint64_t codes_sum(const uint8_t *p, int64_t n, int64_t first) {
+  uint64_t sum = 0, c = (uint64_t)(first / HS_SUM_CHUNK);
+  for (int64_t at = 0; at < n; at += HS_SUM_CHUNK, c++) {
+    int64_t bytes = n - at < HS_SUM_CHUNK ? n - at : HS_SUM_CHUNK;
+    sum += chunk_sum(p + at, bytes) * (2 * c + 1);
+  }
+  return sum;
+}
+
+/* The checksum of a T_codes row of `n` zero bytes: a new block's. */
+static uint64_t zeros_sum(int64_t n) {
+  uint8_t zero[16 * HS_SUM_CHUNK] = {0};
+  uint64_t sum = 0;
+  for (int64_t at = 0; at < n; at += (int64_t)sizeof(zero)) {
+    int64_t part = n - at < (int64_t)sizeof(zero) ? n - at : (int64_t)sizeof(zero);
+    sum += codes_sum(zero, part, at);
+  }
+  return sum;
+}
+
 /* ------------------------------------------------------------------------
 ** A set of int64 keys with an int64 value each: open addressing, linear
 ** probing, no deletion (a caller that drops keys builds a new map).
@@ -769,6 +815,7 @@ static int map_put(I64Map *m, int64_t key, int64_t val) {
 typedef struct Cand {
   double upper;
   int64_t id, block, slot;
+  uint64_t print; /* codes_sum of its record: what its float32 vector must give (vx_knn) */
 } Cand;
 
 typedef struct Knn {
@@ -850,7 +897,7 @@ static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
       if (!grown) return 0;
       s->cand = grown, s->capcand = cap;
     }
-    Cand c = {approx + err, id, block, r};
+    Cand c = {approx + err, id, block, r, codes_sum(rec, stride, 0)};
     s->cand[s->ncand++] = c;
   }
   return 1;
@@ -1700,39 +1747,6 @@ static Layout layout_v2(int64_t page, int64_t d, int nnum) {
 
 static int64_t group_id(const Layout *l, int64_t block, int64_t slot) {
   return block * 256 + slot / l->group;
-}
-
-/*
-** Format 3's checksum of `n` bytes (a multiple of 8) of a T_codes row, from its
-** 8-byte word `first` on.  Word w at position j adds w * m_j, m_j odd (so a
-** change of one word always changes the sum), plus the product of its two
-** halves each xor'd with a key of j (so that changes which cancel in the first
-** term, such as the top bit of two words, do not cancel in the second).  A
-** sum over words: a write adds the sum of the words it writes and takes away
-** that of the words they replace.
-*/
-static uint64_t codes_sum(const uint8_t *p, int64_t n, int64_t first) {
-  const uint64_t km = 0x9e3779b97f4a7c15ULL, kk = 0xc2b2ae3d27d4eb4fULL;
-  uint64_t m = (uint64_t)first * km, k = (uint64_t)first * kk + 0x165667b19e3779f9ULL;
-  uint64_t a = 0, b = 0;
-  for (int64_t i = 0; i + 8 <= n; i += 8, m += km, k += kk) {
-    uint64_t w;
-    memcpy(&w, p + i, 8);
-    a += w * (m | 1);
-    b += (uint64_t)((uint32_t)w ^ (uint32_t)k) * (uint64_t)((uint32_t)(w >> 32) ^ (uint32_t)(k >> 32));
-  }
-  return a + b;
-}
-
-/* The checksum of `n` zero bytes from word `first` on: a new T_codes row's. */
-static uint64_t zeros_sum(int64_t n, int64_t first) {
-  uint8_t zero[4096] = {0};
-  uint64_t sum = 0;
-  for (int64_t at = 0; at < n; at += (int64_t)sizeof(zero)) {
-    int64_t part = n - at < (int64_t)sizeof(zero) ? n - at : (int64_t)sizeof(zero);
-    sum += codes_sum(zero, part, first + at / 8);
-  }
-  return sum;
 }
 
 static sqlite3_int64 fresh_nonce(void) {
@@ -2716,7 +2730,7 @@ static int vx_seal_new(VxTab *t, int64_t id) {
   if (rc || !found) return rc;
   if (!map_put(&t->pending, id, 0)) return SQLITE_NOMEM;
   uint64_t x = block_head(id, r.dims, r.capacity, r.count, parts) +
-               zeros_sum(block_bytes(t, r.capacity, r.dims), 0);
+               zeros_sum(block_bytes(t, r.capacity, r.dims));
   return vx_set_nonce(t, id, (sqlite3_int64)x);
 }
 
@@ -2775,9 +2789,11 @@ static void num_encode(const VxTab *t, sqlite3_value *const *metas, uint8_t *val
 ** words it writes less that of the words they replace. */
 static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int64_t offset,
                     const char *what, int64_t id) {
-  int64_t from = offset & ~(int64_t)7, to = (offset + n + 7) & ~(int64_t)7;
+  int64_t size = sqlite3_blob_bytes(h), from = offset - offset % HS_SUM_CHUNK;
+  int64_t to = (offset + n + HS_SUM_CHUNK - 1) / HS_SUM_CHUNK * HS_SUM_CHUNK;
   int sums = t->format >= 3 && strcmp(what, "codes") == 0;
-  if (offset < 0 || (sums ? to : offset + n) > sqlite3_blob_bytes(h)) {
+  if (to > size) to = size;
+  if (offset < 0 || offset + n > size) {
     return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld has %d"
                    " bytes, too few for %lld at %lld", t->name, block_of(what, id), what, id,
                    sqlite3_blob_bytes(h), n, offset);
@@ -2791,7 +2807,7 @@ static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int6
     if (rc == SQLITE_OK) {
       memcpy(now, was, (size_t)(to - from));
       memcpy(now + (offset - from), data, (size_t)n);
-      rc = add_pending(t, id, codes_sum(now, to - from, from / 8) - codes_sum(was, to - from, from / 8));
+      rc = add_pending(t, id, codes_sum(now, to - from, from) - codes_sum(was, to - from, from));
     } else {
       rc = vx_sql_fail(t, rc);
     }
@@ -2883,7 +2899,7 @@ static int vx_grow(VxTab *t, BlockRow *b) {
   }
   if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, new_bytes);
   if (rc == SQLITE_OK && t->format >= 3) { /* the row became zeros of the new size */
-    rc = add_pending(t, b->id, zeros_sum(new_bytes, 0) - codes_sum(old, old_bytes, 0));
+    rc = add_pending(t, b->id, zeros_sum(new_bytes) - codes_sum(old, old_bytes, 0));
   }
   if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, grown, new_bytes, 0);
   if (rc == SQLITE_OK) b->capacity = to;
@@ -4052,29 +4068,29 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
 }
 
 /*
-** A row about to be scored, c (its vector v, read from its group): its
-** vector is finite and is the one its record was made from (the record, read
-** again from the file, is what rec_build makes of v and c's id), and its
-** location is where c found it.  So a score is never computed from bytes that
-** are not the row's vector, nor given to a rowid that T_rowids does not hold
-** there, whatever the cache or the file says.  recs: room for two records.
+** A row about to be scored, c, and its vector v, read from its group: v is
+** finite and is the vector its record was made from (rec_build of v and c's
+** id gives the record the first pass read, which its block's checksum
+** covered): so no score is computed from bytes that are not the row's
+** vector.  rec: room for one record.
 */
-static int vx_check_row(VxTab *t, sqlite3_blob *hc, const Cand *c, const float *v, int64_t d,
-                        uint8_t *recs) {
-  int64_t stride = rec_stride(d), block, slot;
+static int vx_check_vector(VxTab *t, const Cand *c, const float *v, int64_t d, uint8_t *rec) {
   if (hs_first_nonfinite(v, d) >= 0) {
     return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
                    " is not finite", t->name, c->block, c->id);
   }
-  int found, rc = vx_blob_read(t, hc, recs, stride, c->slot * stride, "codes", c->block);
-  if (rc) return rc;
-  rec_build(recs + stride, c->id, v, d);
-  if (memcmp(recs, recs + stride, (size_t)stride) != 0) {
-    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the record of row %lld"
-                   " does not match its vector", t->name, c->block, c->id);
-  }
-  if ((rc = vx_find(t, c->id, &block, &slot, &found))) return rc;
-  if (found && block == c->block && slot == c->slot) return SQLITE_OK;
+  rec_build(rec, c->id, v, d);
+  if (codes_sum(rec, rec_stride(d), 0) == c->print) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the record of row %lld"
+                 " does not match its vector", t->name, c->block, c->id);
+}
+
+/* A row answered, c: T_rowids holds its rowid where c found it, so no rowid is answered that
+** the table does not hold. */
+static int vx_check_place(VxTab *t, const Cand *c) {
+  int64_t block, slot;
+  int found, rc = vx_find(t, c->id, &block, &slot, &found);
+  if (rc || (found && block == c->block && slot == c->slot)) return rc;
   return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
                  " %lld, its location says otherwise", t->name, c->block, c->id, c->slot);
 }
@@ -4214,29 +4230,33 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   }
   Dot2Fn fn = dot2();
   const Layout *l = vx_layout(t, d);
-  int64_t open = -1, open_codes = -1; /* the group h is open on, the block hc is */
-  sqlite3_blob *hc = 0;
-  uint8_t *recs = rc == SQLITE_OK ? malloc(2 * (size_t)rec_stride(d)) : 0;
-  if (rc == SQLITE_OK && !recs) rc = SQLITE_NOMEM;
-  for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
+  int64_t open = -1; /* the group h is open on */
+  uint8_t *rec = rc == SQLITE_OK ? malloc((size_t)rec_stride(d)) : 0;
+  I64Map scored = {0}; /* id -> its candidate, for the hits' locations */
+  if (rc == SQLITE_OK && !rec) rc = SQLITE_NOMEM;
+  int64_t i = 0;
+  for (; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
     int64_t gid = group_id(l, c->block, c->slot);
     if (gid != open && (rc = vx_group(t, &h, gid, d))) break;
     open = gid;
     rc = vx_blob_read(t, h, v, 4 * d, (c->slot % l->group) * 4 * d, "vectors", gid);
-    if (rc) break;
-    if (c->block != open_codes && (rc = vx_blob(t, &hc, "codes", c->block, 0))) break;
-    open_codes = c->block;
-    if ((rc = vx_check_row(t, hc, c, v, d, recs))) break;
+    if (rc || (rc = vx_check_vector(t, c, v, d, rec))) break;
+    if (!map_put(&scored, c->id, i)) rc = SQLITE_NOMEM;
     double ab, bb;
     fn(q, v, d, &ab, &bb);
     Hit x = {cosine_from(ab, s.qq, bb), c->id};
     heap_push(cur->hits, &cur->nhits, a->k, x);
   }
   vx_blob_close(&h);
-  vx_blob_close(&hc);
-  free(recs);
+  free(rec);
+  for (int64_t j = 0; j < cur->nhits && rc == SQLITE_OK; j++) {
+    int64_t at = 0;
+    map_find(&scored, cur->hits[j].id, &at);
+    rc = vx_check_place(t, &s.cand[at]);
+  }
+  map_free(&scored);
   if (rc == SQLITE_OK) {
     qsort(cur->hits, (size_t)cur->nhits, sizeof(Hit), cmp_hits);
     rc = cache_sweep(t);
