@@ -372,9 +372,8 @@ def against(other, n, d, log):
         log(f"  {name}: first query's rows {got}")
         conn.close()
     for name in builds:
-        log(
-            f"  {n:>8} x {d} {name:<11} first query, fresh connection {statistics.median(first[name]):9.2f} ms"
-        )
+        ms = statistics.median(first[name])
+        log(f"  {n:>8} x {d} {name:<11} first query, fresh connection {ms:9.2f} ms")
     for label, ms in warm.items():
         log(f"  {n:>8} x {d} warm {label:<52} {ms:9.3f} ms")
     for name in builds:
