@@ -4199,7 +4199,11 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       }
       if (rc || nlist == 0) continue;
     }
-    if (r->count == 0) continue;
+    if (r->count == 0) { /* a block that empties is deleted */
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: it holds 0 rows in room"
+                   " for %lld", t->name, r->id, r->capacity);
+      break;
+    }
     uint8_t *buf;
     int fresh;
     if ((rc = block_records(t, r, &h, &buf, &fresh))) break; /* damage first, then the query's */

@@ -19,7 +19,7 @@ import sys
 import apsw
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import EXAMPLES, ROOT, run_hybridsql
 
 import hybridsql
 from hybridsql.mcp_server import Guard, ToolError
@@ -261,6 +261,12 @@ SAME_LENGTH = [
         V + SUM,
     ),
     (
+        "update vectors_blocks set count = 0 where id = 3",
+        "vectors: block 3 is damaged: it holds 0 rows in room for 255",
+        "vectors: block 3 is damaged: row 511 is in its slot 0, not 0 to -1",
+        "vectors: block 3 is damaged: it holds 0 rows in room for 255",
+    ),
+    (
         "update vectors_blocks set dims = 3 where id = 1",
         V + "it has room for 255 rows, not 1 to 169",
         V + "it has room for 255 rows, not 1 to 169",
@@ -464,6 +470,64 @@ def test_an_upgrade_rolled_back_leaves_format_2_readable(hybrid):
     assert conn.execute("select value from vectors_info where key = 'format'").fetchone() == (2,)
     assert len(conn.execute(VKNN, (QUERY,)).fetchall()) == 3
     assert checks(conn) == ([("ok",)], [("ok",)])
+
+
+# Issue 34 item 5: the index's `vectors` damaged or from a newer hybridsql, every command.
+INDEX_DAMAGE = {
+    "newer storage format": "update vectors_info set value = 99 where key = 'format'",
+    "dims of every block": "update vectors_blocks set dims = 3",
+    "codes zeroed": "update vectors_codes set data = zeroblob(length(data))",
+    "counts lowered": "update vectors_blocks set count = count - 1",
+    "blocks deleted": "delete from vectors_blocks",
+    "a partition changed": "update vectors_blocks set p1 = 'memory' where p1 = 'document'",
+}
+COMMANDS = (
+    ["search", "deploy"],
+    ["memory", "documents", "deploy"],
+    ["stats"],
+    ["index", EXAMPLES],
+    ["memory", "add", "Deploys wait for the freeze to end"],
+)
+NEWER_LINE = (
+    "hybridsql: {db} was made by a newer hybridsql (its table vectors has storage format 99,"
+    " this one reads 3); upgrade hybridsql to use it"
+)
+DAMAGED_LINE = (
+    "hybridsql: {db} is damaged ({why}); restore it from a backup or recover it with"
+    " `sqlite3 {db} .recover`"
+)
+SEARCH_SAYS = {
+    "newer storage format": NEWER_LINE,
+    "dims of every block": DAMAGED_LINE.replace(
+        "{why}", "vectors: block {block} is damaged: its codes row has {n} bytes, not {m}"
+    ),
+    "codes zeroed": DAMAGED_LINE.replace("{why}", "vectors: block {block} is damaged: " + SUM),
+    "counts lowered": DAMAGED_LINE.replace("{why}", "vectors: block {block} is damaged: " + SUM),
+}
+
+
+@pytest.mark.parametrize("damage", INDEX_DAMAGE)
+def test_every_command_on_a_damaged_index_answers_one_line(example_db, tmp_path, damage):
+    """Each command on a copy of an index whose vectors were damaged, or written by a newer
+    hybridsql: its answer, or one line and exit code 1; never a traceback (a newer storage
+    format was a traceback from every command, the dims of a damaged block from search). A
+    search that reads the damaged blocks says which; a search of documents does not read
+    a block moved to the memories, which integrity_check finds."""
+    db = str(tmp_path / "damaged.db")
+    shutil.copy(example_db, db)
+    plain = apsw.Connection(db)
+    plain.execute(INDEX_DAMAGE[damage])
+    plain.close()
+    for argv in COMMANDS:
+        proc = run_hybridsql(*argv, "--db", db)
+        assert "Traceback" not in proc.stdout + proc.stderr, (argv, proc.stderr)
+        if proc.returncode:
+            assert (proc.returncode, proc.stderr.count("\n")) == (1, 1), (argv, proc.stderr)
+            assert proc.stderr.startswith("hybridsql: "), (argv, proc.stderr)
+        if argv[0] == "search" and damage in SEARCH_SAYS:
+            pattern = re.escape(SEARCH_SAYS[damage]).replace(re.escape("{db}"), re.escape(db))
+            pattern = re.sub(r"\\\{(block|n|m)\\\}", r"\\d+", pattern)
+            assert re.fullmatch(pattern, proc.stderr.rstrip("\n")), proc.stderr
 
 
 # -- item 6: shadow tables dropped, renamed or replaced ---------------------------------------
