@@ -304,7 +304,8 @@ def bench_vectors(n, d, log):
 
 def open_build(path, library=None):
     """A connection to path with this checkout's library, or with `library` (another build of
-    hybridsql.so, from another commit) loaded into it instead."""
+    hybridsql.so, from another commit) loaded into it instead, set up as hybridsql.connect
+    sets up its own."""
     if library is None:
         conn = hybridsql.connect(path, backend="extension")
     else:
@@ -312,6 +313,9 @@ def open_build(path, library=None):
         conn.enable_load_extension(True)
         conn.load_extension(library)
         conn.enable_load_extension(False)
+        conn.set_busy_timeout(5000)
+        conn.execute("pragma journal_mode = wal; pragma synchronous = normal")
+        conn.execute("pragma foreign_keys = on")
     conn.execute("pragma mmap_size = 0")
     return conn
 

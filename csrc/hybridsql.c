@@ -897,7 +897,7 @@ static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
       if (!grown) return 0;
       s->cand = grown, s->capcand = cap;
     }
-    Cand c = {approx + err, id, block, r, codes_sum(rec, stride, 0)};
+    Cand c = {approx + err, id, block, r, 0};
     s->cand[s->ncand++] = c;
   }
   return 1;
@@ -4112,6 +4112,22 @@ static int vx_check_blockless(VxTab *t) {
                  t->name);
 }
 
+/*
+** The candidates a block's scan added, from `first` on: those below the bar
+** now are dropped (it only rises), and each other one gets the fingerprint of
+** its record while the block's records are at hand (buf).
+*/
+static void knn_prints(Knn *s, int64_t first, const uint8_t *buf) {
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  int64_t m = first, stride = rec_stride(s->d);
+  for (int64_t i = first; i < s->ncand; i++) {
+    if (s->cand[i].upper < bar) continue;
+    s->cand[m] = s->cand[i];
+    s->cand[m++].print = codes_sum(buf + s->cand[i].slot * stride, stride, 0);
+  }
+  s->ncand = m;
+}
+
 /* A k-nearest query: the k rows most like a->q among those the conditions select. */
 static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   int64_t d = a->q.d;
@@ -4218,9 +4234,11 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       nkept = block_pass(a->nf, a->nnf, buf, r->capacity, r->count, d, scan, nlist, kept);
       scan = kept, nlist = nkept;
     }
+    int64_t first = s.ncand;
     if (!(scan && nlist == 0) &&
         !knn_scan(&s, buf, r->count, r->id, scan, nlist, a->has_set ? &a->set : 0))
       rc = SQLITE_NOMEM;
+    knn_prints(&s, first, buf);
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
   vx_blob_close(&h);
