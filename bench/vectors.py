@@ -302,21 +302,16 @@ def bench_vectors(n, d, log):
     return row
 
 
-def open_build(path, library=None):
-    """A connection to path with this checkout's library, or with `library` (another build of
-    hybridsql.so, from another commit) loaded into it instead, set up as hybridsql.connect
-    sets up its own."""
-    if library is None:
-        conn = hybridsql.connect(path, backend="extension")
-    else:
-        conn = apsw.Connection(path)
-        conn.enable_load_extension(True)
-        conn.load_extension(library)
-        conn.enable_load_extension(False)
-        conn.set_busy_timeout(5000)
-        conn.execute("pragma journal_mode = wal; pragma synchronous = normal")
-        conn.execute("pragma foreign_keys = on")
-    conn.execute("pragma mmap_size = 0")
+def open_build(path, library):
+    """A connection to path with `library` (a build of hybridsql.so) loaded, set up as
+    hybridsql.connect sets up its own: both builds are opened the same way."""
+    conn = apsw.Connection(path)
+    conn.enable_load_extension(True)
+    conn.load_extension(library)
+    conn.enable_load_extension(False)
+    conn.set_busy_timeout(5000)
+    conn.execute("pragma journal_mode = wal; pragma synchronous = normal")
+    conn.execute("pragma foreign_keys = on; pragma mmap_size = 0")
     return conn
 
 
@@ -325,7 +320,7 @@ def against(other, n, d, log):
     vectors, each build on a file it made: the bulk insert rate, then the bench's queries timed
     in turn (warm: every block cached), and the first query of fresh connections. One run, so
     that both builds see the same load."""
-    builds = {"this build": None, "other build": other}
+    builds = {"this build": hybridsql.loadable_path(), "other build": other}
     paths, conns, seconds = {}, {}, dict.fromkeys(builds, 0.0)
     for name, library in builds.items():
         paths[name] = os.path.join(RESULTS, f"against_{name.split()[0]}_{n}_{d}.db")
