@@ -692,11 +692,12 @@ static int64_t rec_id(const uint8_t *rec) {
 ** start at its byte `first` (a multiple of HS_SUM_CHUNK).  The row is summed
 ** in chunks of HS_SUM_CHUNK bytes (the last one shorter), each multiplied by
 ** an odd number of its position.  In a chunk each 32-bit word w_i adds
-** w_i * (2i + 1) (so a change of one word always changes the sum), and the
+** w_i * (2i + 1) (a change of one word always changes this term), and the
 ** words of its two halves are multiplied pairwise, each xor'd with a key of
 ** its place (so that changes which cancel in the first term do not cancel in
 ** the second).  Loops a compiler vectorises; a write adds the sums of the
-** chunks it changes and takes away what they were.
+** chunks it changes and takes away what they were.  It finds damage; it is
+** not a cryptographic hash.
 */
 #define HS_SUM_CHUNK 256
 
@@ -1690,14 +1691,15 @@ static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 ** the nonce that goes with it: the cache cannot serve rows that are not in
 ** the database.
 **
-** From format 3 the nonce is also the block's checksum (block_sum): a sum
-** over the words of its T_codes row, weighted by their position, plus a hash
-** of its id, dims, capacity, count and partition values.  A write changes it
-** by what it changes (the words it rewrites, the count), so it costs no read
-** of the block; a block read from the file is checked against it before any
-** of its rows is scored, and the cache keeps only blocks that passed.  A
-** format 1 or 2 table becomes format 3 in the first transaction that writes
-** to it (vx_upgrade), which sums every block once.
+** From format 3 the nonce is also the block's checksum: a sum over the words
+** of its T_codes row, weighted by their position (codes_sum), plus a hash of
+** its id, dims, capacity, count and partition values (block_head).  A write
+** changes it by what it changes (the chunks it rewrites, the count), so it
+** reads no more of the block than those chunks; a block read from the file is
+** checked against it before any of its rows is scored, and the cache keeps
+** only blocks that passed.  A format 1 or 2 table becomes format 3 in the
+** first transaction that writes to it (vx_upgrade), which sums every block
+** once.
 */
 #define HS_BLOCK_ROWS 256
 #define HS_BLOCK_MIN 16
@@ -1944,7 +1946,7 @@ typedef struct VxTab {
   int busy;     /* inside a method that reads or writes the shadow tables */
   int64_t rows; /* for xBestIndex's costs */
   int64_t page; /* format 2: the page size its layout is made for; 0: format 1 */
-  int64_t format; /* T_info's format: 3 keeps checksums (block_sum); -1: to be read again */
+  int64_t format; /* T_info's format: 3 keeps checksums as nonces; -1: to be read again */
   int upgrade;    /* a transaction began: its first write makes an older format 3 */
   I64Map pending; /* format 3, within one xUpdate: block -> what its writes added to its sum */
   Layout layouts[HS_LAYOUTS];
@@ -4289,8 +4291,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   uint8_t *rec = rc == SQLITE_OK ? malloc((size_t)rec_stride(d)) : 0;
   I64Map scored = {0}; /* id -> its candidate, for the hits' locations */
   if (rc == SQLITE_OK && !rec) rc = SQLITE_NOMEM;
-  int64_t i = 0;
-  for (; i < s.ncand && rc == SQLITE_OK; i++) {
+  for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
     int64_t gid = group_id(l, c->block, c->slot);
@@ -4541,10 +4542,10 @@ static int vx_upgrade(VxTab *t) {
     BlockRef *r = &refs[i];
     uint64_t parts;
     int found;
-    if ((rc = vx_block_ref(t, r->id, r, &parts, &found)) || !found) break;
+    if ((rc = vx_block_ref(t, r->id, r, &parts, &found))) break;
     int64_t bytes = block_bytes(t, r->capacity, r->dims);
-    if ((rc = vx_blob(t, &h, "codes", r->id, 0))) break;
-    if (sqlite3_blob_bytes(h) != bytes) {
+    if (found && (rc = vx_blob(t, &h, "codes", r->id, 0))) break;
+    if (!found || sqlite3_blob_bytes(h) != bytes) {
       rc = SQLITE_CORRUPT_VTAB;
       break;
     }
@@ -4586,6 +4587,7 @@ static int vx_begin(sqlite3_vtab *vt) {
   return SQLITE_OK;
 }
 
+/* SQLite rolls a statement back through xRollbackTo only in tables that have an xSavepoint. */
 static int vx_savepoint(sqlite3_vtab *vt, int n) {
   (void)vt;
   (void)n;

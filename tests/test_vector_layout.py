@@ -1,5 +1,6 @@
-"""vector_index's storage layout: sized to the database's page size when a table is made (format 2,
-in T_info), the same answers at any page size, and files of format 1 still read and written.
+"""vector_index's storage layout: sized to the database's page size when a table is made (from
+format 2, in T_info), the same answers at any page size, and files of format 1 still read and
+written (their first write makes them format 3, keeping their layout).
 """
 
 import gzip
