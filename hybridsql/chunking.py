@@ -33,7 +33,13 @@ _OTHER_COST = 10
 # The costliest unit (20 digits) is 11 tokens, so with this floor every unit fits in a chunk.
 _MIN_MAX_TOKENS = 16
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_HEADING = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
+# An ATX heading's opening; its title and closing #s are taken apart by _atx without a regex,
+# whose backtracking over a run of spaces took time quadratic in the line's length.
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]|$)")
+# A chunk's heading path keeps at most this many characters of each title (one title a level,
+# six levels): every chunk stores its path, so a title as long as the file would make the index
+# grow with the square of the heading's length.
+MAX_TITLE_CHARS = 200
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 # A setext heading is a line of text over a line of = (level 1) or - (level 2). Only a one-line
 # paragraph counts (CommonMark would take a longer paragraph whole): a rule drawn under a
@@ -46,6 +52,25 @@ _NOT_TITLE = re.compile(r"[ \t]*$| {4}| {0,3}(?:\t|>|[-+*](?:[ \t]|$)|\d{1,9}[.)
 _FRONT_MATTER = re.compile(r"---[ \t]*$")  # YAML front matter: from line 1 to the next --- or ...
 _FRONT_MATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*$")
 _SENTENCE_END = frozenset(".!?;。！？；…")
+
+
+def _title(text: str) -> str:
+    """A heading's title as a heading path keeps it: stripped, at most MAX_TITLE_CHARS long."""
+    text = text.strip()
+    return text if len(text) <= MAX_TITLE_CHARS else text[: MAX_TITLE_CHARS - 1] + "…"
+
+
+def _atx(line: str) -> tuple[int, str] | None:
+    """(level, title as the path keeps it) where ``line`` is an ATX heading, else None. The
+    title loses its closing sequence of #s (one after a space or tab, or all of it)."""
+    opening = _ATX.match(line)
+    if opening is None:
+        return None
+    title = line[opening.end(1) :].strip(" \t")
+    unclosed = title.rstrip("#")
+    if unclosed != title and (not unclosed or unclosed[-1] in " \t"):
+        title = unclosed
+    return len(opening.group(1)), _title(title)
 
 
 def _units(text: str) -> Iterator[tuple[int, int, int]]:
@@ -172,12 +197,12 @@ def _headings(
         opening = _FENCE.match(line)
         if opening:
             fence = opening.group(1)
-        elif atx := _HEADING.match(line):
-            heading = (len(atx.group(1)), (atx.group(2) or "").strip())
+        elif atx := _atx(line):
+            heading = atx
         elif not paragraph and i + 1 < n and not _NOT_TITLE.match(line) and not _RULE.match(line):
             underline = _SETEXT.match(lines[i + 1])
             if underline:
-                yield (1 if underline.group(1)[0] == "=" else 2, line.strip()), False
+                yield (1 if underline.group(1)[0] == "=" else 2, _title(line)), False
                 yield None, False
                 i += 2
                 continue
@@ -228,8 +253,8 @@ def heading_at(text: str, heading: str, line: int, file_start: bool = False) -> 
     """
     lines = _LINE_BREAK.split(text)
     names = heading.split(" > ") if heading else []
-    atx, fence = _HEADING.match(lines[0]), ""
-    if atx and atx.group(2) and names[-1:] != [atx.group(2).strip()]:
+    atx, fence = _atx(lines[0]), ""
+    if atx and atx[1] and names[-1:] != [atx[1]]:
         fence = next((m.group(1) for m in map(_FENCE.match, lines) if m), "```")
     found = _headings(lines[: line + 2], file_start, fence)  # +1: a setext heading's underline
     first, _ = next(found)

@@ -18,8 +18,8 @@ import click
 
 from hybridsql import __version__, _native, terminal
 from hybridsql.discovery import left_out_line
-from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.memory import SECTORS, MemorySearch
+from hybridsql.errors import DatabaseError, HybridSQLError, IndexingError
+from hybridsql.memory import SECTORS, TIERS, MemorySearch
 from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
 
@@ -67,10 +67,25 @@ def db_option(required: bool = True, help: str = "the SQLite database file"):
 
 def db_options(command=None, *, required: bool = True):
     """--db and --embedder, which every command that opens an index takes; an SQLite error
-    about the file itself becomes its one-line DatabaseError. ``@db_options(required=False)``
+    becomes a one-line DatabaseError (file_errors). ``@db_options(required=False)``
     where --db is one of two ways to name the data (mcp --http --data-dir)."""
     if command is None:
         return functools.partial(db_options, required=required)
+    with_embedder = click.option(
+        "--embedder",
+        type=Embedder(),
+        default=None,
+        metavar="NAME",
+        help="embedding provider: auto, local, openai, none, openai:MODEL or llm:MODEL_ID (an "
+        "embedding model of the llm package: pip install 'hybridsql[llm]'); default "
+        "$HYBRIDSQL_EMBEDDER or auto",
+    )(file_errors(command))
+    return db_option(required)(with_embedder)
+
+
+def file_errors(command):
+    """``command`` (which takes ``db``) with SQLite's errors as one-line DatabaseErrors: what
+    is wrong with the file and what to do (file_error), else SQLite's own words about it."""
 
     @functools.wraps(command)
     def run(*args, db, **kwargs):
@@ -81,21 +96,11 @@ def db_options(command=None, *, required: bool = True):
         try:
             return command(*args, db=db, **kwargs)
         except apsw.Error as e:
-            problem = file_error(e, db)
-            if problem is None:
+            if db is None:  # mcp --http --data-dir: its server names the file
                 raise
-            raise problem from e
+            raise (file_error(e, db) or DatabaseError(f"cannot use {db}: {e}")) from e
 
-    with_embedder = click.option(
-        "--embedder",
-        type=Embedder(),
-        default=None,
-        metavar="NAME",
-        help="embedding provider: auto, local, openai, none, openai:MODEL or llm:MODEL_ID (an "
-        "embedding model of the llm package: pip install 'hybridsql[llm]'); default "
-        "$HYBRIDSQL_EMBEDDER or auto",
-    )(run)
-    return db_option(required)(with_embedder)
+    return run
 
 
 def json_option(command):
@@ -316,6 +321,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
 @cli.command(epilog=example("hybridsql stats --db mem.db", "hybridsql stats --db mem.db --json"))
 @db_option()
 @json_option
+@file_errors
 def stats(db, as_json):
     """Print an index file's bytes by table (share of the file, rows) against its text.
 
@@ -385,7 +391,7 @@ def memory_id(command):
 @click.argument("content")
 @click.option("--project", default="", help="the project it belongs to")
 @click.option("--sector", type=click.Choice(SECTORS), default="semantic", show_default=True)
-@click.option("--tier", default="project", show_default=True, help="session, project or global")
+@click.option("--tier", type=click.Choice(TIERS), default="project", show_default=True)
 @click.option("--salience", type=float, default=0.5, show_default=True, help="in [0, 1]")
 @click.option("--session", type=int, default=None, help="the session it was learnt in")
 @store_command("create", terminal.memory_lines)

@@ -334,33 +334,10 @@ def _immutable_ok(path: str) -> bool:
     )
 
 
-# vector_index's errors about the file: a storage format from a newer hybridsql, and vectors of
-# a partition (one model's) with other dimensions than the query's, which only damage makes.
-NEWER_STORAGE = re.compile(
-    r"vector_index: (.+) was made by a newer hybridsql"
-    r" \(storage format (\d+); this one reads (\d+)\)"
-)
-OTHER_DIMENSIONS = re.compile(
-    r".+: the MATCH vector has \d+ dimensions, the vectors it is compared with have \d+"
-)
-
-
 def file_error(error: apsw.Error, path: str, writing: bool = True) -> DatabaseError | None:
     """The one-line DatabaseError for an SQLite error that is about the file ``path`` itself
-    (cannot be opened, not a database, damaged, read-only, full, locked, a newer storage
-    format): what is wrong and what to do. None for any other error."""
-    newer = NEWER_STORAGE.fullmatch(str(error)) if isinstance(error, apsw.SQLError) else None
-    if newer:
-        table, format_, known = newer.groups()
-        return DatabaseError(
-            f"{path} was made by a newer hybridsql (its table {table} has storage format"
-            f" {format_}, this one reads {known}); upgrade hybridsql to use it"
-        )
-    if isinstance(error, apsw.SQLError) and OTHER_DIMENSIONS.fullmatch(str(error)):
-        return DatabaseError(
-            f"{path} is damaged ({error}); restore it from a backup or recover it with "
-            f"`sqlite3 {path} .recover`"
-        )
+    (cannot be opened, not a database, damaged, read-only, full, locked): what is wrong and what
+    to do. None for any other error."""
     if isinstance(error, apsw.NotADBError):
         why = f"{path} is not a SQLite database (or its header is damaged)"
         return DatabaseError(f"{why}; check the path, or restore the file from a backup")
@@ -375,6 +352,21 @@ def file_error(error: apsw.Error, path: str, writing: bool = True) -> DatabaseEr
         return DatabaseError(f"{path} is locked by another process; try again when it is done")
     if isinstance(error, (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError)):
         return DatabaseError(_file_problem(path, writing, error))
+    newer = re.search(
+        r"made by a newer hybridsql \(storage format (\d+); this one reads (\d+)\)", str(error)
+    )
+    if newer:
+        return DatabaseError(
+            f"{path} was made by a newer hybridsql (its vectors' storage format {newer[1]}, this"
+            f" one reads {newer[2]}); upgrade hybridsql to use it"
+        )
+    dims = re.search(r"vector.* has (\d+) dimensions, the .*vectors .* have (\d+)$", str(error))
+    if dims:
+        return DatabaseError(
+            f"{path} holds vectors of {dims[2]} dimensions where its model gives {dims[1]}: the"
+            " model changed under the same name, or the file is damaged; index into a new"
+            " file, or restore it from a backup"
+        )
     return None
 
 

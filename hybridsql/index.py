@@ -37,6 +37,7 @@ from hybridsql.discovery import (
 from hybridsql.embed import Embedder, LocalProvider, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
+from hybridsql.locking import one_call_at_a_time
 from hybridsql.schema import check_index, ensure_schema, has_fts, whole
 from hybridsql.search import (
     Profile,
@@ -244,12 +245,14 @@ class Work:
         self.progress.work(self.finished, self.total)
 
 
+@one_call_at_a_time
 class HybridIndex:
     """A memory index in one SQLite file: index folders, add memories, search.
 
     ``embedder`` is "auto" (the local model when installed, else keyword-only), "none",
     "local", "openai", None ($HYBRIDSQL_EMBEDDER, else auto), an EmbeddingProvider, or an
-    Embedder.
+    Embedder. Threads may share it: its methods run one at a time, under ``lock`` (``conn``
+    used directly is the caller's to share).
     """
 
     def __init__(
@@ -264,6 +267,7 @@ class HybridIndex:
         """``readonly`` opens with SQLITE_OPEN_READONLY, writes nothing and needs an index made by
         this version; otherwise the schema is created or upgraded, and ``create=False`` refuses
         a file that is missing or holds no index (DatabaseError)."""
+        self.lock = threading.RLock()
         self.db_path = db_path
         self.readonly = readonly
         backend = "auto" if backend in ("sql", "auto") else backend

@@ -14,22 +14,38 @@ import json
 import os
 import sys
 import threading
-from typing import Literal
+from typing import Annotated, Literal
 
+import anyio
 import apsw
+import mcp_types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import Field, ValidationError
 
 from hybridsql import __version__
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.extension import DAMAGED, file_error
 from hybridsql.index import HybridIndex, IndexReport, Progress
-from hybridsql.memory import SECTORS, MemorySearch, MemoryStore
+from hybridsql.memory import (
+    MAX_NAME_CHARS,
+    MAX_TAGS,
+    SECTORS,
+    TIERS,
+    MemorySearch,
+    MemoryStore,
+)
 from hybridsql.options import tool_signature
-from hybridsql.search import MAX_RESULTS, visible, whole
+from hybridsql.search import MAX_RESULTS, clean_text, visible, whole
 from hybridsql.watch import Stopped, watch_folder
 
 Sector = Literal[SECTORS]
+Tier = Literal[TIERS]
+# A name (a project, a note's title, topic or tag) as the tools' JSON schema bounds it.
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Tags = Annotated[list[Name], Field(max_length=MAX_TAGS)]
 
 TOOLS = (
     "search_memory",
@@ -250,21 +266,168 @@ def bounded(answer: dict, lists: tuple, max_chars: int) -> dict:
     return answer
 
 
+def _as_sent(value) -> str:
+    """``value`` as an error line quotes it: as JSON, cut (a refused text may be megabytes)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+# What each JSON type of a tool's schema takes, as Python reads JSON: true is no integer, nor is
+# 1e2 (a float) or "1".
+JSON_TYPES = {
+    "integer": ("an integer", whole),
+    "number": ("a number", lambda v: whole(v) or isinstance(v, float)),
+    "string": ("text", lambda v: isinstance(v, str)),
+    "boolean": ("true or false", lambda v: isinstance(v, bool)),
+    "array": ("a list", lambda v: isinstance(v, list)),
+    "null": ("null", lambda v: v is None),
+}
+
+
+def refusal(schema: dict, value) -> tuple[str, str, str] | None:
+    """Why ``value`` does not fit ``schema`` (the JSON Schema that pydantic writes for a tool's
+    parameter: a type, an enum, anyOf, maxLength, maxItems and items): (which part, what it
+    must be, what it is), or None when it fits. Stricter than the SDK, which reads true, "1"
+    and 1e2 as the integers 1, 1 and 100."""
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        reasons = [refusal(option, value) for option in options]
+        if None in reasons:
+            return None
+        part, rule, shown = next(
+            (r for r, o in zip(reasons, options, strict=True) if o.get("type") != "null"),
+            reasons[0],
+        )
+        nullable = not part and any(o.get("type") == "null" for o in options)
+        return part, rule + (" or null" if nullable else ""), shown
+    if "enum" in schema and not any(type(value) is type(e) and value == e for e in schema["enum"]):
+        return "", f"one of {', '.join(map(str, schema['enum']))}", _as_sent(value)
+    kind = schema.get("type")
+    if kind in JSON_TYPES:
+        what, fits = JSON_TYPES[kind]
+        if not fits(value):
+            return "", what, _as_sent(value)
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        return "", f"at most {schema['maxLength']:,} characters", f"{len(value):,}"
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        return "", f"a list of at most {schema['maxItems']} items", f"{len(value):,}"
+    for i, item in enumerate(value if kind == "array" else ()):
+        why = refusal(schema.get("items", {}), item)
+        if why is not None:
+            return f" item {i}{why[0]}", why[1], why[2]
+    return None
+
+
+def _repaired(value):
+    """``value`` (parsed JSON) with lone surrogates in its texts, keys too, as U+FFFD."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_repaired(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _repaired(v) for k, v in value.items()}
+    return value
+
+
+async def unreadable(error: Exception, write_stream) -> SessionMessage | None:
+    """What the SDK's stdio reader could not read (``error``, its ValidationError): the message
+    itself, read by Python's JSON parser (which takes lone surrogate escapes) and repaired;
+    else None, once a request with an id has been answered with a JSON-RPC error (a line that
+    is no JSON at all with one of id null, as JSON-RPC asks)."""
+    details = error.errors() if isinstance(error, ValidationError) else []
+    given = next((d["input"] for d in details if d["type"] == "json_invalid"), None)
+    if given is None:  # JSON, but no message: some error of the union quotes all of it
+        given = next((d["input"] for d in details if isinstance(d["input"], dict)), None)
+    if given is None:
+        return None
+    if isinstance(given, str):
+        try:
+            given = json.loads(given)
+        except (ValueError, RecursionError) as e:
+            await _answer(write_stream, None, mcp_types.PARSE_ERROR, f"the line is no JSON: {e}")
+            return None
+    message = _repaired(given)
+    try:
+        return SessionMessage(
+            mcp_types.jsonrpc_message_adapter.validate_python(message, by_name=False)
+        )
+    except ValidationError as e:
+        request_id = message.get("id") if isinstance(message, dict) else None
+        if whole(request_id) or isinstance(request_id, str):
+            why = f"not a JSON-RPC request: {e.errors()[0]['msg']}"
+            await _answer(write_stream, request_id, mcp_types.INVALID_REQUEST, why)
+        return None
+
+
+async def _answer(write_stream, request_id, code: int, message: str) -> None:
+    error = mcp_types.ErrorData(code=code, message=message)
+    answer = mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+    await write_stream.send(SessionMessage(answer))
+
+
+def listed(schema: dict, value):
+    """``value`` as the SDK reads it: a list sent as JSON text, where the schema takes a list
+    (some clients send every list so), is that list."""
+    takes_list = any(o.get("type") == "array" for o in schema.get("anyOf", [schema]))
+    if takes_list and isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        return parsed if isinstance(parsed, list) else value
+    return value
+
+
 class StrictServer(MCPServer):
-    """An MCPServer that refuses a tool call naming an argument the tool does not take (the SDK
-    drops those silently, so a misspelt ``limt=5`` would be a search with the default limit)."""
+    """An MCPServer that refuses, with one line, a tool call naming an argument the tool does
+    not take (the SDK drops those silently, so a misspelt ``limt=5`` would be a search with the
+    default limit), leaving out one it needs, or giving one that its schema does not allow
+    (the SDK reads ``true`` as the id 1). Over stdio, a request the SDK cannot read gets an
+    answer too (``run_stdio_async``)."""
 
     async def call_tool(self, name, arguments, context=None):
         schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
         if schema is not None:
-            valid = list(schema.get("properties", {}))
+            properties = schema.get("properties", {})
+            valid = list(properties)
             unknown = [key for key in arguments if key not in valid]
             if unknown:
                 raise ToolError(
                     f"{name}: unknown argument{'s' if len(unknown) > 1 else ''}"
                     f" {', '.join(map(repr, unknown))}; valid arguments: {', '.join(valid)}"
                 )
+            missing = [key for key in schema.get("required", ()) if key not in arguments]
+            if missing:
+                raise ToolError(f"{name}: {', '.join(map(repr, missing))} must be given")
+            for key, value in arguments.items():
+                why = refusal(properties[key], listed(properties[key], value))
+                if why is not None:
+                    part, rule, shown = why
+                    raise ToolError(f"{name}: {key}{part} must be {rule}, not {shown}")
         return await super().call_tool(name, arguments, context)
+
+    async def run_stdio_async(self) -> None:
+        """Serves over stdio as the SDK does, but for a line that the SDK's reader cannot take:
+        its lone surrogate escapes (``"\\ud800"``), which pydantic's JSON parser refuses, are
+        read as U+FFFD, as invalid UTF-8 on the wire is; a line that is still no message is
+        answered with a JSON-RPC error where it has an id. The SDK drops such a line, and the
+        client waited for an answer until it gave up."""
+        async with stdio_server() as (read_stream, write_stream):
+            send, receive = anyio.create_memory_object_stream(0)
+
+            async def repair():
+                async with send:
+                    async for item in read_stream:
+                        read = item
+                        if isinstance(item, Exception):
+                            read = await unreadable(item, write_stream)
+                        if read is not None:
+                            await send.send(read)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(repair)
+                server = self._lowlevel_server
+                await server.run(receive, write_stream, server.create_initialization_options())
 
 
 def build_server(where, indexing: Indexing | None = None) -> MCPServer:
@@ -338,10 +501,11 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
     server.tool()(search_memory)
 
     @server.tool()
-    def extract_memory(topic: str, title: str, content: str, tags: list[str] | None = None) -> dict:
+    def extract_memory(topic: Name, title: Name, content: str, tags: Tags | None = None) -> dict:
         """Write a note to today's memory/YYYY-MM-DD.md in the memory folder (a `## title`
         section with topic, tags and time) and index it at once. Use it for what people should
-        also be able to read; returns the file, its lines and the chunk ids indexed."""
+        also be able to read; returns the file, its lines and the chunk ids indexed. topic,
+        title and each tag are one line, of the length the schema allows."""
         place = where(None, write=True)
         return place.call(MemoryStore.extract_memory, topic, title, content, tags).as_dict()
 
@@ -349,9 +513,9 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
     def add(
         content: str,
         sector: Sector = "semantic",
-        tier: str = "project",
+        tier: Tier = "project",
         salience: float = 0.5,
-        project: str | None = None,
+        project: Name | None = None,
     ) -> dict:
         """Remember one thing. sector: semantic (a fact), episodic (an event), procedural (how
         to do something), emotional (how someone feels about something), reflective (a lesson
@@ -365,7 +529,7 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
 
     @server.tool()
     def supersede(
-        memory_id: int, content: str, salience: float | None = None, project: str | None = None
+        memory_id: int, content: str, salience: float | None = None, project: Name | None = None
     ) -> dict:
         """Replace a memory that is no longer true with a new one (same project, sector and
         tier). The old one stays, marked superseded; search leaves it out unless asked.
@@ -378,7 +542,7 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         return memory.as_dict()
 
     @server.tool()
-    def reinforce(memory_id: int, amount: float = 0.1, project: str | None = None) -> dict:
+    def reinforce(memory_id: int, amount: float = 0.1, project: Name | None = None) -> dict:
         """Raise a memory's salience by `amount` (capped at 1) because it proved useful.
         project: with one index per project (an HTTP server's --data-dir), the memory's project
         (default: the URL's); elsewhere ids are unique and it is not needed."""
@@ -390,7 +554,7 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         memory_id: int,
         before: int = 5,
         after: int = 5,
-        project: str | None = None,
+        project: Name | None = None,
         max_chars: int = MAX_CHARS,
     ) -> dict:
         """The memories of this memory's project just before and after it in time, oldest first
@@ -403,7 +567,7 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
 
     @server.tool()
     def recent_memories(
-        project: str | None = None,
+        project: Name | None = None,
         limit: int = 10,
         include_superseded: bool = False,
         max_chars: int = MAX_CHARS,
@@ -419,12 +583,13 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         return bounded({"entries": [e.as_dict() for e in entries]}, ("entries",), max_chars)
 
     @server.tool()
-    def delete(memory_id: int, project: str | None = None) -> dict:
-        """Forget a memory: no search or timeline returns it again. project: with one index per
-        project (an HTTP server's --data-dir), the memory's project (default: the URL's);
-        elsewhere ids are unique and it is not needed."""
-        by_id(memory_id, project).call(MemoryStore.delete, memory_id)
-        return {"deleted": memory_id}
+    def delete(memory_id: int, hard: bool = False, project: Name | None = None) -> dict:
+        """Forget a memory: no search or timeline returns it again. hard: remove it and its
+        text from the database, not only mark it (a memory deleted before too). project: with
+        one index per project (an HTTP server's --data-dir), the memory's project (default: the
+        URL's); elsewhere ids are unique and it is not needed."""
+        by_id(memory_id, project).call(MemoryStore.delete, memory_id, hard)
+        return {"deleted": memory_id, "hard": hard}
 
     return server
 

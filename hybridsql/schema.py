@@ -662,11 +662,17 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
     An index is known by ``meta.schema_version``. A newer one is refused. An older one is
     refused when ``readonly`` (only a writing open upgrades it, in ensure_schema). ``create``
     accepts a new or empty file (ensure_schema makes the index), never one that holds another
-    application's tables: nothing is added to it.
+    application's tables, nor an empty one that another application has claimed (its
+    ``application_id`` or ``user_version`` set, which hybridsql never sets): nothing is added
+    to it.
     """
     import apsw  # here, not at import: a cold start stays light
 
-    if create and not conn.execute("select count(*) from sqlite_schema").fetchone()[0]:
+    claims = conn.execute(
+        "select (select count(*) from sqlite_schema), (select application_id from"
+        " pragma_application_id), (select user_version from pragma_user_version)"
+    ).fetchone()
+    if create and not any(claims):
         return
     try:
         version = schema_version(conn)

@@ -148,6 +148,34 @@ def test_heading_path_follows_nesting():
     assert [c.heading for c in chunk_markdown("no heading yet\n" + text)][:2] == ["", "A > B"]
 
 
+def test_a_heading_path_keeps_at_most_max_title_chars_of_each_title():
+    """Every chunk stores its heading path: a title as long as the file, kept whole, made the
+    stored headings grow with the square of its length (issue 34, item 12)."""
+    most = chunking.MAX_TITLE_CHARS
+    long = " ".join(f"word{i}" for i in range(4000))
+    cut = long[: most - 1] + "…"
+    text = f"# {long} ##\n\n" + "".join(section(f"{level} {long}", 300, level) for level in (2, 3))
+    chunks = chunk_markdown(text)
+    assert len(chunks) > 20
+    two, three = (f"{level} {long}"[: most - 1] + "…" for level in (2, 3))
+    assert {c.heading for c in chunks} == {cut, f"{cut} > {two}", f"{cut} > {two} > {three}"}
+    # A chunk that begins with a cut heading is read as beginning there, not inside a fence.
+    [first] = [c for c in chunks if c.text.startswith("## 2 ")][:1]
+    assert chunking.heading_at(first.text, first.heading, 2) == f"{cut} > {two}"
+    setext = chunk_markdown(f"{long}\n===\n\nbody\n")
+    assert {c.heading for c in setext} == {cut}
+
+
+@settings(max_examples=500, deadline=None)
+@given(line=st.text(alphabet=" \t#ab\\", max_size=30))
+def test_atx_headings_read_as_the_commonmark_pattern_does(line):
+    """_atx takes a heading apart as this pattern did, whose backtracking over a run of spaces
+    took time quadratic in the line's length."""
+    pattern = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
+    m = pattern.match(line)
+    assert chunking._atx(line) == (m and (len(m.group(1)), (m.group(2) or "").strip()))
+
+
 def test_sections_of_fair_size_start_their_own_chunk_without_overlap():
     text = "".join(section(name, 200) for name in ("Caching", "Deploys", "On-call"))
     chunks = chunk_markdown(text)

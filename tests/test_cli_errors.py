@@ -35,6 +35,7 @@ import pytest
 from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql, run_on_tty
 
 import hybridsql
+from hybridsql.cli import main
 from hybridsql.errors import QueryError
 from hybridsql.index import VANISHED
 from hybridsql.schema import SCHEMA_VERSION
@@ -943,3 +944,186 @@ def test_the_rows_checks_from_python(options, message):
     """What the command line cannot send (it parses numbers first), Python can."""
     with pytest.raises(QueryError, match=re.escape(message)):
         SearchOptions(**options).check()
+
+
+# -- every command on every damaged or foreign file -----------------------------------------
+
+# Every command that takes --db (docs/cli.md), as it runs on the file named {db}.
+COMMANDS = {
+    "index": ["index", "{notes}"],
+    "search": ["search", "deploys frozen"],
+    "stats": ["stats"],
+    "memory add": ["memory", "add", "Deploys resume in January"],
+    "memory search": ["memory", "search", "deploys frozen"],
+    "memory documents": ["memory", "documents", "deploys frozen"],
+    "memory get": ["memory", "get", "{memory}"],
+    "memory recent": ["memory", "recent"],
+    "memory supersede": ["memory", "supersede", "{memory}", "Deploys resume in January"],
+    "memory reinforce": ["memory", "reinforce", "{memory}"],
+    "memory relate": ["memory", "relate", "{memory}", "{memory}"],
+    "memory timeline": ["memory", "timeline", "{memory}"],
+    "memory delete": ["memory", "delete", "{memory}"],
+    "memory extract": ["memory", "extract", "--topic", "t", "--title", "T", "--content", "c"],
+    "memory session start": ["memory", "session", "start"],
+    "memory session end": ["memory", "session", "end", "1", "--summary", "s"],
+    "memory session context": ["memory", "session", "context", "{memory}"],
+    "mcp": ["mcp"],
+    "replicate": ["replicate", "--to", "{replica}", "--once"],
+    "restore": ["restore", "--from", "{replica}"],
+}
+# A file that is not an index this version can use at all: every command refuses it.
+UNUSABLE = {
+    "not SQLite": lambda db: _write(db, "name,total\nAda,9.5\n" * 500),
+    "another program's database": lambda db: _sql(
+        db, "create table orders(id integer primary key, total real)"
+    ),
+    "an empty database another program claimed": lambda db: _sql(
+        db, "pragma application_id = 1234", "pragma user_version = 9"
+    ),
+    "an index of a newer schema": lambda db: _sql(
+        db, f"update meta set value = {SCHEMA_VERSION + 1} where key = 'schema_version'"
+    ),
+    "a truncated index": lambda db: os.truncate(db, os.path.getsize(db) // 2),
+    "a zeroed header": lambda db: zero_pages(db, [1]),
+}
+# An index damaged or written by a newer version in one part: a command that needs that part
+# fails in one line; one that does not may succeed.
+DAMAGED_PARTS = {
+    "a newer vector storage format": ["update vectors_info set value = 99 where key = 'format'"],
+    "vectors of another dimension": ["update vectors_blocks set dims = dims + 1"],
+    "the vectors' layout lost": ["delete from vectors_info where key = 'format'"],
+    "a vector block over its room": ["update vectors_blocks set count = 999"],
+    "a vector codes row cut short": ["update vectors_codes set data = x'00'"],
+    "a vector codes table lost": ["drop table vectors_codes"],
+    "a vector row in a block that is missing": ["update vectors_rowids set block = 77"],
+    "the keyword index's sizes lost": ["delete from chunks_fts_docsize"],
+    "the chunks table's pages zeroed": [],
+}
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _sql(db, *statements):
+    with closing(sqlite3.connect(db)) as conn, conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+@pytest.fixture(scope="module")
+def damaged_files(tmp_path_factory):
+    """An index with documents and a memory embedded by the local model, and each damaged or
+    foreign file made from it (or beside it), by name."""
+    root = tmp_path_factory.mktemp("damaged")
+    notes = root / "notes"
+    notes.mkdir()
+    (notes / "deploys.md").write_text("# Deploys\n\nDeploys are frozen in December.\n")
+    index = str(root / "index.db")
+    indexed = run_hybridsql("index", str(notes), "--db", index, "--embedder", "local")
+    assert indexed.returncode == 0, indexed.stderr
+    added = run_hybridsql(
+        "memory", "add", "Deploys are frozen", "--db", index, "--embedder", "local"
+    )
+    assert added.returncode == 0, added.stderr
+    files = {}
+    for name, damage in {**UNUSABLE, **DAMAGED_PARTS}.items():
+        path = str(root / f"{len(files)}.db")
+        if name == "not SQLite" or "claimed" in name or "another program" in name:
+            open(path, "wb").close()
+        else:
+            shutil.copy(index, path)
+        if name == "the chunks table's pages zeroed":
+            with closing(sqlite3.connect(index)) as db:
+                zero_pages(
+                    path,
+                    [
+                        db.execute(
+                            "select rootpage from sqlite_schema where name = 'chunks'"
+                        ).fetchone()[0]
+                    ],
+                )
+        elif callable(damage):
+            damage(path)
+        else:
+            _sql(path, *damage)
+        files[name] = path
+    return {"files": files, "notes": str(notes), "memory": str(json.loads(added.stdout)["id"])}
+
+
+# What a file that no version of hybridsql would refuse may still be read by: stats reads any
+# schema version's bytes by table.
+READS_ANY_SCHEMA = {("an index of a newer schema", "stats")}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("damage", [*UNUSABLE, *DAMAGED_PARTS])
+def test_every_command_on_a_damaged_or_foreign_file_answers_in_one_line(
+    command, damage, damaged_files, tmp_path, capsys, monkeypatch
+):
+    """In this process (main(), as the installed command runs it) but for mcp, which serves
+    its stdin: an exception main() lets out is the traceback the command would print."""
+    db = str(tmp_path / "index.db")
+    shutil.copy(damaged_files["files"][damage], db)
+    names = {**damaged_files, "replica": str(tmp_path / "replica")}
+    argv = [a.format(**names) for a in COMMANDS[command]] + ["--db", db]
+    if command == "memory extract":
+        (tmp_path / "memory-dir").mkdir()
+        argv += ["--memory-dir", str(tmp_path / "memory-dir")]
+    monkeypatch.setenv("HYBRIDSQL_EMBEDDER", "local")
+    if command == "mcp":
+        ran = subprocess.run(
+            [HYBRIDSQL, *argv],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        code, out, err = ran.returncode, ran.stdout, ran.stderr
+    else:
+        code = main(argv)
+        out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    if code == 0:
+        assert damage in DAMAGED_PARTS or (damage, command) in READS_ANY_SCHEMA
+        assert command == "replicate" or err == "", err  # Litestream logs what it did
+    else:
+        assert out == "", out
+        assert err.count("\n") == 1 and err.startswith("hybridsql: "), err
+
+
+NEWER_STORAGE = (
+    "{db} was made by a newer hybridsql (its vectors' storage format 99, this one reads 3);"
+    " upgrade hybridsql to use it"
+)
+OTHER_DIMENSION = (
+    "{db} holds vectors of 385 dimensions where its model gives 384: the model changed under the"
+    " same name, or the file is damaged; index into a new file, or restore it from a backup"
+)
+# A block whose dims disagree with its codes row is damage (its records are another length): a
+# search reads the block and says so; an insert meets only the partition's dims.
+DAMAGED_BLOCK = (
+    "{db} is damaged (vectors: block {block} is damaged: its codes row has 6400 bytes, not"
+    " 6528); restore it from a backup or recover it with `sqlite3 {db} .recover`"
+)
+
+
+@pytest.mark.parametrize(
+    ("damage", "command", "line"),
+    [
+        ("a newer vector storage format", "search", NEWER_STORAGE),
+        ("a newer vector storage format", "memory search", NEWER_STORAGE),
+        ("a newer vector storage format", "memory add", NEWER_STORAGE),
+        ("vectors of another dimension", "search", DAMAGED_BLOCK.replace("{block}", "1")),
+        ("vectors of another dimension", "memory search", DAMAGED_BLOCK.replace("{block}", "2")),
+        ("vectors of another dimension", "memory add", OTHER_DIMENSION),
+    ],
+)
+def test_the_line_names_what_is_wrong(command, damage, line, damaged_files, tmp_path, capsys):
+    db = str(tmp_path / "index.db")
+    shutil.copy(damaged_files["files"][damage], db)
+    argv = [a.format(**damaged_files) for a in COMMANDS[command]]
+    assert main([*argv, "--db", db, "--embedder", "local"]) == 1
+    assert capsys.readouterr() == ("", f"hybridsql: {line.format(db=db)}\n")

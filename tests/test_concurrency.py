@@ -20,10 +20,11 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
-from conftest import check_fts
+from conftest import EXAMPLES, check_fts
 
 SECONDS = float(os.environ.get("HYBRIDSQL_CONCURRENCY_SECONDS", "20"))
 WRITERS, READERS = 4, 8
@@ -186,6 +187,110 @@ def test_writers_and_readers_lose_nothing_and_never_see_locked(tmp_path):
         " where v.chunk_id is null"
     ).fetchone()[0]
     assert missing == 0
+
+
+# -- one index, shared by threads ------------------------------------------------------------
+
+THREADS, CALLS = 8, 40
+
+
+def test_one_index_and_store_shared_by_eight_threads_lose_nothing_and_raise_nothing(tmp_path):
+    """As an agent's web server shares them: every thread adds memories, indexes files of its
+    own, and searches (documents and memories, every mode and backend), CALLS times each, all
+    started together."""
+    from hybridsql.search import BACKENDS
+
+    idx, store = open_store(str(tmp_path / "shared.db"))
+    idx.index_folder(EXAMPLES)
+    start = threading.Barrier(THREADS)
+    done = {t: {"files": [], "memories": [], "errors": []} for t in range(THREADS)}
+
+    def work(t):
+        rng, folder = random.Random(t), tmp_path / f"t{t}"
+        folder.mkdir()
+        start.wait()
+        for n in range(CALLS):
+            token = f"tokt{t}n{n}"
+            try:
+                if n % 3 == 0:
+                    (folder / f"{n}.md").write_text(f"# Note {n}\n\n{token} deploy billing\n")
+                    idx.index_folder(str(folder))
+                    done[t]["files"].append((f"{n}.md", token))
+                elif n % 3 == 1:
+                    memory = store.add(f"memory {token}m agent decided", project=f"t{t}")
+                    done[t]["memories"].append((memory.id, f"{token}m"))
+                elif rng.random() < 0.5:
+                    store.search("agent decided", mode=rng.choice(["keyword", "hybrid"]))
+                else:
+                    idx.search(
+                        "deploy billing",
+                        mode=rng.choice(["keyword", "hybrid", "semantic"]),
+                        backend=rng.choice(BACKENDS),
+                    )
+            except Exception as e:  # counted, and the test fails on any
+                done[t]["errors"].append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    # Threads switch every few microseconds instead of every 5 ms, as they would on a
+    # machine with cores to spare: two threads' calls overlap whatever this one's load.
+    every = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(every)
+    errors = [e for d in done.values() for e in d["errors"]]
+    assert errors == [], f"{len(errors)} errors, e.g. {errors[:3]}"
+    for d in done.values():
+        for name, token in d["files"]:
+            found = idx.search(token, mode="keyword", per_file=0)
+            assert [(r.path, token in r.text) for r in found] == [(name, True)]
+        for memory_id, token in d["memories"]:
+            assert store.get(memory_id).content == f"memory {token} agent decided"
+            assert [h.memory.id for h in store.search(token, mode="keyword")] == [memory_id]
+    check_integrity(idx.conn)
+    idx.close()
+
+
+def test_a_second_threads_call_waits_for_the_first_to_return(tmp_path):
+    """The first thread is inside start_session's transaction (its clock is read there) when
+    the second adds a memory: the add waits for the session to be written, where it began a
+    transaction inside the other's ("cannot start a transaction within a transaction")."""
+    idx, store = open_store(str(tmp_path / "two.db"))
+    inside, second_returned, errors = threading.Event(), threading.Event(), []
+
+    def clock():
+        if threading.current_thread() is first:
+            inside.set()
+            # Until the second call returns: at once where it does not wait for this one,
+            # else the wait ends, the session is written, and then the second call runs.
+            second_returned.wait(timeout=2)
+        return 1_800_000_000.0
+
+    def add():
+        inside.wait()
+        try:
+            added.append(store.add("a memory added while a session starts"))
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+        second_returned.set()
+
+    store.clock, added = clock, []
+    first = threading.Thread(target=store.start_session)
+    second = threading.Thread(target=add)
+    second.start()
+    first.start()
+    first.join()
+    second.join()
+    assert errors == []
+    assert [tuple(r) for r in idx.conn.execute("select id, started_at from sessions")] == [
+        (1, 1_800_000_000.0)
+    ]
+    assert store.get(added[0].id).content == "a memory added while a session starts"
+    idx.close()
 
 
 if __name__ == "__main__":

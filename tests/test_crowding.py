@@ -2,6 +2,7 @@
 per_file hits a file, the lines of the rest kept on its first hit; group_by_file is one."""
 
 import json
+import random
 import re
 
 import pytest
@@ -124,3 +125,78 @@ def test_the_command_shows_the_merged_lines_and_the_others(idx):
     assert line.endswith(f"also lines {chunks[5][0]}-{chunks[5][1]}")
     explain = run_hybridsql(*args, "--explain").stdout
     assert "which Python makes into at most 2 results a file" in explain
+
+
+# -- a merged hit's text: an oracle over generated files ---------------------------------------
+
+ANIMALS = ("zebra", "okapi", "quagga", "tapir")
+
+
+def generated_files(seed: int) -> dict:
+    """Markdown files of short lines, lines long enough to be cut into pieces, and runs of
+    neighbouring matching chunks, the animals strewn at random (filler words are unique, so a
+    piece's overlap with the one before is the only place their texts agree)."""
+    rng = random.Random(seed)
+    serial = iter(range(10**9))
+
+    def words(n):
+        said = [f"w{next(serial)}" for _ in range(n)]
+        for _ in range(rng.choice([0, 0, 1, n // 60, n // 25])):
+            said.insert(rng.randrange(len(said) + 1), rng.choice(ANIMALS))
+        return " ".join(said)
+
+    files = {}
+    for f in range(6):
+        parts = [f"# File {f}"]
+        for p in range(rng.randrange(2, 6)):
+            parts.append(f"## Part {p}")
+            if rng.random() < 0.5:
+                parts.append(words(rng.randrange(700, 1600)))  # one line, several pieces
+            else:
+                parts.append("\n".join(words(rng.randrange(4, 12)) for _ in range(40)))
+        files[f"gen{seed}_{f}.md"] = "\n\n".join(parts) + "\n"
+    return files
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_merged_hit_starts_with_the_chunk_that_matched_and_is_the_files_text(tmp_path, seed):
+    files = generated_files(seed)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    with HybridIndex(str(tmp_path / "gen.db"), embedder="none") as index:
+        index.index_folder(str(folder))
+        rows = index.conn.execute("select id, path, start_line, end_line, text from chunks")
+        chunks = {r[0]: r[1:] for r in rows}
+        later_piece = after_neighbour = 0
+        for query in (*ANIMALS, "zebra okapi", "quagga tapir zebra"):
+            options = {"mode": "keyword", "limit": 100}
+            each = index.search(query, per_file=0, **options)
+            found = index.search(query, **options)
+            assert len(each) < 100  # every matching chunk is in `each`
+            matching = {r.id for r in each}
+            for r in found:
+                path, start, end, text = chunks[r.id]
+                assert text in r.text
+                assert r.text.startswith(text)  # its first lines are what matched
+                assert (r.path, r.start_line) == (path, start)
+                assert r.end_line >= end
+                assert r.text.count("\n") == r.end_line - r.start_line
+                assert r.text in files[path]  # the file's own text, nothing left out
+                before = chunks.get(r.id - 1)
+                if r.id - 1 in matching and before[0] == path:
+                    later_piece += before[1:3] == (start, end)
+                    after_neighbour += before[1:3] != (start, end)
+            # Every matching chunk's lines are shown by a hit of its file, or named by one.
+            for c in each:
+                ours = [r for r in found if r.path == c.path]
+                assert any(
+                    r.start_line <= c.start_line
+                    and c.end_line <= r.end_line
+                    or [c.start_line, c.end_line] in r.other_ranges
+                    for r in ours
+                ), (query, c.path, c.start_line, c.end_line)
+        # The cases the old merge got wrong came up: the best chunk after a neighbour that
+        # matched, as a later piece of a long line and as later lines.
+        assert later_piece and after_neighbour

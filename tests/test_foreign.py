@@ -31,6 +31,9 @@ FOREIGN = {
     " insert into chunks values (1, 'x', 0.5)",
     # only an index and a view: no table, yet not an empty file
     "view": "create view answers as select 42 as answer",
+    # no table at all, but claimed: another application's file format, not yet filled
+    "claimed": "pragma application_id = 1234; pragma user_version = 9",
+    "versioned": "pragma user_version = 9",
 }
 
 EXTRACT = ["--topic", "t", "--title", "T", "--content", "c", "--memory-dir", "{memory_dir}"]

@@ -11,6 +11,7 @@ The suite runs a deterministic sample; the long run is documented in docs/reliab
 HYBRIDSQL_HOSTILE_QUERIES=100000 pytest -s tests/test_hostile.py -k sample
 """
 
+import json
 import math
 import os
 import random
@@ -18,10 +19,14 @@ import shutil
 import subprocess
 from collections import Counter
 
+import anyio
+import apsw
 import pytest
+from conftest import HYBRIDSQL
 
 from hybridsql.extension import loadable_path
 from hybridsql.index import HybridIndex
+from hybridsql.mcp_server import TOOLS
 from hybridsql.memory import MemoryStore
 from hybridsql.search import (
     BACKENDS,
@@ -292,3 +297,114 @@ def test_rowids_beyond_int64_select_nothing():
         check=False,
     )
     assert (shell.returncode, shell.stdout.strip(), shell.stderr) == (0, "0", "")
+
+
+# -- what the index writes grows with what it is given (issue 34, item 12) -------------------
+
+
+def words(n: int) -> str:
+    """About ``n`` characters of words, without a line break."""
+    return ("deploy freeze canary rollback " * (n // 30 + 1))[:n].strip()
+
+
+# Hostile shapes of a markdown text of about n characters. Every chunk stored its heading path
+# whole, so one heading of n characters made a chunk every few thousand of its characters, each
+# storing all n of them.
+SHAPES = {
+    "one huge heading": lambda n: f"# {words(n)}\n\nbody\n",
+    "one huge line": lambda n: f"# notes\n\n{words(n)}\n",
+    "deep nesting": lambda n: "".join(
+        f"{'#' * level} {words(n // 12)}\n\n{words(n // 12)}\n\n" for level in range(1, 7)
+    ),
+    "many tiny headings": lambda n: "".join(f"{'#' * (i % 6 + 1)} h{i}\n" for i in range(n // 6)),
+}
+
+
+def stored_bytes(db: str) -> int:
+    """The bytes of every value of every row of every table of ``db``, the shadow tables of
+    FTS5 and vector_index included: what the index wrote, without SQLite's free space."""
+    conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        total = 0
+        schema = "select name, sql from sqlite_schema where type = 'table'"
+        for table, sql in conn.execute(schema).fetchall():
+            if sql.lower().startswith("create virtual"):
+                continue  # its shadow tables are counted
+            columns = [row[1] for row in conn.execute(f"pragma table_info('{table}')")]
+            values = " + ".join(f'coalesce(length(cast("{c}" as blob)), 0)' for c in columns)
+            total += conn.execute(f'select coalesce(sum({values}), 0) from "{table}"').get
+        return total
+    finally:
+        conn.close()
+
+
+def at_most_linear(written: dict, what: str) -> None:
+    """``written``: bytes by input size, each size twice the one before: each doubling of the
+    input may double what is written, with room to spare, never quadruple it."""
+    sizes = sorted(written)
+    for small, large in zip(sizes, sizes[1:], strict=False):
+        assert written[large] <= 2.5 * written[small] + 4096, (what, written)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_what_an_indexed_file_writes_grows_linearly(tmp_path, shape):
+    written = {}
+    for n in (20_000, 40_000, 80_000):
+        folder = tmp_path / f"{n}"
+        folder.mkdir()
+        db = str(tmp_path / f"{n}.db")
+        with HybridIndex(db, embedder="none") as idx:
+            before = stored_bytes(db)
+            (folder / "note.md").write_text(SHAPES[shape](n), encoding="utf-8")
+            assert idx.index_folder(str(folder)).files_indexed == 1
+        written[n] = stored_bytes(db) - before
+    at_most_linear(written, shape)
+
+
+def test_what_each_mcp_tool_writes_grows_linearly(tmp_path):
+    """Every tool, each hostile shape in its text (a memory's content, a note's content, a
+    query) at n, 2n and 4n characters, within the bounds: what the server writes to its index
+    for a call grows at most linearly. Its short arguments (a note's title, topic and tags, a
+    project) have bounds of their own: tests/test_mcp.py."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    def calls(text: str):
+        yield "add", {"content": text}
+        yield "supersede", {"memory_id": None, "content": text}
+        yield "extract_memory", {"topic": "t", "title": "Hostile", "content": text}
+        yield "search_memory", {"query": text}
+        yield "reinforce", {"memory_id": None}
+        yield "timeline", {"memory_id": None}
+        yield "recent_memories", {}
+        yield "delete", {"memory_id": None, "hard": True}
+
+    async def session(db, folder, n, written):
+        params = StdioServerParameters(
+            command=HYBRIDSQL,
+            args=["mcp", "--db", db, "--memory-dir", str(folder), "--embedder", "none"],
+            env=dict(os.environ),
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            for shape, make in SHAPES.items():
+                memory_id = None
+                for tool, arguments in calls(make(n)):
+                    if "memory_id" in arguments:
+                        arguments["memory_id"] = memory_id
+                    before = stored_bytes(db)
+                    result = await client.call_tool(tool, arguments)
+                    assert not result.is_error, (tool, shape, result.content[0].text[:200])
+                    answer = json.loads(result.content[0].text)
+                    if tool in ("add", "supersede"):
+                        memory_id = answer["id"]
+                    grown = max(0, stored_bytes(db) - before)  # a delete frees bytes
+                    written.setdefault((tool, shape), {})[n] = grown
+
+    written = {}
+    for n in (12_000, 24_000, 48_000):  # a memory holds at most 100,000 characters
+        folder = tmp_path / f"notes-{n}"
+        folder.mkdir()
+        anyio.run(session, str(tmp_path / f"{n}.db"), folder, n, written)
+    assert {tool for tool, _ in written} == set(TOOLS)
+    for what, by_size in written.items():
+        at_most_linear(by_size, what)

@@ -85,12 +85,12 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
             for backend in BACKENDS:
                 idx.search(value, mode=mode, backend=backend, prefix=True)
         session = store.start_session(project=value)
-        memory = store.add(value, project=value, tier=value, session_id=session.id)
-        assert (memory.content, memory.project, memory.tier) == (value, value, value)
+        memory = store.add(value, project=value, tier="global", session_id=session.id)
+        assert (memory.content, memory.project, memory.tier) == (value, value, "global")
         newer = store.supersede(memory.id, value + " v2", created_by=value)
         store.reinforce(newer.id, session_id=session.id)
         store.relate(newer.id, memory.id, "SEE_ALSO", created_by=value)
-        found = store.search(value, project=value, tier=value, session_id=session.id)
+        found = store.search(value, project=value, tier="global", session_id=session.id)
         assert [hit.memory.id for hit in found] == [newer.id]
         store.search_documents(value, project=value)
         store.timeline(newer.id)
@@ -107,6 +107,10 @@ def test_hostile_values_are_bound_through_every_entry_point(traced, tmp_path):
                 idx.search("deploy", **{option: value})
         with pytest.raises(HybridSQLError):
             store.search("deploy", sector=value)
+        with pytest.raises(HybridSQLError):
+            store.search("deploy", tier=value)
+        with pytest.raises(HybridSQLError):
+            store.add(value, tier=value)
     store.delete(stored[0])
     store.delete(stored[1], hard=True)
 
@@ -136,7 +140,7 @@ def test_hostile_values_through_the_cli_come_back_verbatim(tmp_path):
                 "--project",
                 value,
                 "--tier",
-                value,
+                "session",
                 "--db",
                 db,
                 "--embedder",
@@ -147,7 +151,7 @@ def test_hostile_values_through_the_cli_come_back_verbatim(tmp_path):
             check=True,
         )
         memory = json.loads(added.stdout)
-        assert (memory["content"], memory["project"], memory["tier"]) == (value, value, value)
+        assert (memory["content"], memory["project"], memory["tier"]) == (value, value, "session")
         found = subprocess.run(
             [*base, "search", value, "--project", value, "--db", db, "--embedder", "none"],
             capture_output=True,
@@ -176,6 +180,8 @@ REVIEWED = {
         "path": "a database's file name in an error message, not SQL",
         "package": "the package's folder in an error message, not SQL",
         "os.path.basename(path)": "the native extension's file name in an error message, not SQL",
+        "dims[1]": "a number of dimensions from SQLite's error, in an error message, not SQL",
+        "dims[2]": "as dims[1]",
     },
     "cli.py": {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
@@ -227,9 +233,12 @@ REVIEWED = {
         "vscore": "one of two literals of build_statement",
         "relevance": "chosen from literals by the validated fusion and keyword_norm options, "
         "or Profile.relevance (SQL written in code)",
-        "keyword_score": "a value of a literal dict, keyed by the validated keyword_norm",
+        "keyword_score": "a value of a literal dict, keyed by the validated keyword_norm, or a"
+        " literal of RRF_K",
+        "vector_score": "a literal of build_statement, chosen by the validated fusion",
+        "linear": "a literal of build_statement",
         "RRF_K": "module constant, an int",
-        "RRF_K + 1": "module constant, an int",
+        "RRF_K + 1.0": "module constant, a float",
         "conds": "literals of build_statement, and Profile.filters (SQL written in code)",
         "vector_of('c.id')": "Searcher._vector_of: a literal subquery on vectors, or"
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",

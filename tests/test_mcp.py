@@ -5,6 +5,8 @@ indexes its memory folder in the background."""
 import json
 import os
 import re
+import select
+import subprocess
 
 import anyio
 import pytest
@@ -181,7 +183,7 @@ def test_an_mcp_client_uses_every_tool(tmp_path, folder):
         ("memory/projects/billing/glossary.md", [])
     ]
 
-    assert seen["deleted"] == {"deleted": b["id"]}
+    assert seen["deleted"] == {"deleted": b["id"], "hard": False}
     assert seen["after_delete"]["memories"] == []
     assert "no memory with id 999" in seen["unknown"]["error"]
     assert "sector" in seen["bad_sector"]["error"]
@@ -332,7 +334,7 @@ TOOL_ARGUMENTS = {
     "reinforce": "memory_id, amount, project",
     "timeline": "memory_id, before, after, project, max_chars",
     "recent_memories": "project, limit, include_superseded, max_chars",
-    "delete": "memory_id, project",
+    "delete": "memory_id, hard, project",
 }
 
 
@@ -355,3 +357,169 @@ def test_every_tool_refuses_an_unknown_argument_and_names_the_valid_ones(tmp_pat
         "error": "add: unknown arguments 'limt', 'sectr'; valid arguments: " + TOOL_ARGUMENTS["add"]
     }
     assert left == {"entries": []}  # the refused add stored nothing
+
+
+class RawClient:
+    """``hybridsql mcp`` over stdio spoken to in JSON-RPC lines written here: what a client
+    may send that the SDK's own client would not (lone surrogate escapes, 1e2, broken JSON)."""
+
+    def __init__(self, db, folder):
+        args = [HYBRIDSQL, "mcp", "--db", db, "--memory-dir", str(folder), "--embedder", "none"]
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        self.next_id = 0
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        hello["clientInfo"] = {"name": "test_mcp", "version": "1"}
+        assert "result" in self.request("initialize", json.dumps(hello))
+        self.send('{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def send(self, line: str) -> None:
+        self.process.stdin.write(line.encode("utf-8") + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self, request_id, within=120.0) -> dict:
+        """The answer to ``request_id``; fails when none comes within ``within`` seconds (a
+        bound on a wait, not a measure of speed: the SDK sent no answer at all)."""
+        while True:
+            ready, _, _ = select.select([self.process.stdout], [], [], within)
+            assert ready, f"no answer to request {request_id} in {within} s"
+            line = self.process.stdout.readline()
+            assert line, "the server exited"
+            answer = json.loads(line)
+            if answer.get("id") == request_id:
+                return answer
+
+    def request(self, method: str, params: str):
+        """``params``: JSON text, written as it is."""
+        self.next_id += 1
+        self.send(
+            f'{{"jsonrpc": "2.0", "id": {self.next_id}, "method": "{method}", "params": {params}}}'
+        )
+        return self.answer(self.next_id)
+
+    def call(self, tool: str, arguments: str):
+        """(is_error, text) of a tool call whose ``arguments`` are JSON text."""
+        result = self.request("tools/call", f'{{"name": "{tool}", "arguments": {arguments}}}')
+        result = result["result"]
+        return result.get("isError", False), result["content"][0]["text"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def notes(tmp_path):
+    """An empty memory folder: the first memory added has id 1."""
+    (tmp_path / "notes").mkdir()
+    return tmp_path / "notes"
+
+
+@pytest.fixture
+def raw(tmp_path, notes):
+    client = RawClient(str(tmp_path / "raw.db"), notes)
+    yield client
+    client.close()
+
+
+def test_every_request_gets_an_answer_over_stdio(raw, notes):
+    """Issue 34, item 13: a request holding a lone surrogate escape got no answer at all (the
+    SDK's parser refuses it and drops the line), and the client waited until its timeout. It
+    is read as U+FFFD, as invalid UTF-8 is; a line that is no request is answered with an
+    error where it has an id; the server keeps answering."""
+    added = raw.call("add", '{"content": "deploy \\ud800 freeze"}')
+    found = raw.call("search_memory", '{"query": "\\udfff freeze", "documents": 0}')
+    extracted = raw.call(
+        "extract_memory", '{"topic": "t \\udc80", "title": "Canary \\ud83d", "content": "x"}'
+    )
+    assert not added[0] and json.loads(added[1])["content"] == "deploy \ufffd freeze"
+    assert [h["memory"]["content"] for h in json.loads(found[1])["memories"]] == [
+        "deploy \ufffd freeze"
+    ]
+    assert not extracted[0]
+    note = (notes / json.loads(extracted[1])["path"]).read_text(encoding="utf-8")
+    assert "## Canary \ufffd\n- topic: t \ufffd\n" in note
+
+    raw.send('{"jsonrpc": "2.0", "id": 90, "method": "tools/call", "params": "no object"}')
+    assert raw.answer(90)["error"]["code"] == -32600  # JSON-RPC's invalid request
+    raw.send('{"jsonrpc": "2.0", "id": 91, "method": "tools/ca')
+    broken = raw.answer(None)
+    assert broken["error"]["code"] == -32700  # parse error, id null: the id cannot be read
+    assert broken["error"]["message"].startswith("the line is no JSON: ")
+    recent = raw.call("recent_memories", "{}")
+    assert [e["memory"]["content"] for e in json.loads(recent[1])["entries"]] == [
+        "deploy \ufffd freeze"
+    ]
+
+
+def test_arguments_the_schema_does_not_allow_are_refused_with_one_line(raw):
+    """Issue 34, item 14: delete {"memory_id": true} deleted memory 1, "1" and 1e2 were read as
+    the ids 1 and 100, and tier="bogus" was stored. Item 12: every argument has a bound. Each
+    is refused with one line, and nothing is written."""
+    first = json.loads(raw.call("add", '{"content": "Deploys freeze on Fridays"}')[1])
+    assert first["id"] == 1
+    long = "t" * 5_000_000
+    refused = {
+        ("delete", '{"memory_id": true}'): "delete: memory_id must be an integer, not true",
+        ("delete", '{"memory_id": "1"}'): 'delete: memory_id must be an integer, not "1"',
+        ("delete", '{"memory_id": 1e2}'): "delete: memory_id must be an integer, not 100.0",
+        ("delete", '{"memory_id": 1, "hard": 1}'): "delete: hard must be true or false, not 1",
+        ("reinforce", '{"memory_id": 1.0}'): "reinforce: memory_id must be an integer, not 1.0",
+        ("timeline", "{}"): "timeline: 'memory_id' must be given",
+        ("add", '{"content": "x", "tier": "bogus"}'): (
+            'add: tier must be one of session, project, global, not "bogus"'
+        ),
+        ("add", '{"content": "x", "salience": "0.5"}'): (
+            'add: salience must be a number, not "0.5"'
+        ),
+        ("add", '{"content": ["x"]}'): 'add: content must be text, not ["x"]',
+        ("add", f'{{"content": "x", "project": "{"p" * 201}"}}'): (
+            "add: project must be at most 200 characters or null, not 201"
+        ),
+        ("extract_memory", f'{{"topic": "t", "title": "{long}", "content": "x"}}'): (
+            "extract_memory: title must be at most 200 characters, not 5,000,000"
+        ),
+        (
+            "extract_memory",
+            f'{{"topic": "t", "title": "t", "content": "x", "tags": {json.dumps(["x"] * 21)}}}',
+        ): "extract_memory: tags must be a list of at most 20 items or null, not 21",
+        (
+            "extract_memory",
+            f'{{"topic": "t", "title": "t", "content": "x", "tags": ["a", "{"x" * 201}"]}}',
+        ): "extract_memory: tags item 1 must be at most 200 characters, not 201",
+        ("search_memory", '{"query": "deploy", "limit": true}'): (
+            "search_memory: limit must be an integer, not true"
+        ),
+        ("search_memory", '{"query": "deploy", "reinforce": "false"}'): (
+            'search_memory: reinforce must be true or false, not "false"'
+        ),
+        ("search_memory", '{"query": "deploy", "tier": "bogus"}'): (
+            'search_memory: tier must be one of session, project, global or null, not "bogus"'
+        ),
+    }
+    for (tool, arguments), message in refused.items():
+        assert raw.call(tool, arguments) == (True, message), (tool, arguments[:80])
+    recent = json.loads(raw.call("recent_memories", "{}")[1])["entries"]
+    assert [e["memory"] for e in recent] == [first]  # not deleted, nothing added
+    as_text = raw.call(
+        "extract_memory", '{"topic": "t", "title": "t", "content": "x", "tags": "[\\"a\\"]"}'
+    )
+    assert not as_text[0]  # a list sent as JSON text, as some clients send lists, is a list
+    for tier in ("session", "project", "global"):
+        added = raw.call("add", f'{{"content": "a {tier} fact", "tier": "{tier}"}}')
+        assert json.loads(added[1])["tier"] == tier
+
+
+def test_a_memory_deleted_before_is_hard_deleted_by_the_tool(raw, tmp_path):
+    """Issue 34, item 16: the delete tool could not remove a memory's text from the file."""
+    first = json.loads(raw.call("add", '{"content": "The old root password was hunter2"}')[1])
+    soft = raw.call("delete", '{"memory_id": 1}')
+    again = raw.call("delete", '{"memory_id": 1}')
+    hard = raw.call("delete", '{"memory_id": 1, "hard": true}')
+    assert (soft[0], json.loads(soft[1])) == (False, {"deleted": 1, "hard": False})
+    assert again == (True, "Error executing tool delete: memory 1 is deleted")
+    assert (hard[0], json.loads(hard[1])) == (False, {"deleted": 1, "hard": True})
+    with HybridIndex(str(tmp_path / "raw.db"), embedder="none") as index:
+        held = index.conn.execute("select count(*) from chunks where text like '%hunter2%'").get
+    assert first["id"] == 1 and held == 0

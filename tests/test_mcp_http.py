@@ -777,3 +777,46 @@ def test_slow_clients_cannot_hold_the_server(tmp_path):
     slowed = [line for line in log if "no whole request within 10 s" in line]
     ours = [line for line in log if line.startswith("hybridsql mcp: ")]
     assert 1 <= len(slowed) <= 21 and len(ours) < 30
+
+
+def test_arguments_the_schema_does_not_allow_are_refused_over_http_too(tmp_path):
+    """Issue 34, items 14 and 16, over HTTP: delete {"memory_id": true} deleted memory 1, and a
+    memory deleted before could not be removed with its text."""
+    data = tmp_path / "data"
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "none") as base:
+
+        async def steps():
+            async with connect(base + "/mcp/a") as c:
+                first = await c.call("add", content="The staging password is hunter2")
+                seen = {
+                    "true": await c.call("delete", memory_id=True),
+                    "text": await c.call("delete", memory_id="1"),
+                    "float": await c.call("delete", memory_id=1.0),
+                    "tier": await c.call("add", content="x", tier="bogus"),
+                    "project": await c.call("recent_memories", project="p" * 201),
+                    "kept": await c.call("recent_memories"),
+                }
+                seen["soft"] = await c.call("delete", memory_id=first["id"])
+                seen["hard"] = await c.call("delete", memory_id=first["id"], hard=True)
+                return first, seen
+
+        first, seen = run(steps)
+    assert first["id"] == 1
+    assert seen["true"] == {"error": "delete: memory_id must be an integer, not true"}
+    assert seen["text"] == {"error": 'delete: memory_id must be an integer, not "1"'}
+    assert seen["float"] == {"error": "delete: memory_id must be an integer, not 1.0"}
+    assert seen["tier"] == {
+        "error": 'add: tier must be one of session, project, global, not "bogus"'
+    }
+    assert seen["project"] == {
+        "error": "recent_memories: project must be at most 200 characters or null, not 201"
+    }
+    assert [e["memory"]["id"] for e in seen["kept"]["entries"]] == [1]
+    assert (seen["soft"], seen["hard"]) == (
+        {"deleted": 1, "hard": False},
+        {"deleted": 1, "hard": True},
+    )
+    with HybridIndex(str(data / "a.db"), embedder="none") as index:
+        assert (
+            index.conn.execute("select count(*) from chunks where text like '%hunter2%'").get == 0
+        )

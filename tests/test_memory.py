@@ -98,7 +98,9 @@ def test_a_memory_is_a_chunk_with_a_vector_and_fts_entries(store):
         ),
         ({"salience": 1.5}, "salience must be in [0, 1], not 1.5"),
         ({"salience": "high"}, "salience must be a number, not str"),
-        ({"tier": ""}, "tier is empty"),
+        ({"tier": ""}, "tier must be one of session, project, global, not ''"),
+        ({"tier": "bogus"}, "tier must be one of session, project, global, not 'bogus'"),
+        ({"project": "p" * 201}, "project must be at most 200 characters, not 201"),
     ],
 )
 def test_add_rejects_bad_fields(store, kwargs, message):
@@ -289,6 +291,25 @@ def test_superseded_memories_are_left_out_unless_asked(store):
         IndexingError, match=re.escape(f"memory {old.id} is already superseded by memory {new.id}")
     ):
         store.supersede(old.id, "again")
+
+
+@pytest.mark.parametrize("fusion", ["linear", "rrf"])
+@pytest.mark.parametrize("mode", ["hybrid", "keyword", "semantic"])
+def test_a_superseded_memory_ranks_below_its_successor_in_every_mode_and_fusion(
+    index, mode, fusion
+):
+    """The old memory matches the query best on both sides, so it comes first where nothing
+    marks it superseded: the ranking's superseded factor alone puts its successor above it."""
+    store = MemoryStore(index, options=SearchOptions(fusion=fusion), clock=Clock())
+    old = add(store, "Staging deploys run through Jenkins on every merge to main")
+    new = store.supersede(old.id, "Staging deploys now run through GitHub Actions")
+    query, options = "staging deploys Jenkins", {"mode": mode, "reinforce": False}
+    found = store.search(query, include_superseded=True, **options)
+    assert ids(found) == [new.id, old.id]
+    unmarked = MemoryStore(
+        index, ranking=Ranking(superseded_factor=1.0), options=store.options, clock=store.clock
+    )
+    assert ids(unmarked.search(query, include_superseded=True, **options)) == [old.id, new.id]
 
 
 def test_sector_project_tier_and_salience_filters(store):
@@ -648,6 +669,21 @@ def test_delete_hides_a_memory_and_hard_delete_removes_it(store):
         store.get(b.id)
 
 
+def test_a_memory_deleted_before_can_be_hard_deleted_and_its_text_purged(store):
+    """Issue 34, item 16: a soft-deleted memory was refused ("memory N is deleted") by a hard
+    delete, so its text stayed in the file for good."""
+    m = add(store, "The old root password was hunter2")
+    store.delete(m.id)
+    store.delete(m.id, hard=True)
+    conn = store.conn
+    assert conn.execute("select count(*) from chunks where text like '%hunter2%'").get == 0
+    assert conn.execute("select count(*) from memories where chunk_id = ?", (m.id,)).get == 0
+    match = "select count(*) from memories_fts where memories_fts match 'hunter2'"
+    assert conn.execute(match).get == 0
+    with pytest.raises(NotFoundError, match=re.escape(f"no memory with id {m.id}")):
+        store.delete(m.id, hard=True)
+
+
 def test_hard_delete_forgets_the_cached_vector_unless_a_chunk_shares_its_text(store):
     """The embedding cache is keyed by the text's sha256: a hard-deleted memory's vector would
     stay in the file (and in the process's LRU) for ever, and give its text away."""
@@ -733,6 +769,33 @@ def test_extract_memory_appends_an_entry_and_indexes_it(folder_store, memory_dir
     assert found[0].start_line <= entry.start_line and found[0].end_line >= entry.end_line
     with pytest.raises(IndexingError, match=re.escape("title is empty")):
         store.extract_memory("deploys", " ", "text")
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"title": "t" * 201}, "title must be at most 200 characters, not 201"),
+        ({"topic": "t" * 5_000_000}, "topic must be at most 200 characters, not 5,000,000"),
+        ({"tags": ["deploy", "x" * 201]}, "tag must be at most 200 characters, not 201"),
+        ({"tags": [str(i) for i in range(21)]}, "tags must be a list of at most 20 tags, not a"),
+        ({"tags": "deploy"}, "tags must be a list of at most 20 tags, not 'deploy'"),
+    ],
+)
+def test_extract_memory_bounds_its_title_topic_and_tags(
+    folder_store, memory_dir, arguments, message
+):
+    """Issue 34, item 12: a 5 MB title became a heading that each of thousands of chunks
+    stored whole. Each name has a bound, refused with one line before anything is written."""
+    note = memory_dir / "memory" / "2026-11-21.md"
+    chunks = folder_store.conn.execute("select count(*) from chunks").get
+    given = {"topic": "deploys", "title": "Canary", "content": "text", **arguments}
+    with pytest.raises(IndexingError, match=re.escape(message)):
+        folder_store.extract_memory(**given)
+    assert not note.exists()
+    assert folder_store.conn.execute("select count(*) from chunks").get == chunks
+    most = {"topic": "o" * 200, "title": "i" * 200, "tags": ["a" * 200] * 20}
+    entry = folder_store.extract_memory(content="text", **most)
+    assert note.read_text().splitlines()[entry.start_line - 1] == "## " + "i" * 200
 
 
 @pytest.mark.parametrize("link", ["memory", "memory/2026-11-21.md"])

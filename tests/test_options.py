@@ -3,12 +3,14 @@ and the MCP tool's schema with the same names, defaults and help."""
 
 import asyncio
 import json
+import re
 from dataclasses import fields
 
 import click
 import pytest
 
 from hybridsql.cli import cli, main
+from hybridsql.errors import QueryError
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemorySearch, MemoryStore
 from hybridsql.search import SearchOptions
@@ -69,3 +71,27 @@ def test_a_flag_reaches_the_search(tmp_path, capsys):
     assert len(found["results"]) == 1
     assert main([*argv, "--project", "other"]) == 0
     assert json.loads(capsys.readouterr().out)["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_score": 2}, "min_score must be from 0 to 1, the highest relevance, not 2"),
+        ({"min_score": -0.1}, "min_score must be from 0 to 1, the highest relevance, not -0.1"),
+        (
+            {"min_score": 1.5, "fusion": "rrf", "vector_weight": 1.0, "keyword_weight": 1.0},
+            "min_score must be from 0 to 1, the highest relevance, not 1.5",
+        ),
+        (
+            {"min_score": 2.5, "vector_weight": 1.0, "keyword_weight": 1.0},
+            "min_score must be from 0 to 2, the highest relevance, not 2.5",
+        ),
+    ],
+)
+def test_a_min_score_no_relevance_reaches_is_refused(tmp_path, options, message):
+    """Issue 34, item 14: min_score=2 was taken, and every search then returned nothing."""
+    with HybridIndex(str(tmp_path / "m.db"), embedder="none") as index:
+        with pytest.raises(QueryError, match=re.escape(message)):
+            index.search("deploy", mode="keyword", **options)
+        for fine in (0, 1.0, {"min_score": 1.5, "vector_weight": 1.0, "keyword_weight": 1.0}):
+            SearchOptions(**(fine if isinstance(fine, dict) else {"min_score": fine})).check()

@@ -489,8 +489,8 @@ COMMANDS = (
     ["memory", "add", "Deploys wait for the freeze to end"],
 )
 NEWER_LINE = (
-    "hybridsql: {db} was made by a newer hybridsql (its table vectors has storage format 99,"
-    " this one reads 3); upgrade hybridsql to use it"
+    "hybridsql: {db} was made by a newer hybridsql (its vectors' storage format 99, this one"
+    " reads 3); upgrade hybridsql to use it"
 )
 DAMAGED_LINE = (
     "hybridsql: {db} is damaged ({why}); restore it from a backup or recover it with"

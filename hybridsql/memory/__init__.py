@@ -9,6 +9,8 @@ below, computed in the same statement:
     relevance = clamp[0, 1]((0.4 semantic + 0.25 keyword + 0.2 salience + 0.15 recency)
                             * sector boost * (0.5 if superseded else 1))
     recency   = exp(-0.05 * days since created)
+    semantic, keyword: each side's score by the search's fusion (linear: the cosine over the
+                       floor and bm25 over the best; rrf: 61 / (60 + rank), 1.0 for the first)
     salience  = min(1, own salience + min(0.1, 0.02 * sum over the sessions that recalled it
                                                of 2^-(days since that session's last recall / 7)))
 
@@ -31,11 +33,14 @@ from hybridsql.memory.recall import MemorySearch
 from hybridsql.memory.records import (
     DAY,
     MAX_MEMORY_CHARS,
+    MAX_NAME_CHARS,
+    MAX_TAGS,
     PREVIEW_CHARS,
     READ_ONLY_NOTE,
     RELATED_TO,
     SECTORS,
     SUPERSEDES,
+    TIERS,
     ExtractedEntry,
     Memory,
     MemoryHit,
@@ -50,6 +55,8 @@ __all__ = [
     "COLUMNS",
     "DAY",
     "MAX_MEMORY_CHARS",
+    "MAX_NAME_CHARS",
+    "MAX_TAGS",
     "PREVIEW_CHARS",
     "RANKING_NUMBERS",
     "READ_ONLY_NOTE",
@@ -57,6 +64,7 @@ __all__ = [
     "RELEVANCE",
     "SECTORS",
     "SUPERSEDES",
+    "TIERS",
     "ExtractedEntry",
     "Memory",
     "MemoryHit",

@@ -9,7 +9,14 @@ from datetime import datetime
 
 from hybridsql.discovery import link_reason, open_inside
 from hybridsql.errors import IndexingError
-from hybridsql.memory.records import ExtractedEntry, StoreState, _check_text, _one_line
+from hybridsql.memory.records import (
+    MAX_TAGS,
+    ExtractedEntry,
+    StoreState,
+    _check_text,
+    _one_line,
+    _shown,
+)
 from hybridsql.search import clean_text
 
 
@@ -32,7 +39,12 @@ class Folder(StoreState):
         _check_text("content", content)
         self._check_size(content)
         content = clean_text(content)
-        tags = [_one_line("tag", t) for t in tags or []]
+        tags = [] if tags is None else tags
+        if not isinstance(tags, list) or len(tags) > MAX_TAGS:
+            raise IndexingError(
+                f"tags must be a list of at most {MAX_TAGS} tags, not {_shown(tags)}"
+            )
+        tags = [_one_line("tag", t) for t in tags]
         if any("," in t for t in tags):
             raise IndexingError(f"a tag cannot contain a comma: {tags!r}")
         stamp = datetime.fromtimestamp(self.clock())

@@ -10,10 +10,13 @@ from hybridsql.memory.ranking import memory_profile
 from hybridsql.memory.records import (
     READ_ONLY_NOTE,
     SECTORS,
+    TIERS,
     Memory,
     MemoryHit,
     StoreState,
     _check_count,
+    _check_name,
+    _check_tier,
     transaction,
 )
 from hybridsql.options import option
@@ -28,7 +31,7 @@ class MemorySearch:
 
     project: str | None = option(None, "only this project's memories")
     sector: str | None = option(None, "only memories of this sector", choices=SECTORS)
-    tier: str | None = option(None, "only memories of this tier: session, project or global")
+    tier: str | None = option(None, "only memories of this tier", choices=TIERS)
     limit: int = option(10, "how many memories", short="-n")
     min_salience: float = option(0.0, "only memories at least this salient, in [0, 1]")
     include_superseded: bool = option(
@@ -53,6 +56,10 @@ class MemorySearch:
             raise QueryError(f"sector must be one of {', '.join(SECTORS)}, not {self.sector!r}")
         if self.mode not in MODES:
             raise QueryError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.tier is not None:
+            _check_tier(self.tier, QueryError)
+        if isinstance(self.project, str):
+            _check_name("project", self.project, empty=True, error=QueryError)
         self.project, self.tier = (
             clean_text(v) if isinstance(v, str) else v for v in (self.project, self.tier)
         )

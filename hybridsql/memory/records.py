@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # apsw and the index are imported on first use
     from hybridsql.search import SearchOptions
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
+TIERS = ("session", "project", "global")
 RELATED_TO = "RELATED_TO"
 SUPERSEDES = "SUPERSEDES"
 DAY = 86400.0
@@ -26,6 +27,11 @@ READ_ONLY_NOTE = "the index is read-only here: the memories found were not reinf
 # What one memory may hold, in characters: far more than a fact or an event needs (a long text
 # belongs in a file of the memory folder), small enough that a search answer stays small.
 MAX_MEMORY_CHARS = 100_000
+# What a name may hold, in characters: a project, and an extracted note's title, topic and each
+# of its tags. A title becomes a heading that every chunk under it names, and a tool's argument
+# is read whole before anything can refuse it, so every text a caller gives has a bound.
+MAX_NAME_CHARS = 200
+MAX_TAGS = 20  # tags of one extracted note
 
 _MEMORY_SQL = (
     "select m.chunk_id, m.project, c.text, m.sector, m.tier, m.salience, m.created_at,"
@@ -179,15 +185,34 @@ def _check_text(name: str, value, empty: bool = False) -> None:
         raise IndexingError(f"{name} is empty")
 
 
+def _shown(value, most: int = 80) -> str:
+    """``value``'s repr, cut to about ``most`` characters: an error line quotes what it refuses,
+    and what it refuses may be megabytes."""
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _check_name(name: str, value, empty: bool = False, error=IndexingError) -> None:
+    """A name is text of at most MAX_NAME_CHARS characters."""
+    _check_text(name, value, empty)
+    if len(value) > MAX_NAME_CHARS:
+        raise error(f"{name} must be at most {MAX_NAME_CHARS} characters, not {len(value):,}")
+
+
 def _one_line(name: str, value) -> str:
-    _check_text(name, value)
+    _check_name(name, value)
     return clean_text(" ".join(value.split()))
 
 
-def _check_memory(content, project, sector, tier, salience) -> None:
+def _check_tier(tier, error=IndexingError) -> None:
+    if tier not in TIERS:
+        raise error(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+
+
+def _check_memory(content, sector, salience) -> None:
     _check_text("content", content)
-    _check_text("project", project, empty=True)
-    _check_text("tier", tier)
     if sector not in SECTORS:
         raise IndexingError(f"sector must be one of {', '.join(SECTORS)}, not {sector!r}")
     if isinstance(salience, bool) or not isinstance(salience, (int, float)):

@@ -9,6 +9,7 @@ from hybridsql.memory.records import (
     SessionContext,
     StoreState,
     _check_id,
+    _check_name,
     _check_text,
     transaction,
 )
@@ -19,7 +20,7 @@ class Sessions(StoreState):
 
     def start_session(self, project: str = "") -> Session:
         """Opens a session; memories it creates or uses are linked to it."""
-        _check_text("project", project, empty=True)
+        _check_name("project", project, empty=True)
         with transaction(self.conn):
             self.conn.execute(
                 "insert into sessions(project, started_at) values (?, ?)", (project, self.clock())

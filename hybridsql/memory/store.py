@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hybridsql.locking import one_call_at_a_time
 from hybridsql.memory.folder import Folder
 from hybridsql.memory.ranking import Ranking
 from hybridsql.memory.recall import Recall
@@ -18,8 +19,10 @@ if TYPE_CHECKING:  # imported on first use
     from hybridsql.index import HybridIndex
 
 
+@one_call_at_a_time
 class MemoryStore(Writes, Sessions, Timeline, Recall, Folder):
     """An agent's memories and sessions in a HybridIndex, and the memory folder it writes to.
+    Threads may share it: its methods run one at a time, under its index's lock.
 
     ``options`` are the SearchOptions memory searches start from (backend, candidate pool,
     vector floor...); ``document_options`` those of document searches. ``clock`` gives the time
@@ -39,6 +42,7 @@ class MemoryStore(Writes, Sessions, Timeline, Recall, Folder):
     ):
         self.max_chars = _max_memory_chars() if max_chars is None else max_chars
         self.index = index
+        self.lock = index.lock  # one connection, one lock: the index's calls wait for the store's
         self.conn = index.conn
         self.memory_dir = memory_dir
         self.ranking = ranking or Ranking()

@@ -6,7 +6,7 @@ from hybridsql.memory.records import (
     StoreState,
     TimelineEntry,
     _check_count,
-    _check_text,
+    _check_name,
     _memory,
 )
 from hybridsql.search import clean_text
@@ -41,7 +41,7 @@ class Timeline(StoreState):
         """The latest memories of ``project``, newest first, each with the session that created
         it (TimelineEntry, offset 0 the newest, -1 the one before); reads, reinforces nothing."""
         _check_count("limit", limit, 1)
-        _check_text("project", project, empty=True)
+        _check_name("project", project, empty=True)
         kept = "" if include_superseded else " and m.valid_until is null"
         rows = self.conn.execute(
             f"{_MEMORY_SQL} where m.project = ? and m.deleted = 0{kept}"

@@ -14,7 +14,9 @@ from hybridsql.memory.records import (
     StoreState,
     _check_id,
     _check_memory,
+    _check_name,
     _check_text,
+    _check_tier,
     _memory,
     transaction,
 )
@@ -44,7 +46,9 @@ class Writes(StoreState):
         created_at: float | None = None,
     ) -> Memory:
         """Stores a memory with its vector; links it to ``session_id`` as created."""
-        _check_memory(content, project, sector, tier, salience)
+        _check_memory(content, sector, salience)
+        _check_name("project", project, empty=True)
+        _check_tier(tier)
         self._check_size(content)
         content, project, tier = clean_text(content), clean_text(project), clean_text(tier)
         if session_id is not None:
@@ -81,13 +85,15 @@ class Writes(StoreState):
             by = f" by memory {newer[0]}" if newer else ""
             raise IndexingError(f"memory {memory_id} is already superseded{by}")
         sector = old.sector if sector is None else sector
-        tier = old.tier if tier is None else clean_text(tier)
+        if tier is not None:  # a memory stored with another tier keeps it
+            _check_tier(tier)
+        tier = old.tier if tier is None else tier
         content = clean_text(content) if isinstance(content, str) else content
         if salience is None:
             salience = self.conn.execute(
                 "select salience from memories where chunk_id = ?", (memory_id,)
             ).get
-        _check_memory(content, old.project, sector, tier, salience)
+        _check_memory(content, sector, salience)
         self._check_size(content)
         _check_text("created_by", created_by, empty=True)
         if session_id is not None:
@@ -153,9 +159,10 @@ class Writes(StoreState):
         ``hard`` removes it from the database instead, with its vector, FTS entries and links,
         and its text's vectors in the embedding cache unless another chunk has the same text
         (that chunk's next re-index would embed it again for nothing, and the cache holds
-        nothing that the chunk does not show already).
+        nothing that the chunk does not show already); a memory marked deleted before can be
+        removed so, its text purged.
         """
-        memory = self._live(memory_id)
+        memory = self.get(memory_id) if hard else self._live(memory_id)
         with transaction(self.conn):
             if hard:
                 self.conn.execute("delete from chunks where id = ?", (memory_id,))

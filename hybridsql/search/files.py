@@ -30,26 +30,45 @@ def file_hits(rows: list, most: int) -> list:
 
 
 def merged(rows: list, others: list) -> dict:
-    """One row for a hit: its best row, with the lines from its first chunk's to its last's and
-    their text (the lines between two neighbouring chunks are blank: a chunk's edges leave out
-    only blank lines), the first chunk's heading, and the others' ranges in file order."""
+    """One row for a hit: its best row (the first), whose text it starts with, so that its
+    first lines are what matched. The neighbours after it in the file follow, as long as their
+    text joins on (the lines between two of them are blank: a chunk's edges leave out only
+    blank lines); the neighbours before it, and any that do not join, keep only their lines,
+    which join ``others`` in file order."""
+    best = rows[0]
+    end, text = best["end_line"], best["text"]
     ordered = sorted(rows, key=lambda r: r["id"])
-    first = ordered[0]
-    end, text = first["end_line"], first["text"]
-    for r in ordered[1:]:
-        if r["end_line"] <= end:  # within the lines so far: a piece of the same long line
-            continue
-        if r["start_line"] <= end:  # overlapping lines: only the new ones
-            lines = r["text"].split("\n")[end - r["start_line"] + 1 :]
-            text += "\n" + "\n".join(lines)
-        else:
-            text += "\n" * (r["start_line"] - end) + r["text"]
-        end = r["end_line"]
+    apart = [[r["start_line"], r["end_line"]] for r in ordered if r["id"] < best["id"]]
+    after = [r for r in ordered if r["id"] > best["id"]]
+    for i, r in enumerate(after):
+        joined = _joined(text, end, r)
+        if joined is None:
+            apart += [[r["start_line"], r["end_line"]] for r in after[i:]]
+            break
+        text, end = joined, r["end_line"]
+    ranges = others + apart
     return {
-        **rows[0],
-        "start_line": first["start_line"],
+        **best,
         "end_line": end,
-        "heading": first["heading"],
         "text": text,
-        "file_ranges": json.dumps(sorted(others)) if others else None,
+        "file_ranges": json.dumps(sorted(ranges)) if ranges else None,
     }
+
+
+def _joined(text: str, end: int, row: dict) -> str | None:
+    """``text``, which ends on line ``end``, with the next chunk's new text after it; None
+    where the two do not join exactly."""
+    start = row["start_line"]
+    if start > end:  # lines after ours
+        return text + "\n" * (start - end) + row["text"]
+    if row["end_line"] > end:  # overlapping lines: only the new ones
+        return text + "\n" + "\n".join(row["text"].split("\n")[end - start + 1 :])
+    # The next piece of one long line: pieces overlap by whole units, so the longest end of
+    # the text that begins the piece is their overlap. Without one, what lay between is unknown.
+    piece = row["text"]
+    at = text.find(piece[:1], max(0, len(text) - len(piece)))
+    while at != -1:
+        if piece.startswith(text[at:]):
+            return text + piece[len(text) - at :]
+        at = text.find(piece[:1], at + 1)
+    return None

@@ -128,6 +128,14 @@ class SearchOptions:
         for name, ok, rule in ranges:
             if not ok:
                 raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+        # No relevance passes a higher min_score: the weights' sum (of scores of at most 1), or
+        # 1 for rrf and for memories (their relevance is clamped to 1).
+        most = 1.0 if self.fusion == "rrf" else max(1.0, self.vector_weight + self.keyword_weight)
+        if not 0 <= self.min_score <= most:
+            raise QueryError(
+                f"min_score must be from 0 to {most:g}, the highest relevance, not "
+                f"{self.min_score!r}"
+            )
 
 
 def unix_time(value):

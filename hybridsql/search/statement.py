@@ -210,30 +210,35 @@ def build_statement(
   left join kw on kw.id = cand.id left join vec on vec.id = cand.id
   left join vec_ranked on vec_ranked.id = cand.id
 )""")
+    # The fusion scores each side: linear by its value (the cosine over the floor, bm25 by
+    # keyword_norm), rrf by its rank (k = RRF_K, scaled so that the first is 1.0). The profile's
+    # relevance combines the two as it does under either, so a ranking applies under both.
     if opts.fusion == "rrf":
-        relevance = (
-            f"(coalesce(:vector_weight / ({RRF_K} + vrank), 0)"
-            f" + coalesce(:keyword_weight / ({RRF_K} + krank), 0))"
-            f" * {RRF_K + 1} / (:vector_weight + :keyword_weight)"
+        vector_score = f"coalesce({RRF_K + 1.0} / ({RRF_K} + vrank), 0.0)"
+        keyword_score = f"{RRF_K + 1.0} / ({RRF_K} + krank)"
+    else:
+        vector_score = (
+            "case when cosine >= :vector_floor"
+            " then (cosine - :vector_floor) / (1 - :vector_floor) else 0.0 end"
         )
-    elif profile.relevance:
+        keyword_score = {
+            "max": "rank / best_rank",
+            "saturation": "bm25_score(rank, :saturation)",
+        }[opts.keyword_norm]
+    linear = "(:vector_weight * vector_score + :keyword_weight * keyword_score)"
+    if profile.relevance:
         relevance = profile.relevance
+    elif opts.fusion == "rrf":
+        relevance = f"{linear} / (:vector_weight + :keyword_weight)"
     elif opts.keyword_norm == "saturation":
         relevance = "hybrid_score(vector_score, rank, :vector_weight, :keyword_weight, :saturation)"
     else:
-        relevance = "(:vector_weight * vector_score + :keyword_weight * keyword_score)"
-    keyword_score = {
-        "max": "rank / best_rank",
-        "saturation": "bm25_score(rank, :saturation)",
-    }[opts.keyword_norm]
+        relevance = linear
     decay = "temporal_decay(path, :now, :half_life_days)" if opts.decay else "1.0"
     parts.append(f"""fused as (
   select *, {relevance} as relevance, {decay} as decay
   from (
-    select *,
-           case when cosine >= :vector_floor
-                then (cosine - :vector_floor) / (1 - :vector_floor) else 0.0 end as vector_score,
-           coalesce({keyword_score}, 0.0) as keyword_score
+    select *, {vector_score} as vector_score, coalesce({keyword_score}, 0.0) as keyword_score
     from scored
   )
 )""")
