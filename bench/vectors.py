@@ -17,10 +17,12 @@ import subprocess
 import sys
 import time
 
+import apsw
 import faiss
 import numpy as np
 from common import MMAP, RESULTS, connect, remove_db
 
+import hybridsql
 from hybridsql.vectors import VectorReader
 
 K, QUERIES = 10, 20
@@ -298,3 +300,93 @@ def bench_vectors(n, d, log):
     gc.collect()
     row["disk"] = disk(path, n, d, log)
     return row
+
+
+def open_build(path, library):
+    """A connection to path with `library` (a build of hybridsql.so) loaded, set up as
+    hybridsql.connect sets up its own: both builds are opened the same way."""
+    conn = apsw.Connection(path)
+    conn.enable_load_extension(True)
+    conn.load_extension(library)
+    conn.enable_load_extension(False)
+    conn.set_busy_timeout(5000)
+    conn.execute("pragma journal_mode = wal; pragma synchronous = normal")
+    conn.execute("pragma foreign_keys = on; pragma mmap_size = 0")
+    return conn
+
+
+def against(other, n, d, log):
+    """This build's vector_index against another build (`other`, its hybridsql.so) on the same
+    vectors, each build on a file it made: the bulk insert rate, then the bench's queries timed
+    in turn (warm: every block cached), and the first query of fresh connections. One run, so
+    that both builds see the same load."""
+    builds = {"this build": hybridsql.loadable_path(), "other build": other}
+    paths, conns, seconds = {}, {}, dict.fromkeys(builds, 0.0)
+    for name, library in builds.items():
+        paths[name] = os.path.join(RESULTS, f"against_{name.split()[0]}_{n}_{d}.db")
+        remove_db(paths[name])
+        conns[name] = open_build(paths[name], library)
+        conns[name].execute(
+            f"create virtual table v using vector_index(e float[{d}], project integer partition"
+            " key, tag integer)"
+        )
+    for start, block in random_vectors(n, d, block=10_000):  # the builds in turn
+        rows = [
+            (start + i + 1, (start + i) % 10, (start + i) // 10 % 10, v.tobytes())
+            for i, v in enumerate(block)
+        ]
+        for name, conn in conns.items():
+            began = time.perf_counter()
+            with conn:
+                conn.executemany("insert into v(rowid, project, tag, e) values (?, ?, ?, ?)", rows)
+            seconds[name] += time.perf_counter() - began
+    rates = {}
+    for name, conn in conns.items():
+        conn.execute("pragma wal_checkpoint(truncate)")
+        conn.close()
+        rates[name] = n / seconds[name]
+        log(f"  {n:>8} x {d} {name:<11} bulk insert {rates[name]:12,.0f} rows/s")
+    blobs = [
+        q.tobytes()
+        for q in np.random.default_rng(99).standard_normal((QUERIES + 1, d)).astype(np.float32)
+    ]
+    first = {name: [] for name in builds}
+    for i in range(FRESH):
+        for name, library in builds.items():
+            conn = open_build(paths[name], library)
+            start = time.perf_counter()
+            conn.execute(KNN, (blobs[i],)).fetchall()
+            first[name].append((time.perf_counter() - start) * 1000)
+            conn.close()
+    conns = {name: open_build(paths[name], library) for name, library in builds.items()}
+    systems = {
+        f"{name}, {label}": lambda i, c=conns[name], sql=sql: c.execute(sql, (blobs[i],)).fetchall()
+        for label, sql in SQL.items()
+        if label.startswith("vector_index")
+        for name in builds
+    }
+    warm = interleaved(systems)
+    for name, conn in conns.items():
+        got = [r for (r,) in conn.execute(KNN, (blobs[0],))]
+        log(f"  {name}: first query's rows {got}")
+        conn.close()
+    for name in builds:
+        ms = statistics.median(first[name])
+        log(f"  {n:>8} x {d} {name:<11} first query, fresh connection {ms:9.2f} ms")
+    for label, ms in warm.items():
+        log(f"  {n:>8} x {d} warm {label:<52} {ms:9.3f} ms")
+    for name in builds:
+        remove_db(paths[name])
+    return {"insert rows/s": rates, "first": first, "warm": warm}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=against.__doc__)
+    parser.add_argument("--against", required=True, help="another build's hybridsql.so")
+    parser.add_argument("-n", type=int, default=100_000)
+    parser.add_argument("-d", type=int, default=384)
+    args = parser.parse_args()
+    os.makedirs(RESULTS, exist_ok=True)
+    against(args.against, args.n, args.d, print)

@@ -695,6 +695,86 @@ static int64_t rec_id(const uint8_t *rec) {
   return id;
 }
 
+/*
+** Format 3's checksum of `n` bytes (a multiple of 8) of a T_codes row that
+** start at its byte `first` (a multiple of HS_SUM_CHUNK).  The row is summed
+** in chunks of HS_SUM_CHUNK bytes (the last one shorter), each multiplied by
+** an odd number of its position.  In a chunk each 32-bit word w_i adds
+** w_i * (2i + 1) (a change of one word always changes this term), and the
+** words of its two halves are multiplied pairwise, each xor'd with a key of
+** its place (so that changes which cancel in the first term do not cancel in
+** the second).  Loops a compiler vectorises; a write adds the sums of the
+** chunks it changes and takes away what they were.  It finds damage; it is
+** not a cryptographic hash.
+*/
+#define HS_SUM_CHUNK 256
+
+/* A chunk's weights (2i + 1) and keys (j in each byte, xor'd with a constant), as tables: loads
+** where a vectorised loop would compute them. */
+static const uint32_t SUM_WEIGHTS[HS_SUM_CHUNK / 4] = {
+    1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+    33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63,
+    65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87, 89, 91, 93, 95,
+    97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127,
+};
+static const uint32_t SUM_KEYS[2][HS_SUM_CHUNK / 8] = {
+  {
+    0x9e3779b9u, 0x9f3678b8u, 0x9c357bbbu, 0x9d347abau, 0x9a337dbdu, 0x9b327cbcu,
+    0x98317fbfu, 0x99307ebeu, 0x963f71b1u, 0x973e70b0u, 0x943d73b3u, 0x953c72b2u,
+    0x923b75b5u, 0x933a74b4u, 0x903977b7u, 0x913876b6u, 0x8e2769a9u, 0x8f2668a8u,
+    0x8c256babu, 0x8d246aaau, 0x8a236dadu, 0x8b226cacu, 0x88216fafu, 0x89206eaeu,
+    0x862f61a1u, 0x872e60a0u, 0x842d63a3u, 0x852c62a2u, 0x822b65a5u, 0x832a64a4u,
+    0x802967a7u, 0x812866a6u,
+  },
+  {
+    0x7f4a7c15u, 0x7e4b7d14u, 0x7d487e17u, 0x7c497f16u, 0x7b4e7811u, 0x7a4f7910u,
+    0x794c7a13u, 0x784d7b12u, 0x7742741du, 0x7643751cu, 0x7540761fu, 0x7441771eu,
+    0x73467019u, 0x72477118u, 0x7144721bu, 0x7045731au, 0x6f5a6c05u, 0x6e5b6d04u,
+    0x6d586e07u, 0x6c596f06u, 0x6b5e6801u, 0x6a5f6900u, 0x695c6a03u, 0x685d6b02u,
+    0x6752640du, 0x6653650cu, 0x6550660fu, 0x6451670eu, 0x63566009u, 0x62576108u,
+    0x6154620bu, 0x6055630au,
+  },
+};
+
+static uint64_t chunk_sum(const uint8_t *p, int64_t bytes) {
+  uint32_t w[HS_SUM_CHUNK / 4];
+  int64_t nw = bytes / 4, half = nw / 2;
+  uint64_t lin = 0, nh = 0;
+  memcpy(w, p, (size_t)bytes);
+  if (nw == HS_SUM_CHUNK / 4) { /* constant bounds: the common case, unrolled */
+    for (int i = 0; i < HS_SUM_CHUNK / 4; i++) lin += (uint64_t)w[i] * SUM_WEIGHTS[i];
+    for (int i = 0; i < HS_SUM_CHUNK / 8; i++) {
+      nh += (uint64_t)(w[i] ^ SUM_KEYS[0][i]) * (uint64_t)(w[i + HS_SUM_CHUNK / 8] ^ SUM_KEYS[1][i]);
+    }
+    return lin + nh;
+  }
+  for (int64_t i = 0; i < nw; i++) lin += (uint64_t)w[i] * SUM_WEIGHTS[i];
+  for (int64_t i = 0; i < half; i++) {
+    nh += (uint64_t)(w[i] ^ SUM_KEYS[0][i]) * (uint64_t)(w[i + half] ^ SUM_KEYS[1][i]);
+  }
+  return lin + nh;
+}
+
+static uint64_t codes_sum(const uint8_t *p, int64_t n, int64_t first) {
+  uint64_t sum = 0, c = (uint64_t)(first / HS_SUM_CHUNK);
+  for (int64_t at = 0; at < n; at += HS_SUM_CHUNK, c++) {
+    int64_t bytes = n - at < HS_SUM_CHUNK ? n - at : HS_SUM_CHUNK;
+    sum += chunk_sum(p + at, bytes) * (2 * c + 1);
+  }
+  return sum;
+}
+
+/* The checksum of a T_codes row of `n` zero bytes: a new block's. */
+static uint64_t zeros_sum(int64_t n) {
+  uint8_t zero[16 * HS_SUM_CHUNK] = {0};
+  uint64_t sum = 0;
+  for (int64_t at = 0; at < n; at += (int64_t)sizeof(zero)) {
+    int64_t part = n - at < (int64_t)sizeof(zero) ? n - at : (int64_t)sizeof(zero);
+    sum += codes_sum(zero, part, at);
+  }
+  return sum;
+}
+
 /* ------------------------------------------------------------------------
 ** A set of int64 keys with an int64 value each: open addressing, linear
 ** probing, no deletion (a caller that drops keys builds a new map).
@@ -777,6 +857,7 @@ static int map_put(I64Map *m, int64_t key, int64_t val) {
 typedef struct Cand {
   double upper;
   int64_t id, block, slot;
+  uint64_t print; /* codes_sum of its record: what its float32 vector must give (vx_knn) */
 } Cand;
 
 typedef struct Knn {
@@ -858,7 +939,7 @@ static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
       if (!grown) return 0;
       s->cand = grown, s->capcand = cap;
     }
-    Cand c = {approx + err, id, block, r};
+    Cand c = {approx + err, id, block, r, 0};
     s->cand[s->ncand++] = c;
   }
   return 1;
@@ -1617,6 +1698,16 @@ static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 ** restored backup, another file attached under the same name) brings back
 ** the nonce that goes with it: the cache cannot serve rows that are not in
 ** the database.
+**
+** From format 3 the nonce is also the block's checksum: a sum over the words
+** of its T_codes row, weighted by their position (codes_sum), plus a hash of
+** its id, dims, capacity, count and partition values (block_head).  A write
+** changes it by what it changes (the chunks it rewrites, the count), so it
+** reads no more of the block than those chunks; a block read from the file is
+** checked against it before any of its rows is scored, and the cache keeps
+** only blocks that passed.  A format 1 or 2 table becomes format 3 in the
+** first transaction that writes to it (vx_upgrade), which sums every block
+** once.
 */
 #define HS_BLOCK_ROWS 256
 #define HS_BLOCK_MIN 16
@@ -1624,7 +1715,7 @@ static void simd_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 #define HS_MAX_FILTERS 24        /* partition and metadata columns together */
 #define HS_CACHE_BYTES ((size_t)4 << 30) /* per table and connection */
 #define HS_SWEEP_EVERY 256       /* queries between sweeps of dropped blocks */
-#define HS_FORMAT 2
+#define HS_FORMAT 3
 #define HS_TAILS 64 /* partitions whose last block a table remembers */
 #define HS_LAYOUTS 4 /* layouts (one per number of dimensions) a table remembers */
 
@@ -1863,6 +1954,9 @@ typedef struct VxTab {
   int busy;     /* inside a method that reads or writes the shadow tables */
   int64_t rows; /* for xBestIndex's costs */
   int64_t page; /* format 2: the page size its layout is made for; 0: format 1 */
+  int64_t format; /* T_info's format: 3 keeps checksums as nonces; -1: to be read again */
+  int upgrade;    /* a transaction began: its first write makes an older format 3 */
+  I64Map pending; /* format 3, within one xUpdate: block -> what its writes added to its sum */
   Layout layouts[HS_LAYOUTS];
   int nlayouts;
   int64_t tails[HS_TAILS]; /* by a hash of partition values: a block that was its last */
@@ -2186,10 +2280,10 @@ static char *vs_sql(VxTab *t, int which) {
       for (int i = 0; i < t->npart; i++) sqlite3_str_appendf(s, " and p%d is ?%d", i, i + 1);
       sqlite3_str_appendall(s, " order by id desc limit 1");
       break;
-    case VS_BLOCK:
+    case VS_BLOCK: /* the partition values from column 3, then the nonce */
       sqlite3_str_appendall(s, "select dims, capacity, count");
       append_cols(s, "", 'p', t->npart, 1);
-      sqlite3_str_appendf(s, " from \"%w\".\"%w_blocks\" where id = ?1", db, n);
+      sqlite3_str_appendf(s, ", nonce from \"%w\".\"%w_blocks\" where id = ?1", db, n);
       break;
     case VS_NEW_BLOCK: /* ?1 dims, ?2 capacity, ?3 nonce, ?4.. the partition values */
       sqlite3_str_appendf(s, "insert into \"%w\".\"%w_blocks\"(dims, capacity, count, nonce", db,
@@ -2464,12 +2558,21 @@ static int vx_blob_read(VxTab *t, sqlite3_blob *h, void *out, int64_t bytes, int
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
 }
 
+/* Opens (or moves) h on the vectors group gid, of vectors of d dimensions: exactly its size. */
+static int vx_group(VxTab *t, sqlite3_blob **h, int64_t gid, int64_t d) {
+  int rc = vx_blob(t, h, "vectors", gid, 0);
+  int64_t want = 4 * d * vx_layout(t, d)->group;
+  if (rc || sqlite3_blob_bytes(*h) == want) return rc;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its vectors row %lld has %d"
+                 " bytes, not %lld", t->name, gid / 256, gid, sqlite3_blob_bytes(*h), want);
+}
+
 /* The float32 vector of (block, slot) into out (dims floats), through handle *h. */
 static int vx_read_vector(VxTab *t, sqlite3_blob **h, int64_t block, int64_t slot, int64_t dims,
                           float *out) {
   const Layout *l = vx_layout(t, dims);
   int64_t gid = group_id(l, block, slot), off = (slot % l->group) * 4 * dims;
-  int rc = vx_blob(t, h, "vectors", gid, 0);
+  int rc = vx_group(t, h, gid, dims);
   return rc ? rc : vx_blob_read(t, *h, out, 4 * dims, off, "vectors", gid);
 }
 
@@ -2567,25 +2670,131 @@ static int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
 }
 
+/* ---- format 3's checksums ---- */
+
+static int vx_int(sqlite3 *db, const char *sql, int64_t *out);
+
+/* What a block's row adds to the sum of its T_codes row to make its checksum. */
+static uint64_t block_head(int64_t id, int64_t dims, int64_t capacity, int64_t count,
+                           uint64_t parts) {
+  return mix64((uint64_t)id ^ 0x243f6a8885a308d3ULL) + mix64((uint64_t)dims ^ 0x13198a2e03707344ULL) +
+         mix64((uint64_t)capacity ^ 0xa4093822299f31d0ULL) +
+         mix64((uint64_t)count ^ 0x082efa98ec4e6c89ULL) + parts;
+}
+
+/* T_info's format into t->format: 1 when it has none (format 1 wrote none). */
+static int vx_format(VxTab *t) {
+  if (t->format >= 0) return SQLITE_OK;
+  char *sql = sqlite3_mprintf("select coalesce((select value from \"%w\".\"%w_info\" where key ="
+                              " 'format'), 1)", t->schema, t->name);
+  int rc = vx_int(t->db, sql, &t->format);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    t->format = -1;
+    return vx_sql_fail(t, rc);
+  }
+  return SQLITE_OK;
+}
+
+/* Block `id`'s row as T_blocks has it, and the hash of its partition values; found = 0 when
+** there is none. */
+static int vx_block_ref(VxTab *t, int64_t id, BlockRef *r, uint64_t *parts, int *found) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_BLOCK, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, id);
+  rc = sqlite3_step(st);
+  *found = rc == SQLITE_ROW;
+  if (*found) {
+    sqlite3_value *v[HS_MAX_FILTERS];
+    for (int i = 0; i < t->npart; i++) v[i] = sqlite3_column_value(st, 3 + i);
+    r->id = id;
+    r->dims = sqlite3_column_int64(st, 0);
+    r->capacity = sqlite3_column_int64(st, 1);
+    r->count = sqlite3_column_int64(st, 2);
+    r->nonce = sqlite3_column_int64(st, 3 + t->npart);
+    *parts = hash_values(v, t->npart);
+  }
+  sqlite3_reset(st);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+}
+
+static int vx_set_nonce(VxTab *t, int64_t block, sqlite3_int64 nonce) {
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_TOUCH, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, block);
+  sqlite3_bind_int64(st, 2, nonce);
+  return vs_run(t, st);
+}
+
+/*
+** The nonce of block `id` once its row has `capacity` and `count` (b NULL:
+** those it has): in format 3 its checksum, the one it has changed by the new
+** count and capacity and by what the writes since added (t->pending); before,
+** a random one.  A checksum that did not match before still does not.
+*/
+static int vx_new_nonce(VxTab *t, int64_t id, const BlockRow *b, sqlite3_int64 *nonce) {
+  if (t->format < 3) {
+    *nonce = fresh_nonce();
+    return SQLITE_OK;
+  }
+  BlockRef r;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, id, &r, &parts, &found);
+  if (rc) return rc;
+  if (!found) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its row is missing",
+                   t->name, id);
+  }
+  int64_t delta = 0;
+  map_find(&t->pending, id, &delta);
+  if (!map_put(&t->pending, id, 0)) return SQLITE_NOMEM;
+  uint64_t x = (uint64_t)r.nonce - block_head(id, r.dims, r.capacity, r.count, parts) +
+               block_head(id, r.dims, b ? b->capacity : r.capacity, b ? b->count : r.count, parts) +
+               (uint64_t)delta;
+  *nonce = (sqlite3_int64)x;
+  return SQLITE_OK;
+}
+
+/* Adds x to what the writes of this xUpdate added to block id's sum. */
+static int add_pending(VxTab *t, int64_t id, uint64_t x) {
+  int64_t was = 0;
+  map_find(&t->pending, id, &was);
+  return map_put(&t->pending, id, (int64_t)((uint64_t)was + x)) ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/* A new block's checksum: its row's, with a T_codes row of zeros. */
+static int vx_seal_new(VxTab *t, int64_t id) {
+  if (t->format < 3) return SQLITE_OK;
+  BlockRef r;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, id, &r, &parts, &found);
+  if (rc || !found) return rc;
+  if (!map_put(&t->pending, id, 0)) return SQLITE_NOMEM;
+  uint64_t x = block_head(id, r.dims, r.capacity, r.count, parts) +
+               zeros_sum(block_bytes(t, r.capacity, r.dims));
+  return vx_set_nonce(t, id, (sqlite3_int64)x);
+}
+
 /* Sets a block's count and capacity, with a new nonce. */
 static int vx_set_count(VxTab *t, const BlockRow *b) {
-  int rc;
+  sqlite3_int64 nonce = 0;
+  int rc = vx_new_nonce(t, b->id, b, &nonce);
+  if (rc) return rc;
   sqlite3_stmt *st = vs(t, VS_SET_COUNT, &rc);
   if (!st) return rc;
   sqlite3_bind_int64(st, 1, b->id);
   sqlite3_bind_int64(st, 2, b->count);
   sqlite3_bind_int64(st, 3, b->capacity);
-  sqlite3_bind_int64(st, 4, fresh_nonce());
+  sqlite3_bind_int64(st, 4, nonce);
   return vs_run(t, st);
 }
 
 static int vx_touch(VxTab *t, int64_t block) {
-  int rc;
-  sqlite3_stmt *st = vs(t, VS_TOUCH, &rc);
-  if (!st) return rc;
-  sqlite3_bind_int64(st, 1, block);
-  sqlite3_bind_int64(st, 2, fresh_nonce());
-  return vs_run(t, st);
+  sqlite3_int64 nonce = 0;
+  int rc = vx_new_nonce(t, block, 0, &nonce);
+  return rc ? rc : vx_set_nonce(t, block, nonce);
 }
 
 static int vx_id_op(VxTab *t, int which, int64_t a, int64_t b) {
@@ -2618,15 +2827,37 @@ static void num_encode(const VxTab *t, sqlite3_value *const *metas, uint8_t *val
   }
 }
 
-/* Writes n bytes at offset through an open handle, checking that they are there. */
+/* Writes n bytes at offset through an open handle, checking that they are there.  In
+** format 3 a write to T_codes adds to the block's pending sum what it changes: the sum of the
+** words it writes less that of the words they replace. */
 static int blob_put(VxTab *t, sqlite3_blob *h, const void *data, int64_t n, int64_t offset,
                     const char *what, int64_t id) {
-  if (offset < 0 || offset + n > sqlite3_blob_bytes(h)) {
+  int64_t size = sqlite3_blob_bytes(h), from = offset - offset % HS_SUM_CHUNK;
+  int64_t to = (offset + n + HS_SUM_CHUNK - 1) / HS_SUM_CHUNK * HS_SUM_CHUNK;
+  int sums = t->format >= 3 && strcmp(what, "codes") == 0;
+  if (to > size) to = size;
+  if (offset < 0 || offset + n > size) {
     return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its %s row %lld has %d"
                    " bytes, too few for %lld at %lld", t->name, block_of(what, id), what, id,
                    sqlite3_blob_bytes(h), n, offset);
   }
-  int rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
+  int rc = SQLITE_OK;
+  if (sums) {
+    uint8_t *was = sqlite3_malloc64((sqlite3_uint64)(2 * (to - from)));
+    if (!was) return SQLITE_NOMEM;
+    uint8_t *now = was + (to - from);
+    rc = sqlite3_blob_read(h, was, (int)(to - from), (int)from);
+    if (rc == SQLITE_OK) {
+      memcpy(now, was, (size_t)(to - from));
+      memcpy(now + (offset - from), data, (size_t)n);
+      rc = add_pending(t, id, codes_sum(now, to - from, from) - codes_sum(was, to - from, from));
+    } else {
+      rc = vx_sql_fail(t, rc);
+    }
+    sqlite3_free(was);
+    if (rc) return rc;
+  }
+  rc = sqlite3_blob_write(h, data, (int)n, (int)offset);
   return rc == SQLITE_OK ? rc : vx_sql_fail(t, rc);
 }
 
@@ -2710,6 +2941,9 @@ static int vx_grow(VxTab *t, BlockRow *b) {
            (size_t)b->count);
   }
   if (rc == SQLITE_OK) rc = vx_id_op(t, VS_GROW, b->id, new_bytes);
+  if (rc == SQLITE_OK && t->format >= 3) { /* the row became zeros of the new size */
+    rc = add_pending(t, b->id, zeros_sum(new_bytes) - codes_sum(old, old_bytes, 0));
+  }
   if (rc == SQLITE_OK) rc = vx_write(t, "codes", b->id, grown, new_bytes, 0);
   if (rc == SQLITE_OK) b->capacity = to;
   sqlite3_free(old);
@@ -2746,7 +2980,7 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
       return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row was there"
                      " before it", t->name, b.id);
     }
-    if (rc) return rc;
+    if (rc || (rc = vx_seal_new(t, b.id))) return rc;
   } else if (b.count == b.capacity) { /* the partition's only block, full: double it */
     if ((rc = vx_grow(t, &b))) return rc;
   }
@@ -2876,6 +3110,7 @@ static int vx_remove(VxTab *t, int64_t rowid) {
   if ((rc = vx_id_op(t, VS_DROP_ROW, rowid, 0))) return rc;
   last.count = end;
   if (last.count == 0) { /* the block is empty: give its pages back */
+    if (!map_put(&t->pending, last.id, 0)) return SQLITE_NOMEM;
     if ((rc = vx_id_op(t, VS_DROP_BLOCK, last.id, 0))) return rc;
     if ((rc = vx_id_op(t, VS_DROP_CODES, last.id, 0))) return rc;
     rc = vx_id_op(t, VS_DROP_GROUPS, last.id, 0);
@@ -3485,9 +3720,28 @@ static sqlite3_str *row_sql(VxTab *t) {
   sqlite3_str_appendall(s, "select r.rowid, r.block, r.slot, b.dims, b.capacity, b.count");
   append_cols(s, "b.", 'p', t->npart, 1);
   append_cols(s, "r.", 'm', t->nmeta, 1);
-  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r join \"%w\".\"%w_blocks\" b"
+  sqlite3_str_appendf(s, " from \"%w\".\"%w_rowids\" r left join \"%w\".\"%w_blocks\" b"
                          " on b.id = r.block where 1", t->schema, t->name, t->schema, t->name);
   return s;
+}
+
+/*
+** A row that row_sql's statement st stepped to (rc, sqlite3_step's result) is
+** in a block that exists, in one of its count slots: a scan meets a block
+** deleted, or a count lowered, as damage instead of skipping or adding rows.
+*/
+static int row_in_block(VxTab *t, sqlite3_stmt *st, int rc) {
+  if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+  int64_t rowid = sqlite3_column_int64(st, RC_ROWID), block = sqlite3_column_int64(st, RC_BLOCK);
+  if (sqlite3_column_type(st, RC_DIMS) == SQLITE_NULL) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
+                   t->name, rowid, block);
+  }
+  int64_t slot = sqlite3_column_int64(st, RC_SLOT), count = sqlite3_column_int64(st, RC_COUNT);
+  if ((rc = vx_check_block(t, block, st, RC_DIMS, RC_CAPACITY, RC_COUNT))) return rc;
+  if (sqlite3_column_type(st, RC_SLOT) == SQLITE_INTEGER && slot >= 0 && slot < count) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
+                 " %lld, not 0 to %lld", t->name, block, rowid, slot, count - 1);
 }
 
 typedef struct VxCur {
@@ -3866,9 +4120,33 @@ static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
   return SQLITE_OK;
 }
 
-/* What a query reads of block r: its rows' records, and its numeric metadata if it has any. */
+/* What a query reads of block r: its rows' records, and its numeric metadata if it has any;
+** in format 3 the whole row, which its checksum covers. */
 static int64_t read_bytes(const VxTab *t, const BlockRef *r) {
-  return t->nnum ? block_bytes(t, r->capacity, r->dims) : r->count * rec_stride(r->dims);
+  return t->nnum || t->format >= 3 ? block_bytes(t, r->capacity, r->dims)
+                                   : r->count * rec_stride(r->dims);
+}
+
+/* A block's T_codes row is exactly as long as its capacity and dims make it. */
+static int vx_codes_length(VxTab *t, sqlite3_blob *h, const BlockRef *r) {
+  int64_t want = block_bytes(t, r->capacity, r->dims);
+  if (sqlite3_blob_bytes(h) == want) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its codes row has %d bytes,"
+                 " not %lld", t->name, r->id, sqlite3_blob_bytes(h), want);
+}
+
+/* Format 3: the `bytes` of block r's T_codes row at buf (all of it) add up to its checksum. */
+static int vx_verify(VxTab *t, const BlockRef *r, const uint8_t *buf, int64_t bytes) {
+  if (t->format < 3) return SQLITE_OK;
+  BlockRef row;
+  uint64_t parts;
+  int found, rc = vx_block_ref(t, r->id, &row, &parts, &found);
+  if (rc) return rc;
+  if (found && (uint64_t)r->nonce ==
+                   block_head(r->id, r->dims, r->capacity, r->count, parts) + codes_sum(buf, bytes, 0))
+    return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: its records, count or"
+                 " partition do not match its checksum", t->name, r->id);
 }
 
 /*
@@ -3905,11 +4183,74 @@ static int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t 
   }
   if (!*buf) return SQLITE_NOMEM;
   int rc = vx_blob(t, h, "codes", r->id, 0);
+  if (rc == SQLITE_OK) rc = vx_codes_length(t, *h, r);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);
+  if (rc == SQLITE_OK) rc = vx_verify(t, r, *buf, bytes);
   if (rc && keep) pool_put(&c->pool, *buf);
   if (rc) *buf = 0;
   *fresh = rc == SQLITE_OK && keep;
   return rc;
+}
+
+/*
+** A row about to be scored, c, and its vector v, read from its group: v is
+** finite and is the vector its record was made from (rec_build of v and c's
+** id gives the record the first pass read, which its block's checksum
+** covered): so no score is computed from bytes that are not the row's
+** vector.  rec: room for one record.
+*/
+static int vx_check_vector(VxTab *t, const Cand *c, const float *v, int64_t d, uint8_t *rec) {
+  if (hs_first_nonfinite(v, d) >= 0) {
+    return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
+                   " is not finite", t->name, c->block, c->id);
+  }
+  rec_build(rec, c->id, v, d);
+  if (codes_sum(rec, rec_stride(d), 0) == c->print) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the record of row %lld"
+                 " does not match its vector", t->name, c->block, c->id);
+}
+
+/* A row answered, c: T_rowids holds its rowid where c found it, so no rowid is answered that
+** the table does not hold. */
+static int vx_check_place(VxTab *t, const Cand *c) {
+  int64_t block, slot;
+  int found, rc = vx_find(t, c->id, &block, &slot, &found);
+  if (rc || (found && block == c->block && slot == c->slot)) return rc;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
+                 " %lld, its location says otherwise", t->name, c->block, c->id, c->slot);
+}
+
+/*
+** A query that found no block: none may be found because the partition has
+** none, but a table whose rows have locations has blocks (delete from T_blocks).
+*/
+static int vx_check_blockless(VxTab *t) {
+  int64_t lost = 0;
+  char *sql = sqlite3_mprintf("select not exists (select 1 from \"%w\".\"%w_blocks\") and"
+                              " exists (select 1 from \"%w\".\"%w_rowids\")",
+                              t->schema, t->name, t->schema, t->name);
+  int rc = vx_int(t->db, sql, &lost);
+  sqlite3_free(sql);
+  if (rc) return vx_sql_fail(t, rc);
+  if (!lost) return SQLITE_OK;
+  return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: its rows have locations, but it has no block",
+                 t->name);
+}
+
+/*
+** The candidates a block's scan added, from `first` on: those below the bar
+** now are dropped (it only rises), and each other one gets the fingerprint of
+** its record while the block's records are at hand (buf).
+*/
+static void knn_prints(Knn *s, int64_t first, const uint8_t *buf) {
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  int64_t m = first, stride = rec_stride(s->d);
+  for (int64_t i = first; i < s->ncand; i++) {
+    if (s->cand[i].upper < bar) continue;
+    s->cand[m] = s->cand[i];
+    s->cand[m++].print = codes_sum(buf + s->cand[i].slot * stride, stride, 0);
+  }
+  s->ncand = m;
 }
 
 /* A k-nearest query: the k rows most like a->q among those the conditions select. */
@@ -3954,6 +4295,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
   sqlite3_finalize(st);
   st = 0;
+  if (rc == SQLITE_OK && nrefs == 0) rc = vx_check_blockless(t);
   if (a->all) a->k = total > 0 ? total : 1;
   if (rc == SQLITE_OK && !knn_init(&s, q, d, a->k)) rc = SQLITE_NOMEM;
   /* Which rows: a metadata or rowid range condition lists them; a short rowid set is looked up. */
@@ -3998,24 +4340,30 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
       }
       if (rc || nlist == 0) continue;
     }
-    if (r->count == 0) continue;
+    if (r->count == 0) { /* a block that empties is deleted */
+      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: it holds 0 rows in room"
+                   " for %lld", t->name, r->id, r->capacity);
+      break;
+    }
+    uint8_t *buf;
+    int fresh;
+    if ((rc = block_records(t, r, &h, &buf, &fresh))) break; /* damage first, then the query's */
     if (r->dims != d) {
       rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
                    " compared with have %lld", t->name, d, r->dims);
       break;
     }
-    uint8_t *buf;
-    int fresh;
-    if ((rc = block_records(t, r, &h, &buf, &fresh))) break;
     const int64_t *scan = listed ? list : 0;
     int64_t kept[HS_BLOCK_ROWS], nkept = 0;
     if (a->nnf) { /* the numeric conditions, on the block's own copy of the values */
       nkept = block_pass(a->nf, a->nnf, buf, r->capacity, r->count, d, scan, nlist, kept);
       scan = kept, nlist = nkept;
     }
+    int64_t first = s.ncand;
     if (!(scan && nlist == 0) &&
         !knn_scan(&s, buf, r->count, r->id, scan, nlist, a->has_set ? &a->set : 0))
       rc = SQLITE_NOMEM;
+    knn_prints(&s, first, buf);
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
   }
   vx_blob_close(&h);
@@ -4030,25 +4378,31 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
   Dot2Fn fn = dot2();
   const Layout *l = vx_layout(t, d);
   int64_t open = -1; /* the group h is open on */
+  uint8_t *rec = rc == SQLITE_OK ? malloc((size_t)rec_stride(d)) : 0;
+  I64Map scored = {0}; /* id -> its candidate, for the hits' locations */
+  if (rc == SQLITE_OK && !rec) rc = SQLITE_NOMEM;
   for (int64_t i = 0; i < s.ncand && rc == SQLITE_OK; i++) {
     const Cand *c = &s.cand[i];
     if (c->upper < heap_bar(cur->hits, cur->nhits, a->k)) break;
     int64_t gid = group_id(l, c->block, c->slot);
-    if (gid != open && (rc = vx_blob(t, &h, "vectors", gid, 0))) break;
+    if (gid != open && (rc = vx_group(t, &h, gid, d))) break;
     open = gid;
     rc = vx_blob_read(t, h, v, 4 * d, (c->slot % l->group) * 4 * d, "vectors", gid);
-    if (rc) break;
+    if (rc || (rc = vx_check_vector(t, c, v, d, rec))) break;
+    if (!map_put(&scored, c->id, i)) rc = SQLITE_NOMEM;
     double ab, bb;
     fn(q, v, d, &ab, &bb);
-    if (!isfinite(bb)) {
-      rc = vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: the vector of row %lld"
-                   " is not finite", t->name, c->block, c->id);
-      break;
-    }
     Hit x = {cosine_from(ab, s.qq, bb), c->id};
     heap_push(cur->hits, &cur->nhits, a->k, x);
   }
   vx_blob_close(&h);
+  free(rec);
+  for (int64_t j = 0; j < cur->nhits && rc == SQLITE_OK; j++) {
+    int64_t at = 0;
+    map_find(&scored, cur->hits[j].id, &at);
+    rc = vx_check_place(t, &s.cand[at]);
+  }
+  map_free(&scored);
   if (rc == SQLITE_OK) {
     qsort(cur->hits, (size_t)cur->nhits, sizeof(Hit), cmp_hits);
     rc = cache_sweep(t);
@@ -4115,7 +4469,7 @@ static int vx_scan(VxTab *t, VxCur *c, const char *plan, int argc, sqlite3_value
   if (rc) return rc;
   rc = sqlite3_step(c->rows);
   c->eof = rc != SQLITE_ROW;
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+  return row_in_block(t, c->rows, rc);
 }
 
 static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
@@ -4129,8 +4483,8 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
                    " trigger or view on its shadow tables?)", t->name);
   }
   t->busy = 1;
-  int rc;
-  if (idxNum & 1) {
+  int rc = vx_format(t);
+  if (rc == SQLITE_OK && (idxNum & 1)) {
     KnnArgs a;
     rc = knn_args(t, idxStr, argc, argv, &a);
     c->knn = 1;
@@ -4138,7 +4492,7 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
     if (rc == SQLITE_OK && a.q.v && !a.none) rc = vx_knn(t, c, &a); /* a NULL vector: none */
     knn_args_free(&a);
     c->eof = c->nhits == 0;
-  } else {
+  } else if (rc == SQLITE_OK) {
     rc = vx_scan(t, c, idxStr, argc, argv);
   }
   t->busy = 0;
@@ -4153,8 +4507,7 @@ static int vx_next(sqlite3_vtab_cursor *cur) {
   }
   int rc = sqlite3_step(c->rows);
   c->eof = rc != SQLITE_ROW;
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK
-                                               : vx_sql_fail((VxTab *)cur->pVtab, rc);
+  return row_in_block((VxTab *)cur->pVtab, c->rows, rc);
 }
 
 static int vx_eof(sqlite3_vtab_cursor *cur) { return ((VxCur *)cur)->eof; }
@@ -4180,7 +4533,7 @@ static int knn_row(VxTab *t, VxCur *c) {
   rc = sqlite3_step(c->rows);
   if (rc == SQLITE_ROW) {
     c->at = c->i;
-    return SQLITE_OK;
+    return row_in_block(t, c->rows, rc);
   }
   return rc == SQLITE_DONE ? vx_fail(t, SQLITE_ERROR, "%s: row %lld was deleted while it was read",
                                      t->name, c->hits[c->i].id)
@@ -4245,6 +4598,104 @@ static int vx_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
 
 /* ---- xUpdate ---- */
 
+/*
+** Format 1 or 2 becomes 3 in the transaction of the table's first write: every
+** block's nonce becomes its checksum (one read of T_codes).  A table with a
+** damaged block keeps its format, and its writes random nonces, until it is
+** repaired: its queries and integrity_check say what is wrong.
+*/
+static int vx_upgrade(VxTab *t) {
+  char *sql = sqlite3_mprintf("select id, dims, capacity, count from \"%w\".\"%w_blocks\"",
+                              t->schema, t->name);
+  sqlite3_stmt *st = 0;
+  int rc = sql ? sqlite3_prepare_v2(t->db, sql, -1, &st, 0) : SQLITE_NOMEM;
+  sqlite3_free(sql);
+  BlockRef *refs = 0;
+  int64_t n = 0, cap = 0;
+  while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    rc = vx_check_block(t, sqlite3_column_int64(st, 0), st, 1, 2, 3);
+    if (rc == SQLITE_OK && n == cap) {
+      cap = cap ? 2 * cap : 64;
+      BlockRef *grown = realloc(refs, sizeof(BlockRef) * (size_t)cap);
+      if (grown) refs = grown;
+      else rc = SQLITE_NOMEM;
+    }
+    if (rc == SQLITE_OK) refs[n++].id = sqlite3_column_int64(st, 0);
+  }
+  if (rc == SQLITE_DONE) rc = SQLITE_OK;
+  else if (rc != SQLITE_OK && rc != SQLITE_NOMEM && !t->base.zErrMsg) rc = vx_sql_fail(t, rc);
+  sqlite3_finalize(st);
+  sqlite3_blob *h = 0;
+  uint8_t *buf = 0;
+  int64_t bufcap = 0;
+  for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) {
+    BlockRef *r = &refs[i];
+    uint64_t parts;
+    int found;
+    if ((rc = vx_block_ref(t, r->id, r, &parts, &found))) break;
+    int64_t bytes = block_bytes(t, r->capacity, r->dims);
+    if (found && (rc = vx_blob(t, &h, "codes", r->id, 0))) break;
+    if (!found || sqlite3_blob_bytes(h) != bytes) {
+      rc = SQLITE_CORRUPT_VTAB;
+      break;
+    }
+    if (bytes > bufcap) {
+      free(buf);
+      bufcap = 0;
+      if (!(buf = malloc((size_t)bytes))) {
+        rc = SQLITE_NOMEM;
+        break;
+      }
+      bufcap = bytes;
+    }
+    if ((rc = vx_blob_read(t, h, buf, bytes, 0, "codes", r->id))) break;
+    r->nonce = (sqlite3_int64)(block_head(r->id, r->dims, r->capacity, r->count, parts) +
+                               codes_sum(buf, bytes, 0));
+  }
+  vx_blob_close(&h);
+  free(buf);
+  for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) rc = vx_set_nonce(t, refs[i].id, refs[i].nonce);
+  free(refs);
+  if (rc == SQLITE_OK) {
+    rc = vx_exec(t->db, 0, "insert or replace into \"%w\".\"%w_info\"(key, value) values"
+                 " ('format', %d)", t->schema, t->name, HS_FORMAT);
+    if (rc == SQLITE_OK) t->format = HS_FORMAT;
+    else rc = vx_sql_fail(t, rc);
+  } else if ((rc & 0xff) == SQLITE_CORRUPT) { /* left as it is */
+    sqlite3_free(t->base.zErrMsg);
+    t->base.zErrMsg = 0;
+    rc = SQLITE_OK;
+  }
+  return rc;
+}
+
+/* A write transaction begins: another connection may have changed the format since. */
+static int vx_begin(sqlite3_vtab *vt) {
+  VxTab *t = (VxTab *)vt;
+  t->format = -1;
+  t->upgrade = 1;
+  return SQLITE_OK;
+}
+
+/* SQLite rolls a statement back through xRollbackTo only in tables that have an xSavepoint. */
+static int vx_savepoint(sqlite3_vtab *vt, int n) {
+  (void)vt;
+  (void)n;
+  return SQLITE_OK;
+}
+
+/* What was rolled back may have been an upgrade: the format is read again when next needed. */
+static int vx_rollback(sqlite3_vtab *vt) {
+  ((VxTab *)vt)->format = -1;
+  return SQLITE_OK;
+}
+
+static int vx_rollback_to(sqlite3_vtab *vt, int n) {
+  (void)n;
+  return vx_rollback(vt);
+}
+
+
 static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_int64 *out) {
   VxTab *t = (VxTab *)vt;
   if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
@@ -4254,10 +4705,13 @@ static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_
   }
   t->busy = 1;
   sqlite3_int64 last = sqlite3_last_insert_rowid(t->db); /* block inserts must not change it */
-  int rc = SQLITE_OK;
-  if (argc == 1) {
+  map_free(&t->pending);
+  int rc = vx_format(t);
+  if (rc == SQLITE_OK && t->upgrade && t->format < HS_FORMAT) rc = vx_upgrade(t);
+  t->upgrade = 0;
+  if (rc == SQLITE_OK && argc == 1) {
     rc = vx_remove(t, sqlite3_value_int64(argv[0]));
-  } else {
+  } else if (rc == SQLITE_OK) {
     sqlite3_value **cols = argv + 2;
     int insert = sqlite3_value_type(argv[0]) == SQLITE_NULL;
     int64_t old = insert ? 0 : sqlite3_value_int64(argv[0]), rowid = 0;
@@ -4319,6 +4773,7 @@ static void vx_free(VxTab *t) {
   if (!t) return;
   vx_finish(t);
   cache_clear(&t->cache);
+  map_free(&t->pending);
   vx_free_cols(t);
   sqlite3_free(t->schema);
   sqlite3_free(t->name);
@@ -4432,12 +4887,15 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
       int layout_ok = sqlite3_column_type(st, 3) == SQLITE_INTEGER &&
                       sqlite3_column_type(st, 4) == SQLITE_INTEGER && rows >= HS_BLOCK_MIN &&
                       rows <= HS_BLOCK_ROWS && group >= 1 && group <= rows;
-      int whole = ftype == SQLITE_NULL || (ftype == SQLITE_INTEGER && format == 1)
-                      ? ptype == SQLITE_NULL /* format 1 has no page size */
-                      : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
-                            page >= 512 && page <= 65536 && (!t->dims || layout_ok);
+      /* Format 1 has no page size, nor has format 3 of a table made in format 1. */
+      int v1 = ftype == SQLITE_NULL ||
+               (ftype == SQLITE_INTEGER && (format == 1 || (format == 3 && ptype == SQLITE_NULL)));
+      int whole = v1 ? ptype == SQLITE_NULL
+                     : ftype == SQLITE_INTEGER && format >= 2 && ptype == SQLITE_INTEGER &&
+                           page >= 512 && page <= 65536 && (!t->dims || layout_ok);
       t->rows = sqlite3_column_int64(st, 1);
-      t->page = format >= 2 ? page : 0;
+      t->page = v1 ? 0 : page;
+      t->format = ftype == SQLITE_NULL ? 1 : format;
       t->nlayouts = 0;
       if (ftype == SQLITE_INTEGER && format > HS_FORMAT) {
         *err = sqlite3_mprintf("vector_index: %s was made by a newer hybridsql (storage format"
@@ -4447,7 +4905,7 @@ static int vx_init(sqlite3 *db, int argc, const char *const *argv, sqlite3_vtab 
         *err = sqlite3_mprintf("vector_index: the layout of %s in %s_info is corrupt", t->name,
                                t->name);
         rc = SQLITE_CORRUPT_VTAB;
-      } else if (format >= 2 && t->dims) {
+      } else if (!v1 && t->dims) {
         t->layouts[0] = (Layout){t->dims, rows, group};
         t->nlayouts = 1;
       }
@@ -4576,10 +5034,17 @@ static int vx_shadow_name(const char *suffix) {
 ** replaced, a row missing or of the wrong size): not an interrupt, a lock, I/O or memory. */
 static int is_damage(int rc) { return rc == SQLITE_ERROR || (rc & 0xff) == SQLITE_CORRUPT; }
 
+/* The error met while checking, a shadow table gone or a row missing, as integrity's report. */
+static int integrity_report(VxTab *t, const char *name, char **err) {
+  *err = t->base.zErrMsg ? sqlite3_mprintf("%s", t->base.zErrMsg)
+                         : sqlite3_mprintf("%s: %s", name, sqlite3_errmsg(t->db));
+  return *err ? SQLITE_OK : SQLITE_NOMEM;
+}
+
 /*
 ** PRAGMA integrity_check (SQLite 3.44 and later): every block is as the
-** writes leave it, and (not for quick_check) every row's record, float32
-** vector and location agree.  The first problem found is reported, as text
+** writes leave it (in format 3, its checksum too), and (not for quick_check)
+** every row's record, float32 vector and location agree.  The first problem found is reported, as text
 ** naming the table and block; an interrupt, a lock or an I/O error while
 ** checking is returned as itself, not reported as damage.
 */
@@ -4593,14 +5058,15 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   }
   sqlite3_free(t->base.zErrMsg);
   t->base.zErrMsg = 0;
+  int rc = vx_format(t);
+  if (rc) return is_damage(rc) ? integrity_report(t, name, err) : rc;
   sqlite3_str *sql = sqlite3_str_new(0);
   sqlite3_str_appendall(sql, "select id, dims, capacity, count");
   append_cols(sql, "", 'p', t->npart, 1);
-  sqlite3_str_appendf(sql, " from \"%w\".\"%w_blocks\" order by ", t->schema, t->name);
+  sqlite3_str_appendf(sql, ", nonce from \"%w\".\"%w_blocks\" order by ", t->schema, t->name);
   append_cols(sql, "", 'p', t->npart, 0);
   sqlite3_str_appendall(sql, t->npart ? ", id" : "id");
   Binds none = {0};
-  int rc;
   sqlite3_stmt *st = prepare_bound(t, sql, &none, &rc);
   sqlite3_value *prev[HS_MAX_FILTERS] = {0};
   int64_t prev_id = -1, prev_full = 1, prev_dims = 0, total = 0;
@@ -4643,7 +5109,7 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
       if (!problem) problem = NOMEM;
       break;
     }
-    if (flags & 1) continue; /* quick_check */
+    if ((flags & 1) && t->format < 3) continue; /* quick_check, with no checksum to check */
     free(buf);
     buf = malloc((size_t)(whole + stride + 9 * HS_MAX_FILTERS));
     v = realloc(v, sizeof(float) * (size_t)dims);
@@ -4653,6 +5119,19 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
     }
     rec = buf + whole;
     if ((rc = vx_blob_read(t, hc, buf, whole, 0, "codes", id))) break;
+    if (t->format >= 3) {
+      sqlite3_value *parts[HS_MAX_FILTERS];
+      for (int i = 0; i < t->npart; i++) parts[i] = sqlite3_column_value(st, 4 + i);
+      uint64_t sum = block_head(id, dims, capacity, count, hash_values(parts, t->npart)) +
+                     codes_sum(buf, whole, 0);
+      if (sum != (uint64_t)sqlite3_column_int64(st, 4 + t->npart)) {
+        problem = sqlite3_mprintf("%s: block %lld is damaged: its records, count or partition do"
+                                  " not match its checksum", name, id);
+        if (!problem) problem = NOMEM;
+        break;
+      }
+    }
+    if (flags & 1) continue; /* quick_check */
     for (int64_t s = 0; s < count && !problem && rc == SQLITE_OK; s++) {
       int64_t rowid = rec_id(buf + s * stride), b, sl;
       int found;
@@ -4719,11 +5198,8 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   vx_blob_close(&hv);
   free(buf);
   free(v);
-  if (!problem && is_damage(rc)) { /* a shadow table gone, a row missing or too short */
-    problem = t->base.zErrMsg ? sqlite3_mprintf("%s", t->base.zErrMsg)
-                              : sqlite3_mprintf("%s: %s", name, sqlite3_errmsg(t->db));
-    if (!problem) problem = NOMEM;
-  }
+  /* a shadow table gone, a row missing or too short */
+  if (!problem && is_damage(rc)) return integrity_report(t, name, err);
   if (problem == NOMEM) return SQLITE_NOMEM;
   if (problem) {
     *err = problem;
@@ -4748,6 +5224,10 @@ static sqlite3_module vx_module = {
     .xRowid = vx_rowid,
     .xUpdate = vx_xupdate,
     .xRename = vx_rename,
+    .xBegin = vx_begin,
+    .xRollback = vx_rollback,
+    .xSavepoint = vx_savepoint,
+    .xRollbackTo = vx_rollback_to,
     .xShadowName = vx_shadow_name,
     .xIntegrity = vx_integrity,
 };

@@ -9,7 +9,8 @@ transaction that has written a row of its own, runs every kind of statement: k-n
 with each kind of filter, scans, point reads, inserts, updates of each column, deletes.
 
 It requires: no crash and no memory error (the extension is built with the sanitizers when
-HYBRIDSQL_SANITIZE=1 installed it); every error is SQLITE_CORRUPT naming the table and the block
+HYBRIDSQL_SANITIZE=1 installed it); every rowid a k-nearest query answers is one T_rowids holds;
+every error is SQLITE_CORRUPT naming the table and the block
 or shadow table (or one of the few statement errors damage can lead to, listed in ALLOWED);
 the caller's transaction and its own row survive every error; and once a statement has met the
 damage, `pragma integrity_check` reports a problem.
@@ -66,13 +67,14 @@ ALLOWED = [
 ]
 # T_info's format changed to a later one: the table is refused, as a newer hybridsql's would be.
 NEWER = re.compile(
-    r"vector_index: t was made by a newer hybridsql \(storage format \d+; this one reads 2\)"
+    r"vector_index: t was made by a newer hybridsql \(storage format \d+; this one reads 3\)"
 )
 # SQLITE_CORRUPT names the table and the block, or the shadow table it cannot read.
 CORRUPT = re.compile(
     r"(t: block -?\d+ is damaged: |t: row -?\d+ is damaged: "
     r"|t: row -?\d+ is in block -?\d+, which is missing"
     r"|t: the partition of row -?\d+ has no last block"
+    r"|t: its rows have locations, but it has no block"
     r"|vector_index: the shadow tables of t cannot be read: "
     r"|vector_index: the layout of t in t_info is corrupt)"
 )
@@ -222,7 +224,12 @@ def check(template: str, work: str, src: Source) -> list:
         met, refused = [], False
         for sql in STATEMENTS:
             try:
-                conn.execute(sql).fetchall()
+                rows = conn.execute(sql).fetchall()
+                if " match " in sql:  # each row answered is one the table holds
+                    for row in rows:
+                        held = "select count(*) from t_rowids where id = ?"
+                        if conn.execute(held, (row[0],)).fetchone() != (1,):
+                            raise AssertionError(f"{done}: {sql}: answered rowid {row[0]}")
             except apsw.Error as e:
                 message = str(e)
                 if isinstance(e, apsw.CorruptError):

@@ -19,8 +19,10 @@ FREE = "(freelist)"  # pages SQLite freed, reused before the file grows
 
 def file_stats(path: str) -> dict:
     """The breakdown of the index in ``path``, opened read-only (any schema version)."""
+    import apsw
+
     from hybridsql.errors import DatabaseError
-    from hybridsql.extension import connect
+    from hybridsql.extension import connect, file_error
     from hybridsql.schema import schema_version
 
     conn = connect(path, readonly=True, create=False)
@@ -28,6 +30,11 @@ def file_stats(path: str) -> dict:
         if schema_version(conn) is None:
             raise DatabaseError(f"{path} is not a hybridsql index")
         return breakdown(conn)
+    except apsw.Error as e:  # a damaged vector_index table, met counting its rows
+        problem = file_error(e, path, writing=False)
+        if problem is None:
+            raise
+        raise problem from e
     finally:
         conn.close()
 

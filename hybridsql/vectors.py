@@ -1,8 +1,9 @@
 """The vector top-k of the numpy and pure-Python backends, read from vector_index's own storage.
 
 A ``vector_index`` table (csrc/hybridsql.c, Requirement 10) keeps its rows in shadow tables of the
-same file: ``T_blocks`` (one row per block of up to 256 rows of one partition, with a random nonce
-that changes with every write), ``T_codes`` (each block's records: the row ids come from there),
+same file: ``T_blocks`` (one row per block of up to 256 rows of one partition, with a nonce that
+changes with every write: from storage format 3 the block's checksum, which this reader does not
+check, as the extension does), ``T_codes`` (each block's records: the row ids come from there),
 ``T_vectors`` (the float32 vectors, in groups) and ``T_rowids``. :class:`VectorReader` reads them
 directly, so it needs no native code and works on any connection, apsw's or Python's ``sqlite3``.
 It keeps each block it has read with the nonce it was read at and reads a block again only when

@@ -1094,21 +1094,31 @@ def test_every_command_on_a_damaged_or_foreign_file_answers_in_one_line(
         assert err.count("\n") == 1 and err.startswith("hybridsql: "), err
 
 
-@pytest.mark.parametrize("command", ["search", "memory search", "memory add"])
+NEWER_STORAGE = (
+    "{db} was made by a newer hybridsql (its vectors' storage format 99, this one reads 3);"
+    " upgrade hybridsql to use it"
+)
+OTHER_DIMENSION = (
+    "{db} holds vectors of 385 dimensions where its model gives 384: the model changed under the"
+    " same name, or the file is damaged; index into a new file, or restore it from a backup"
+)
+# A block whose dims disagree with its codes row is damage (its records are another length): a
+# search reads the block and says so; an insert meets only the partition's dims.
+DAMAGED_BLOCK = (
+    "{db} is damaged (vectors: block {block} is damaged: its codes row has 6400 bytes, not"
+    " 6528); restore it from a backup or recover it with `sqlite3 {db} .recover`"
+)
+
+
 @pytest.mark.parametrize(
-    ("damage", "line"),
+    ("damage", "command", "line"),
     [
-        (
-            "a newer vector storage format",
-            "{db} was made by a newer hybridsql (its vectors' storage format 99, this one reads"
-            " 2); upgrade hybridsql to use it",
-        ),
-        (
-            "vectors of another dimension",
-            "{db} holds vectors of 385 dimensions where its model gives 384: the model changed"
-            " under the same name, or the file is damaged; index into a new file, or restore it"
-            " from a backup",
-        ),
+        ("a newer vector storage format", "search", NEWER_STORAGE),
+        ("a newer vector storage format", "memory search", NEWER_STORAGE),
+        ("a newer vector storage format", "memory add", NEWER_STORAGE),
+        ("vectors of another dimension", "search", DAMAGED_BLOCK.replace("{block}", "1")),
+        ("vectors of another dimension", "memory search", DAMAGED_BLOCK.replace("{block}", "2")),
+        ("vectors of another dimension", "memory add", OTHER_DIMENSION),
     ],
 )
 def test_the_line_names_what_is_wrong(command, damage, line, damaged_files, tmp_path, capsys):

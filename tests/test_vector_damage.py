@@ -19,7 +19,7 @@ import sys
 import apsw
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import EXAMPLES, ROOT, run_hybridsql
 
 import hybridsql
 from hybridsql.mcp_server import Guard, ToolError
@@ -131,8 +131,8 @@ ROW_DAMAGE = [
     (
         "update t_codes set data = x'00'",
         KNN,
-        R + "its codes row 1 has 1 bytes, too few for 528 at 0",
         R + "its codes row has 1 bytes, not 528",
+        None,
         None,
     ),
     (
@@ -159,8 +159,8 @@ ROW_DAMAGE = [
     (
         "update t_vectors set data = substr(data, 1, 8)",
         "select rowid, e from t",
-        R + "its vectors row 256 has 8 bytes, too few for 8 at 8",
-        R + "its vectors row 256 has 8 bytes, too few for 8 at 8",
+        R + "its vectors row 256 has 8 bytes, not 1976",
+        None,
         "ok",
     ),
     (
@@ -210,6 +210,324 @@ def test_damaged_codes_vectors_and_rowids(tmp_path, damage, sql, message, integr
     conn.execute("commit")
     integrity = integrity or message
     assert checks(conn) == ([(integrity,)], [(quick or integrity,)])
+
+
+# -- issue 34, item 2: damage that leaves every row its length ------------------------------
+
+V = "vectors: block 1 is damaged: "
+SUM = "its records, count or partition do not match its checksum"
+DOCS = "and model_id = 'm' and kind = 'document'"
+VKNN = "select rowid, score from vectors where vector match ? and k = 3 " + DOCS
+VSCAN = "select count(*) from vectors"
+
+
+@pytest.fixture(scope="module")
+def hybrid_template(tmp_path_factory):
+    """A table shaped as hybridsql's `vectors` (float[], partitions model_id and kind): 600 rows
+    of 384 dimensions in blocks 1, 2 (255 rows each) and 3 (90 rows, room for 128)."""
+    path = tmp_path_factory.mktemp("hybrid") / "template.db"
+    conn = connect(path)
+    conn.execute(
+        "create virtual table vectors using vector_index(chunk_id integer primary key,"
+        " vector float[], model_id text partition key, kind text partition key)"
+    )
+    rng = np.random.default_rng(1)
+    with conn:
+        conn.executemany(
+            "insert into vectors(chunk_id, vector, model_id, kind) values (?, ?, 'm', 'document')",
+            [(i, rng.standard_normal(384).astype(np.float32).tobytes()) for i in range(1, 601)],
+        )
+    conn.execute("create table other(x)")
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def hybrid(hybrid_template, tmp_path):
+    path = tmp_path / "v.db"
+    shutil.copy(hybrid_template, path)
+    return path
+
+
+QUERY = np.random.default_rng(5).standard_normal(384).astype(np.float32).tobytes()
+# (the issue's damage, what a k-nearest query of the documents says, a scan, integrity_check)
+SAME_LENGTH = [
+    ("update vectors_codes set data = zeroblob(length(data))", V + SUM, None, V + SUM),
+    ("update vectors_codes set data = randomblob(length(data))", V + SUM, None, V + SUM),
+    (
+        "update vectors_blocks set count = 10 where id = 1",
+        V + SUM,
+        V + "row 11 is in its slot 10, not 0 to 9",
+        V + SUM,
+    ),
+    (
+        "update vectors_blocks set count = 0 where id = 3",
+        "vectors: block 3 is damaged: it holds 0 rows in room for 255",
+        "vectors: block 3 is damaged: row 511 is in its slot 0, not 0 to -1",
+        "vectors: block 3 is damaged: it holds 0 rows in room for 255",
+    ),
+    (
+        "update vectors_blocks set dims = 3 where id = 1",
+        V + "it has room for 255 rows, not 1 to 169",
+        V + "it has room for 255 rows, not 1 to 169",
+        V + "it has room for 255 rows, not 1 to 169",
+    ),
+    (
+        "update vectors_blocks set dims = 200 where id = 3",
+        "vectors: block 3 is damaged: its codes row has 102000 bytes, not 55080",
+        None,
+        "vectors: block 3 is damaged: it follows a block of its partition that is not full or has"
+        " other dimensions",
+    ),
+    (
+        "update vectors_vectors set data = data || x'00000000' where id = 256",
+        None,
+        None,
+        V + "its vectors row 256 has 4612 bytes, not 4608",
+    ),
+    (
+        "update vectors_codes set data = data || x'0000000000000000' where id = 1",
+        V + "its codes row has 102008 bytes, not 102000",
+        None,
+        V + "its codes row has 102008 bytes, not 102000",
+    ),
+    (
+        "delete from vectors_blocks",
+        "vectors: its rows have locations, but it has no block",
+        "vectors: row 1 is in block 1, which is missing",
+        "vectors: 600 rows have a location, the blocks hold 0",
+    ),
+    ("update vectors_blocks set p1 = 'memory' where id = 1", None, None, V + SUM),
+]
+
+
+@pytest.mark.parametrize("damage,knn,scan,integrity", SAME_LENGTH, ids=[d[0] for d in SAME_LENGTH])
+def test_damage_of_the_same_length_is_corrupt_never_an_answer(hybrid, damage, knn, scan, integrity):
+    """Each of the issue's changes: a query that reads the damaged rows fails with
+    SQLITE_CORRUPT naming the table and block (before, the first two answered rowid 0 three
+    times, or random rowids; a lowered count answered from the rows left; a partition changed
+    lost documents), the caller's transaction survives, and both checks report it (before,
+    integrity_check said ok to a partition changed). None: the statement does not read the
+    damaged rows, and answers."""
+    plain = apsw.Connection(str(hybrid))
+    plain.execute(damage)
+    plain.close()
+    conn = connect(hybrid)
+    conn.execute("begin; insert into other values (1)")
+    for sql, message in ((VKNN, knn), (VSCAN, scan)):
+        if message is None:
+            conn.execute(sql, (QUERY,) if "?" in sql else ()).fetchall()
+            continue
+        with pytest.raises(apsw.CorruptError, match="^" + re.escape(message) + "$"):
+            conn.execute(sql, (QUERY,) if "?" in sql else ()).fetchall()
+        assert in_transaction(conn)
+    assert conn.execute("select count(*) from other").fetchone() == (1,)
+    conn.execute("commit")
+    assert conn.execute("pragma integrity_check").fetchall() == [(integrity,)]
+    assert conn.execute("pragma quick_check").fetchall()[0][0] in (integrity, "ok")
+
+
+def test_a_partition_value_changed_is_met_by_the_queries_of_that_partition(hybrid):
+    """A block moved to another partition (documents to memories) is found by every query that
+    reads it: the new partition's, and one of every partition."""
+    plain = apsw.Connection(str(hybrid))
+    plain.execute("update vectors_blocks set p1 = 'memory' where id = 1")
+    plain.close()
+    conn = connect(hybrid)
+    for where in ("and kind = 'memory'", ""):
+        sql = f"select rowid from vectors where vector match ? and k = 3 {where}"
+        with pytest.raises(apsw.CorruptError, match="^" + re.escape(V + SUM) + "$"):
+            conn.execute(sql, (QUERY,)).fetchall()
+
+
+def swap_vectors(path, group, a, b, d=384):
+    """Swaps the float32 vectors of slots a and b of a T_vectors group: every byte still one of
+    the table's vectors, each in another row's place."""
+    plain = apsw.Connection(str(path))
+    (data,) = plain.execute("select data from vectors_vectors where id = ?", (group,)).fetchone()
+    rows = bytearray(data)
+    x, y = rows[4 * d * a : 4 * d * (a + 1)], rows[4 * d * b : 4 * d * (b + 1)]
+    rows[4 * d * a : 4 * d * (a + 1)], rows[4 * d * b : 4 * d * (b + 1)] = y, x
+    plain.execute("update vectors_vectors set data = ? where id = ?", (bytes(rows), group))
+    plain.close()
+
+
+def best(path):
+    """The best row of VKNN on an intact copy, and its block and slot."""
+    conn = connect(path)
+    (rowid, _), *_ = conn.execute(VKNN, (QUERY,)).fetchall()
+    block, slot = conn.execute(
+        "select block, slot from vectors_rowids where id = ?", (rowid,)
+    ).fetchone()
+    conn.close()
+    return rowid, block, slot
+
+
+def test_a_vector_swapped_with_another_is_corrupt_not_scored(hybrid):
+    """A row's float32 vector replaced by another row's (same length, finite, a real vector):
+    the row is rescored from it only after its record is checked against it."""
+    rowid, block, slot = best(hybrid)
+    group = block * 256 + slot // 3  # 3 rows a group at 4 KiB pages
+    swap_vectors(hybrid, group, slot % 3, (slot + 1) % 3)
+    conn = connect(hybrid)
+    message = (
+        f"vectors: block {block} is damaged: the record of row {rowid} does not match its vector"
+    )
+    with pytest.raises(apsw.CorruptError, match="^" + re.escape(message) + "$"):
+        conn.execute(VKNN, (QUERY,)).fetchall()
+    assert (
+        conn.execute("pragma integrity_check")
+        .fetchone()[0]
+        .startswith(f"vectors: block {block} is damaged: the record of row ")
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "delete from vectors_rowids where id = ?",
+        "update vectors_rowids set slot = 200 where id = ?",
+    ],
+)
+def test_a_rowid_is_answered_only_where_its_location_says(hybrid, damage):
+    rowid, block, slot = best(hybrid)
+    plain = apsw.Connection(str(hybrid))
+    plain.execute(damage, (rowid,))
+    plain.close()
+    conn = connect(hybrid)
+    message = (
+        f"vectors: block {block} is damaged: row {rowid} is in its slot {slot}, its location says"
+        " otherwise"
+    )
+    with pytest.raises(apsw.CorruptError, match="^" + re.escape(message) + "$"):
+        conn.execute(VKNN, (QUERY,)).fetchall()
+
+
+def test_a_cached_block_answers_only_what_the_file_held_when_it_passed(hybrid):
+    """A connection keeps the blocks it read twice, each checked against its checksum when read.
+    The file's records are then overwritten with bytes of the same length and the nonce left
+    alone: that connection answers from its copy, the table's true rows (it reads no T_codes
+    row), while a new connection, which reads them, and integrity_check say what is wrong."""
+    conn = connect(hybrid)
+    want = conn.execute(VKNN, (QUERY,)).fetchall()
+    assert conn.execute(VKNN, (QUERY,)).fetchall() == want  # read twice: kept
+    plain = apsw.Connection(str(hybrid))
+    plain.execute("update vectors_codes set data = zeroblob(length(data))")
+    plain.close()
+    assert conn.execute(VKNN, (QUERY,)).fetchall() == want
+    with pytest.raises(apsw.CorruptError, match="^" + re.escape(V + SUM) + "$"):
+        connect(hybrid).execute(VKNN, (QUERY,)).fetchall()
+    assert conn.execute("pragma integrity_check").fetchall() == [(V + SUM,)]
+
+
+def as_format_2(path):
+    """Makes the table what hybridsql before format 3 left: random nonces, format 2."""
+    plain = apsw.Connection(str(path))
+    plain.execute("update vectors_blocks set nonce = random()")
+    plain.execute("update vectors_info set value = 2 where key = 'format'")
+    plain.close()
+
+
+def test_a_format_2_table_is_read_and_becomes_format_3_at_its_first_write(hybrid, tmp_path):
+    """Its random nonces are not checksums: it is read as before (no false damage), its rows
+    scored are checked all the same (zeroed records: CORRUPT, not rowid 0), and the first write
+    transaction sums every block; then the checksums find what only they can."""
+    as_format_2(hybrid)
+    shutil.copy(hybrid, tmp_path / "zeroed.db")
+    plain = apsw.Connection(str(tmp_path / "zeroed.db"))
+    plain.execute("update vectors_codes set data = zeroblob(length(data))")
+    plain.close()
+    with pytest.raises(
+        apsw.CorruptError, match=r"^vectors: block \d is damaged: the record of row 0"
+    ):
+        connect(tmp_path / "zeroed.db").execute(VKNN, (QUERY,)).fetchall()
+    conn = connect(hybrid)
+    want = conn.execute(VKNN, (QUERY,)).fetchall()
+    assert checks(conn) == ([("ok",)], [("ok",)])
+    nonces = conn.execute("select nonce from vectors_blocks order by id").fetchall()
+    with conn:
+        conn.execute("delete from vectors where rowid = 600")
+    assert conn.execute("select value from vectors_info where key = 'format'").fetchone() == (3,)
+    assert (
+        conn.execute("select nonce from vectors_blocks where id < 3 order by id").fetchall()
+        != (nonces[:2])
+    )
+    assert conn.execute(VKNN, (QUERY,)).fetchall() == want
+    assert checks(conn) == ([("ok",)], [("ok",)])
+    conn.execute("update vectors_blocks set count = 10 where id = 1")
+    assert checks(conn) == ([(V + SUM,)], [(V + SUM,)])
+
+
+def test_an_upgrade_rolled_back_leaves_format_2_readable(hybrid):
+    """The write that upgrades is rolled back: the file is format 2 again, with its random
+    nonces, and the connection that upgraded reads it as format 2 (no false damage)."""
+    as_format_2(hybrid)
+    conn = connect(hybrid)
+    conn.execute("begin")
+    conn.execute("delete from vectors where rowid = 600")
+    assert conn.execute("select value from vectors_info where key = 'format'").fetchone() == (3,)
+    conn.execute("rollback")
+    assert conn.execute("select value from vectors_info where key = 'format'").fetchone() == (2,)
+    assert len(conn.execute(VKNN, (QUERY,)).fetchall()) == 3
+    assert checks(conn) == ([("ok",)], [("ok",)])
+
+
+# Issue 34 item 5: the index's `vectors` damaged or from a newer hybridsql, every command.
+INDEX_DAMAGE = {
+    "newer storage format": "update vectors_info set value = 99 where key = 'format'",
+    "dims of every block": "update vectors_blocks set dims = 3",
+    "codes zeroed": "update vectors_codes set data = zeroblob(length(data))",
+    "counts lowered": "update vectors_blocks set count = count - 1",
+    "blocks deleted": "delete from vectors_blocks",
+    "a partition changed": "update vectors_blocks set p1 = 'memory' where p1 = 'document'",
+}
+COMMANDS = (
+    ["search", "deploy"],
+    ["memory", "documents", "deploy"],
+    ["stats"],
+    ["index", EXAMPLES],
+    ["memory", "add", "Deploys wait for the freeze to end"],
+)
+NEWER_LINE = (
+    "hybridsql: {db} was made by a newer hybridsql (its vectors' storage format 99, this one"
+    " reads 3); upgrade hybridsql to use it"
+)
+DAMAGED_LINE = (
+    "hybridsql: {db} is damaged ({why}); restore it from a backup or recover it with"
+    " `sqlite3 {db} .recover`"
+)
+SEARCH_SAYS = {
+    "newer storage format": NEWER_LINE,
+    "dims of every block": DAMAGED_LINE.replace(
+        "{why}", "vectors: block {block} is damaged: its codes row has {n} bytes, not {m}"
+    ),
+    "codes zeroed": DAMAGED_LINE.replace("{why}", "vectors: block {block} is damaged: " + SUM),
+    "counts lowered": DAMAGED_LINE.replace("{why}", "vectors: block {block} is damaged: " + SUM),
+}
+
+
+@pytest.mark.parametrize("damage", INDEX_DAMAGE)
+def test_every_command_on_a_damaged_index_answers_one_line(example_db, tmp_path, damage):
+    """Each command on a copy of an index whose vectors were damaged, or written by a newer
+    hybridsql: its answer, or one line and exit code 1; never a traceback (a newer storage
+    format was a traceback from every command, the dims of a damaged block from search). A
+    search that reads the damaged blocks says which; a search of documents does not read
+    a block moved to the memories, which integrity_check finds."""
+    db = str(tmp_path / "damaged.db")
+    shutil.copy(example_db, db)
+    plain = apsw.Connection(db)
+    plain.execute(INDEX_DAMAGE[damage])
+    plain.close()
+    for argv in COMMANDS:
+        proc = run_hybridsql(*argv, "--db", db)
+        assert "Traceback" not in proc.stdout + proc.stderr, (argv, proc.stderr)
+        if proc.returncode:
+            assert (proc.returncode, proc.stderr.count("\n")) == (1, 1), (argv, proc.stderr)
+            assert proc.stderr.startswith("hybridsql: "), (argv, proc.stderr)
+        if argv[0] == "search" and damage in SEARCH_SAYS:
+            pattern = re.escape(SEARCH_SAYS[damage]).replace(re.escape("{db}"), re.escape(db))
+            pattern = re.sub(r"\\\{(block|n|m)\\\}", r"\\d+", pattern)
+            assert re.fullmatch(pattern, proc.stderr.rstrip("\n")), proc.stderr
 
 
 # -- item 6: shadow tables dropped, renamed or replaced ---------------------------------------

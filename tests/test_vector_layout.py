@@ -1,5 +1,6 @@
-"""vector_index's storage layout: sized to the database's page size when a table is made (format 2,
-in T_info), the same answers at any page size, and files of format 1 still read and written.
+"""vector_index's storage layout: sized to the database's page size when a table is made (from
+format 2, in T_info), the same answers at any page size, and files of format 1 still read and
+written (their first write makes them format 3, keeping their layout).
 """
 
 import gzip
@@ -83,7 +84,7 @@ def test_page_sizes_give_the_same_answers(tmp_path, dims):
             ).fetchone()
         )
         assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
-        assert info(conn)["format"] == 2 and info(conn)["page_size"] == page
+        assert info(conn)["format"] == 3 and info(conn)["page_size"] == page
         conn.close()
     assert got[0] == got[1]
     assert layouts[0] != layouts[1]  # the two pages sizes did lay the rows out differently
@@ -106,7 +107,7 @@ def test_info_records_the_layout(tmp_path):
     for page in (4096, 16384, 65536):
         conn = made_at(tmp_path / f"p{page}.db", page, "e float[384], tag integer")
         layout = info(conn)
-        assert layout["format"] == 2 and layout["page_size"] == page
+        assert layout["format"] == 3 and layout["page_size"] == page
         rows, group = layout["block_rows"], layout["group_rows"]
         assert 16 <= rows <= 256 and 1 <= group <= rows
         v = np.random.default_rng(1).standard_normal((2 * rows + 3, 384)).astype(np.float32)
@@ -157,8 +158,9 @@ def test_format_1_file_reads_and_writes(tmp_path):
         conn.execute("delete from v where rowid % 11 = 0")
     alive = {i for i in range(1, 901) if i % 11}
     check(alive)
-    # Still format 1: 256 rows a block, groups of 128 rows of 24 floats.
-    assert info(conn) == {"format": 1}
+    # The first write made it format 3 (checksums: test_vector_damage.py) and kept format 1's
+    # layout: 256 rows a block, groups of 128 rows of 24 floats.
+    assert info(conn) == {"format": 3}
     assert conn.execute("select max(capacity) from v_blocks").fetchone() == (256,)
     assert conn.execute("select distinct length(data) from v_vectors").fetchall() == [(12288,)]
     assert conn.execute("pragma integrity_check").fetchall() == [("ok",)]
