@@ -189,27 +189,27 @@ def hangul(c: int) -> str:
 
 
 def render(table: list, ccc: dict) -> str:
-    records: dict = {}  # (kind, output or None for the code point itself) -> index
+    records: dict = {}  # (kind, output or None for the code point itself, marks) -> index
     pool: list = []
     pool_at: dict = {}
     per_cp = []
     for c, (kind, out) in enumerate(table):
         if 0xAC00 <= c <= 0xD7A3 and kind == WORD and out == hangul(c):
-            key = (HANGUL, None)
+            key = (HANGUL, None, 0)
         else:
-            key = (kind, None if out == chr(c) else out)
+            marks = int(any(ord(m) in ccc for m in out))
+            key = (kind, None if out == chr(c) else out, marks)
         if key not in records:
             records[key] = len(records)
         per_cp.append(records[key])
     rows = []
-    for (kind, out), _ in sorted(records.items(), key=lambda r: r[1]):
+    for (kind, out, marks), _ in sorted(records.items(), key=lambda r: r[1]):
         if out is None:
-            rows.append((kind, 255, 0, 0))
+            rows.append((kind, 255, 0, marks))
             continue
         if out not in pool_at:
             pool_at[out] = len(pool)
             pool.extend(ord(m) for m in out)
-        marks = int(any(ord(m) in ccc for m in out))
         rows.append((kind, len(out), pool_at[out], marks))
     blocks: dict = {}
     stage1 = []

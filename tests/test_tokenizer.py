@@ -183,6 +183,107 @@ def test_edges(text):
     check(text)
 
 
+# Marks that survive strip_accents, of combining classes 7, 9, 216, 224, 226 and 230 (the classes
+# NFD sorts them by), and nonspacing marks it drops: 0301, 0316, 0F39 and 0F71 are transparent
+# to the sort, 034F (of class 0) ends a run.
+KEPT_MARKS = "\U0001d16d\U0001d165\U0001d16e\u302e\u1b44\u08d4\u08e0\U00011c3f\U0001e000"
+DROPPED_MARKS = "\u0301\u0316\u0f39\u034f\u0f71"
+
+
+# No piece of the model's vocabulary holds one of the marks that survive, so their order cannot
+# change its ids (a word with one is [UNK] whatever the order): the order is checked with the
+# vocabulary and these marks added as pieces of their own, against the library given the same.
+MARKED = [*pieces(), *KEPT_MARKS, *("##" + m for m in KEPT_MARKS)]
+
+
+@functools.cache
+def marked() -> tuple:
+    from tokenizers import Tokenizer
+
+    with open(_TOKENIZER, encoding="utf-8") as f:
+        config = json.load(f)
+    config["model"]["vocab"] = {p: i for i, p in enumerate(MARKED)}
+    library = Tokenizer.from_str(json.dumps(config))
+    library.no_truncation()
+    library.no_padding()
+    return _native.Vocab(MARKED), library
+
+
+def check_marked(text: str) -> list:
+    vocab, library = marked()
+    expected = library.encode(text, add_special_tokens=False).ids
+    assert vocab.tokenize(text.encode(), 8, 2032) == expected
+    return expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text("ae" + KEPT_MARKS + DROPPED_MARKS + " \x01", max_size=12))
+def test_the_marks_that_survive_are_sorted_as_nfd_sorts_them(text):
+    check(text)
+    check_marked(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x\U0001d16d\U0001d165",  # 226 then 216: swapped
+        "x\U0001d16d\u0301\U0001d165",  # a dropped mark of class 230 between: swapped
+        "x\U0001d16d\u034f\U0001d165",  # CGJ, a dropped mark of class 0, between: kept apart
+        "x\U0001d16d\x01\U0001d165",  # a control character, dropped before NFD: swapped
+        "x\u08d4\U0001e000\u1b44\u302e",  # 230, 230, 9, 224
+        "x\U0001d16d \U0001d165",  # a space between: two words
+    ],
+)
+def test_mark_order(text):
+    check(text)
+    assert VOCAB.id("[UNK]") not in check_marked(text)
+
+
+def cut_texts(seed: int, most: int) -> list:
+    """Texts made to end a prefix where the cut decides the ids (embed.py's _cut): words of over
+    100 letters (one [UNK] each, so a window holds thousands of characters), runs of letters with
+    no break for 256 characters (where the cut falls inside a word), breaks of each kind and
+    characters that split words without being breaks (U+00A0, U+3001, "-", Hangul), invalid
+    bytes (which count as Python counts them), all around the prefixes' lengths."""
+    rng = random.Random(seed)
+    parts = [
+        lambda: b"a " * rng.randint(1, 300),
+        lambda: b"ab" * rng.randint(1, 400),
+        lambda: b"q" * rng.randint(95, 400),
+        lambda: rng.choice([b" ", b"\t", b"\n", b"\r", "中".encode(), "\u9fff".encode()]),
+        lambda: rng.choice(["\xa0", "\u3001", "-", "한", "\u3400", "é"]).encode(),
+        lambda: rng.choice([b"\xf0\x9f\x98", b"\xe1\x80", b"\xff", b"\xc3", b"\xed\xa0\x80"]),
+    ]
+    texts = []
+    for _ in range(40):
+        text = b""
+        while len(text) < rng.choice([512, 1024, 2048, 4096, 4600]) * most:
+            text += rng.choice(parts)()
+        texts.append(text)
+    return texts
+
+
+@pytest.mark.parametrize("most", [1, 2])
+@pytest.mark.parametrize("seed", range(5))
+def test_prefixes_are_cut_where_encode_windows_cuts_them(seed, most):
+    for text in cut_texts(seed, most):
+        check(text, most)
+
+
+def test_invalid_bytes_count_as_python_counts_them_where_the_prefix_is_cut():
+    """Two invalid sequences of 3 and 2 bytes, which Python reads as two characters: the run of
+    letters is cut at character 512, 90 letters in, and the window is full."""
+    check(b"a " * 210 + b"\xf0\x9f\x98\xe1\x80" + b"ab" * 500 + b" end", 1)
+
+
+def test_a_prefix_cut_inside_a_word_gives_the_cut_word():
+    """encode_windows reads 512 characters first: here 210 words and 46 pieces of a run of 1,000
+    letters cut at character 512, which fill the window; the whole run would be one [UNK]."""
+    text = "a " * 210 + "ab" * 500 + " end"
+    got = check(text, 1)
+    assert got[:210] == [VOCAB.id("a")] * 210 and VOCAB.id("[UNK]") not in got
+
+
 def test_long_words_are_one_unk():
     """A word of over 100 characters, however long, is one [UNK]."""
     ids = VOCAB.tokenize(("z" * 10_000 + " the ").encode() * 2, 8, 2032)
