@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs the fuzzers (see fuzz/README.md). Seeds come from fuzz/corpus/<harness>/, read-only; new
 # inputs go to fuzz/build/corpus-<harness>/, crashes to fuzz/build/crash-<harness>-*.
-#   fuzz/run.sh short                    CI: 30 s of sql, 15 s of tokenizer, keyword_plan, functions,
-#                                        shadow
+#   fuzz/run.sh short                    CI: 30 s of sql, 15 s of tokenizer, tokenizer_library,
+#                                        keyword_plan, functions, shadow
 #   fuzz/run.sh long                     an hour of each harness, then 40,000 oracle statements on
 #                                        every SQLite and the replication kill test over 300 seeds
-#   fuzz/run.sh HARNESS RUNS [SECONDS]   one harness (sql, tokenizer, keyword_plan, functions,
-#                                        shadow) for RUNS executions or SECONDS (default 3600),
-#                                        whichever is first
+#   fuzz/run.sh HARNESS RUNS [SECONDS]   one harness (sql, tokenizer, tokenizer_library,
+#                                        keyword_plan, functions, shadow) for RUNS executions or
+#                                        SECONDS (default 3600), whichever is first
 # sql and tokenizer need fuzz/build.sh first; the atheris harnesses need `pip install atheris`
 # and hybridsql.
 set -euo pipefail
@@ -30,11 +30,14 @@ fuzz() {  # harness runs seconds
 if [ "$1" = short ]; then
   fuzz sql -1 30
   fuzz tokenizer -1 15
+  fuzz tokenizer_library -1 15
   fuzz keyword_plan -1 15
   fuzz functions -1 15
   fuzz shadow -1 15
 elif [ "$1" = long ]; then
-  for name in sql tokenizer keyword_plan functions shadow; do fuzz "$name" -1 3600; done
+  for name in sql tokenizer tokenizer_library keyword_plan functions shadow; do
+    fuzz "$name" -1 3600
+  done
   HYBRIDSQL_ORACLE_STATEMENTS=40000 pytest -q tests/test_vector_index_oracle.py
   HYBRIDSQL_REPLICATION_SEEDS=300 pytest -q tests/test_replication.py -k killed_writers
 else
