@@ -94,13 +94,21 @@
 **    other conditions select, with score the cosine of Requirement 4: the
 **    same rows and scores as cosine_topk(Q, K, rowid, VECTOR) over those rows,
 **    best first, ties by rowid.  The conditions applied before the top k are
-**    comparisons (=, <, <=, >, >=, !=, IS, IS NOT, IS NULL, IS NOT NULL, LIKE,
-**    GLOB, IN) of the rowid, a partition column or a metadata column with a
-**    value, every one of them; SQLite applies any other condition to the K
-**    rows.  Without k, the query gives every row its conditions select, best
-**    first (k NULL), and SQLite applies the rest, the ORDER BY and the LIMIT:
-**    "order by score desc limit N" is the N best (scored alone where SQLite
-**    hands the LIMIT over, vx_best_index).  A NULL Q gives no rows.  The
+**    those SQLite hands the table: comparisons (=, <, <=, >, >=, !=, IS, IS
+**    NOT, IS NULL, IS NOT NULL, LIKE, GLOB, IN) of the rowid, a partition
+**    column or a metadata column with a value, every one of them, and the ORs
+**    SQLite reads as one of them (x = 1 or x = 2 as an IN list).  SQLite hands
+**    no virtual table another OR, NOT IN, an expression of a column or another
+**    table's column: it applies those to the K rows, and "rowid in (select
+**    rowid from T where ...)" applies them first.  With k, a condition SQLite
+**    hands over that the table cannot apply first (LIKE or GLOB on the rowid,
+**    another collation, score other than >, >= and IS [NOT] NULL, the vector
+**    compared with a value) is an error, never fewer rows.  Without k, the
+**    query gives every row its conditions select, best first (k NULL), and
+**    SQLite applies the rest, the ORDER BY and the LIMIT: "order by score desc
+**    limit N" is the N best of the rows every condition selects (scored alone
+**    where SQLite hands the LIMIT over, which it does only with every
+**    condition, vx_best_index).  A NULL Q gives no rows.  The
 **    first pass bounds each row's cosine from its int8 record (rec_build) and
 **    the rows that could be in the top k are rescored exactly, so the answer
 **    is exact whatever the data.  Without MATCH, the table is an ordinary
@@ -3154,11 +3162,26 @@ static int vtab_in_ok;
 ** (argvIndex, then omit) is one xFilter honours exactly, alone and with the
 ** others: a k-nearest query over the rows they select cannot be split, so an
 ** IN list is taken whole or not at all, two rowid conditions are both applied,
-** and k is one number.  What it does not take SQLite tests on the rows it gets.
+** and k is one number.  What it does not take SQLite tests on the rows it gets;
+** with k, that is allowed only where the test keeps the rows a test before the
+** top k would (same_after), and any other usable condition is refused.
 ** LIMIT stands for k only where nothing is left for SQLite to test and the
-** rows come out in the ORDER BY's order (none, or score desc); without k or
-** such a LIMIT, a MATCH query gives every row its conditions select, best
-** first, and SQLite applies the ORDER BY and LIMIT.
+** rows come out in the ORDER BY's order (none, or score desc).  SQLite agrees:
+** it hands LIMIT over only when every condition of the statement is one of
+** this table's, and uses a plan that takes it only if the plan takes every
+** other condition too, so an OR or an expression leaves it with SQLite.
+** Without k or such a LIMIT, a MATCH query gives every row its conditions
+** select, best first, and SQLite applies the ORDER BY and LIMIT.
+**
+** An OR whose branches each are a condition of this table is not among the
+** constraints: SQLite asks about each branch (with the AND terms beside it) to
+** cost a MULTI-INDEX OR plan, in calls no different from those of a query
+** with that branch as an AND term, and such a plan returns the union of what
+** each branch's xFilter gives.  The K nearest of each branch are not the K
+** nearest of their union, so no k-nearest plan can answer the OR, and no call
+** can tell the table that there is one: such plans cost more than the plan
+** without the branch (VX_COND_COST), which SQLite then takes, testing the OR on
+** its K rows as Requirement 10 says.
 **
 ** Costs: a k-nearest plan that takes only conditions with values costs least,
 ** so SQLite neither asks it once per row of another table (a plan that takes
@@ -3173,10 +3196,70 @@ static int vtab_in_ok;
 /* IN lists are handed over whole for the first 32 constraints only (sqlite3_vtab_in). */
 #define VX_MAX_IN 32
 
+/*
+** Whether SQLite's test of condition c on a k-nearest query's K rows keeps the
+** same rows as the test before the top k would: so for the k column (one value
+** for the whole query), the vector IS [NOT] NULL (no row's is NULL), and score
+** >, >=, IS [NOT] NULL (the rows are in descending score, so what passes is a
+** head of them).
+*/
+static int same_after(const VxTab *t, const struct sqlite3_index_constraint *c) {
+  int op = c->op;
+  if (c->iColumn == VX_K(t)) return 1;
+  if (op == SQLITE_INDEX_CONSTRAINT_ISNULL || op == SQLITE_INDEX_CONSTRAINT_ISNOTNULL)
+    return c->iColumn == VX_SCORE(t) || c->iColumn == t->vec;
+  return c->iColumn == VX_SCORE(t) &&
+         (op == SQLITE_INDEX_CONSTRAINT_GT || op == SQLITE_INDEX_CONSTRAINT_GE);
+}
+
+/* A condition's operator as SQL writes it. */
+static const char *op_word(unsigned char op) {
+  switch (op) {
+    case SQLITE_INDEX_CONSTRAINT_EQ: return "=";
+    case SQLITE_INDEX_CONSTRAINT_GT: return ">";
+    case SQLITE_INDEX_CONSTRAINT_LE: return "<=";
+    case SQLITE_INDEX_CONSTRAINT_LT: return "<";
+    case SQLITE_INDEX_CONSTRAINT_GE: return ">=";
+    case SQLITE_INDEX_CONSTRAINT_NE: return "!=";
+    case SQLITE_INDEX_CONSTRAINT_IS: return "is";
+    case SQLITE_INDEX_CONSTRAINT_ISNOT: return "is not";
+    case SQLITE_INDEX_CONSTRAINT_ISNULL: return "is null";
+    case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: return "is not null";
+    case SQLITE_INDEX_CONSTRAINT_LIKE: return "like";
+    case SQLITE_INDEX_CONSTRAINT_GLOB: return "glob";
+    case SQLITE_INDEX_CONSTRAINT_REGEXP: return "regexp";
+    case SQLITE_INDEX_CONSTRAINT_MATCH: return "match";
+    default: return "?";
+  }
+}
+
+/*
+** A k-nearest query handed a condition that the table cannot apply before the
+** top k (Requirement 10): an error that names it and the two ways to write the
+** query, rather than K rows that SQLite then filters down to fewer.
+*/
+static int refuse_knn(VxTab *t, sqlite3_index_info *info, int i) {
+  const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+  int col = c->iColumn, unary = c->op == SQLITE_INDEX_CONSTRAINT_ISNULL ||
+                                c->op == SQLITE_INDEX_CONSTRAINT_ISNOTNULL;
+  const char *name = col < 0 || col == t->alias ? "rowid"
+                     : col == VX_SCORE(t)       ? "score"
+                                                : t->col[col].name;
+  const char *coll = sqlite3_vtab_collation(info, i);
+  char collate[80] = "";
+  if (coll && sqlite3_stricmp(coll, "BINARY") != 0)
+    sqlite3_snprintf(sizeof(collate), collate, " collate %s", coll);
+  return vx_fail(t, SQLITE_ERROR, "%s: k = N takes the N nearest of the rows its conditions"
+                 " select, and the table cannot apply \"%s %s%s%s\" before the top N: write"
+                 " \"order by score desc limit N\" instead of k = N, or put the condition in"
+                 " \"rowid in (select rowid from %s where ...)\"", t->name, name,
+                 op_word(c->op), unary ? "" : " ...", collate, t->name);
+}
+
 static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
   VxTab *t = (VxTab *)vt;
   int match = -1, n = 0, rowid_eq = 0, eq = 0, conds = 0, all_taken = 1, has_k = 0;
-  int limit = -1, offset = -1;
+  int limit = -1, offset = -1, k_taken = 0, refused = -1;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (c->op == SQLITE_INDEX_CONSTRAINT_MATCH && c->iColumn == t->vec) {
@@ -3210,10 +3293,11 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
       if (i == match) {
         role = 'M', op = '=';
       } else if (col == VX_K(t) && op == '=') {
-        role = 'K';
+        role = 'K', k_taken = 1;
       } else if (col < 0 || col == t->alias) {
         if (!op || op == 'l' || op == 'g') {
           all_taken = 0;
+          if (refused < 0) refused = i;
           continue;
         }
         role = 'R', col = 0;
@@ -3227,12 +3311,14 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
         else if (sqlite3_stricmp(name, "RTRIM") == 0) coll = 'r';
         else { /* another collation: SQLite tests it */
           all_taken = 0;
+          if (refused < 0) refused = i;
           continue;
         }
         role = t->col[col].role == VX_PARTITION ? 'P' : 'X';
         if (op == '=') eq++;
       } else {
         all_taken = 0;
+        if (refused < 0 && !same_after(t, c)) refused = i;
         continue;
       }
       if (match >= 0 && op == '=' && role != 'M') {
@@ -3259,6 +3345,10 @@ static int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
       sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c%02x%c%c", role, col, op,
                        coll);
     }
+  }
+  if (match >= 0 && k_taken && refused >= 0) {
+    sqlite3_free(plan);
+    return refuse_knn(t, info, refused);
   }
   double rows = t->rows > 0 ? (double)t->rows : 1.0;
   for (int i = 0; i < eq; i++) rows /= 10.0;

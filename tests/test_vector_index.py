@@ -213,6 +213,66 @@ def test_a_join_asks_the_k_nearest_of_the_table_itself(filled):
         assert [r[0] for r in conn.execute(sql, (q,))] == want, sql
 
 
+def refusal(name, condition, table="t"):
+    return (
+        f"{table}: k = N takes the N nearest of the rows its conditions select, and the table"
+        f' cannot apply "{name} {condition}" before the top N: write "order by score desc limit'
+        f' N" instead of k = N, or put the condition in "rowid in (select rowid from {table}'
+        ' where ...)"'
+    )
+
+
+def test_a_k_nearest_query_refuses_what_it_cannot_apply_before_the_top_k(filled):
+    """Issue 34: a condition SQLite hands a k-nearest query that the table cannot apply first
+    is an error naming it (the other tests of the oracle give these in every SQLite); the same
+    condition without k, or inside rowid in (select rowid ...), is applied before the top N."""
+    _, conn, store = filled
+    conn.create_collation("reverse", lambda a, b: (a < b) - (a > b))
+    q = store[20][0]
+    refused = [
+        ("project = 'a' collate reverse", refusal("project", "= ... collate reverse")),
+        ("e = x'00'", refusal("e", "= ...")),
+        ("e != x'00'", refusal("e", "!= ...")),
+        ("score = 1.0", refusal("score", "= ...")),
+        ("score is not 1.0", refusal("score", "is not ...")),
+        ("id glob '1*' and n = 3", refusal("rowid", "glob ...")),
+    ]
+    for where, message in refused:
+        with pytest.raises(apsw.SQLError, match="^" + re.escape(message) + "$"):
+            knn(conn, q, 5, "and " + where)
+    first = "and project = 'a' collate reverse"
+    want = brute(store, q, 5, lambda i, row: row[1] == "a")
+    assert knn(conn, q, 5, f"and rowid in (select rowid from t where 1 {first})")[0] == want
+    rows = conn.execute(
+        f"select rowid from t where e match ? {first} order by score desc limit 5", (q.tobytes(),)
+    ).fetchall()
+    assert [r[0] for r in rows] == want
+    # what SQLite tests on the K rows and keeps the same rows as a test before the top K
+    best = knn(conn, q, 5)
+    assert knn(conn, q, 5, "and score >= ?", (best[1][2],)) == (best[0][:3], best[1][:3])
+    assert knn(conn, q, 5, "and e is not null and k > 1 and score is not null") == best
+
+
+def test_an_or_of_the_tables_conditions_is_tested_on_the_k_rows(filled):
+    """SQLite asks about each branch of such an OR, but a MULTI-INDEX OR plan would give the k
+    nearest of each branch (more than k rows); the plan is the k-nearest query of the AND terms,
+    SQLite tests the OR on its rows (Requirement 10), and rowid in (select ...) applies it
+    first."""
+    _, conn, store = filled
+    q = store[20][0]
+    where = "and (rowid in (1, 2, 3) or project = 'b' or n between 3 and 5)"
+
+    def keep(i, row):
+        return i in (1, 2, 3) or row[1] == "b" or (row[2] is not None and 3 <= row[2] <= 5)
+
+    assert knn(conn, q, 40, where)[0] == [
+        i for i in brute(store, q, 40) if keep(i, None or store[i])
+    ]
+    assert knn(conn, q, 40, f"and rowid in (select rowid from t where 1 {where})")[0] == brute(
+        store, q, 40, keep
+    )
+
+
 def test_nested_queries_on_one_table(filled):
     _, conn, store = filled
     rows = conn.execute(

@@ -5,12 +5,17 @@ pysqlite3's, Python's own sqlite3 where it can load extensions (a skip says wher
 the stock ``sqlite3`` shell's. Same rows, same scores, same order where the query fixes one; no
 statement may fail.
 
-What the oracle encodes is Requirement 10 as docs/sql.md states it. With ``k = K``, the table's
-own conditions (comparisons of the rowid, a partition or a metadata column with a value, IN lists
-and subqueries) select the rows, the K best of them are taken (ties by rowid), and SQLite applies
-every other condition (an OR across columns, an expression, ``score > x``, another table's
-columns) to those K. Without k, a MATCH query has every row its conditions select, best first,
-and ORDER BY and LIMIT are SQL's. A join asks the k nearest of the table itself.
+What the oracle encodes is Requirement 10 as docs/sql.md states it. With ``k = K``, the
+conditions SQLite hands the table (comparisons of the rowid, a partition or a metadata column with
+a value, IN lists and subqueries, the ORs SQLite reads as one of them, and any condition at all
+inside ``rowid in (select rowid from t where ...)``) select the rows and the K best of them are
+taken (ties by rowid); SQLite applies the conditions it does not hand over (an OR of IN lists or
+across columns, NOT IN, an expression or function of a column, another table's columns) to those
+K, and ``score > x``, which keeps the same rows either way; a condition SQLite hands over that the
+table cannot apply first (LIKE on the rowid, ``score < x``) is an error. Without k, a MATCH query
+has every row its conditions select, best first, and ORDER BY and LIMIT are SQL's: ``order by
+score desc limit N`` is the N best of the rows every condition selects. A join asks the k nearest
+of the table itself.
 
 The integer-valued vectors make every dot product exact, so the table's cosine and numpy's are the
 same double, and scaled copies give exact ties. ``HYBRIDSQL_ORACLE_STATEMENTS`` sets how many
@@ -108,6 +113,13 @@ def build(path, rng):
 
 # -- the generator ------------------------------------------------------------------------------
 
+# What a k-nearest query says of a condition SQLite hands it that it cannot apply before the top k.
+REFUSED = (
+    "error: {table}: k = N takes the N nearest of the rows its conditions select, and the table"
+    ' cannot apply "{what}" before the top N: write "order by score desc limit N" instead of'
+    ' k = N, or put the condition in "rowid in (select rowid from {table} where ...)"'
+)
+
 
 class Gen:
     """Statements as (table SQL, oracle SQL, whether the order is fixed). {R} is the rowid and
@@ -126,13 +138,25 @@ class Gen:
         return ", ".join(map(str, ids))
 
     def pre(self):
-        """A condition the table applies before the top k."""
+        """A condition the table applies before the top k: (its text in the statement, its text
+        for the oracle). Any condition SQLite does not hand over does so inside
+        ``rowid in (select rowid from t where ...)``, which the oracle reads as the condition."""
         r = self.r
+        if r.random() < 0.1:
+            hidden = self.post(scored=False)
+            inner = hidden.replace("{R}", "rowid").replace("{P}", "")
+            return f"{{R}} in (select rowid from t where {inner})", f"({hidden})"
         i, j, m, m2 = self.id(), self.id(), r.randint(0, 9), r.randint(0, 9)
         w, pv = r.choice(REALS[:-1]), r.choice(["a", "b", "c", "B"])
         ids = json.dumps([self.id() for _ in range(r.randint(1, 12))])
-        return r.choice(
+        text = r.choice(
             [
+                # ORs that SQLite hands over as one condition: equalities of one column as an IN
+                # list, x > A or x = A as x >= A
+                f"({{P}}p = '{pv}' or {{P}}p = 'c')",
+                f"({{P}}g = {m % 4} or {{P}}g = {m2 % 4} or {{P}}g = 3)",
+                f"({{P}}m > {m} or {{P}}m = {m})",
+                f"({{R}} > {i} or {{R}} = {i})",
                 f"{{R}} = {i}",
                 f"{{R}} is {i}",
                 f"{{R}} = '{i}'",
@@ -196,23 +220,64 @@ class Gen:
                 "{P}s is null",
             ]
         )
+        return text, text
 
-    def post(self):
-        """A condition SQLite applies to the rows the table gives."""
+    def post(self, scored=True):
+        """A condition SQLite does not hand to the table: it applies it to the rows the table
+        gives (with k, to the K nearest). ``scored``: one may test score (not in a subquery)."""
         r = self.r
-        m, x, pv = r.randint(0, 9), r.choice([-0.5, 0.0, 0.3, 0.6, 0.9]), r.choice("abc")
+        m, m2, x, pv = r.randint(0, 9), r.randint(0, 9), r.choice([-0.5, 0.0, 0.3, 0.6]), "abc"
+        pv, g = r.choice(pv), r.randint(0, 3)
+        lo, hi = sorted((m, m2))
         return r.choice(
             [
+                # ORs across columns, of IN lists (of two or more: SQLite reads a list of one as
+                # =, and an OR of equalities on one column as an IN list, which the table takes),
+                # of ranges, with subqueries
                 f"({{P}}m = {m} or {{P}}p = '{pv}')",
-                # lists of two or more: SQLite reads one of a single value as =, and an OR of
-                # equalities on one column as an IN list, which the table then takes
                 f"({{R}} in ({self.id_list(2)}) or {{R}} in ({self.id_list(2)}))",
+                f"({{R}} in ({self.id_list(2)}) or {{P}}p = '{pv}')",
+                f"({{P}}p in ('{pv}', 'B') or {{P}}g = {g} or {{R}} < {self.id()})",
+                f"({{P}}g in ({g}, 3) or {{P}}m between {lo} and {hi})",
+                f"({{P}}m in ({m}, {m2}) or {{P}}m in ({lo + 1}, 9))",
                 f"({{R}} < {self.id()} or {{P}}s = 'x')",
+                f"({{R}} in (select n.id from n where n.grp = {g}) or {{P}}g = {g})",
+                f"({{P}}w > {x} or {{P}}s like 'x%')",
+                "({P}s = 'x' or {P}w > 1)",
+                # NOT IN
+                f"{{R}} not in ({self.id_list(2)})",
+                f"{{P}}m not in ({m}, {m2})",
+                f"{{P}}p not in ('{pv}', 'B')",
+                f"{{R}} not in (select n.id from n where n.grp = {g})",
+                # expressions and functions of a column
+                f"{{R}} % 2 = {m % 2}",
                 f"{{P}}m + 0 > {m}",
-                f"{{P}}score > {x}",
                 f"abs({{P}}w) < {abs(x) + 1}",
                 f"coalesce({{P}}m, -1) = {m}",
-                "({P}s = 'x' or {P}w > 1)",
+                f"lower({{P}}p) = '{pv}'",
+                "length({P}s) = 2",
+            ]
+            # score: > and >= keep a head of the K rows, as a test before the top K would
+            + (
+                [f"{{P}}score > {x}", f"{{P}}score >= {x}", "{P}score is not null"]
+                if scored
+                else []
+            )
+        )
+
+    def refused(self):
+        """A condition SQLite hands a k-nearest query that the table cannot apply before the top
+        k, with how its error names it; without k, SQLite applies it as any other."""
+        r = self.r
+        x = r.choice([-0.5, 0.0, 0.3, 0.6])
+        return r.choice(
+            [
+                ("{R} like '1%'", "rowid like ..."),
+                ("{R} glob '2*'", "rowid glob ..."),
+                (f"{{P}}score < {x}", "score < ..."),
+                (f"{{P}}score <= {x}", "score <= ..."),
+                (f"{{P}}score != {x}", "score != ..."),
+                ("{P}score is 1.0", "score is ..."),
             ]
         )
 
@@ -225,6 +290,10 @@ class Gen:
         post = [self.post() for _ in range(r.choice([0, 0, 1, 1, 2]))]
         if r.random() < 0.2:
             return self.join(qi, q, k, pre, post)
+        refused = None
+        if r.random() < 0.08:  # with k, an error; without, one more condition for SQLite
+            refused, what = self.refused()
+            post.insert(r.randrange(len(post) + 1), refused)
         tp = r.choice(["", "t."])
         rowid = tp + r.choice(["rowid", "id"])
         cols = [("{R}", "id")] + r.sample(
@@ -273,7 +342,8 @@ class Gen:
         def oracle(text):
             return fill(text, "id", "")
 
-        where = [f"{tp}e match {q}"] + ([f"{tp}k = {k}"] if k else []) + pre + post
+        where = [f"{tp}e match {q}"] + ([f"{tp}k = {k}"] if k else []) + [t for t, _ in pre]
+        where += post
         sql = (
             "select "
             + ", ".join(f"{table(c)} as c{n}" for n, (c, _) in enumerate(cols))
@@ -284,13 +354,15 @@ class Gen:
         )
         kval = k if k else "null"
         base = f"select *, {kval} as k from o where qi = {qi}" + (" and 0" if q == "null" else "")
+        if k and refused:
+            return sql, None, True, REFUSED.format(table="t", what=what)
         if k:
             base += (
-                "".join(f" and {oracle(c)}" for c in pre) + f" order by score desc, id limit {k}"
+                "".join(f" and {oracle(c)}" for _, c in pre) + f" order by score desc, id limit {k}"
             )
             conds = post
         else:
-            conds = pre + post
+            conds = [c for _, c in pre] + post
         want_order = [oracle(o) for o in order] or ["score desc"]
         if want_order == ["score desc"]:
             want_order.append("id")  # best first, ties by rowid (Requirement 10)
@@ -303,7 +375,7 @@ class Gen:
             + ", ".join(want_order)
             + (" " + limit if limit else "")
         )
-        return sql, expect, True
+        return sql, expect, True, None
 
     def join(self, qi, q, k, pre, post):
         """The k nearest of t itself, joined with n: on the rowid or on a metadata column."""
@@ -313,6 +385,10 @@ class Gen:
         post = post + r.sample(
             ["n.grp = 2", "n.title like 'note 1%'", "n.grp != {P}m"], r.randint(0, 1)
         )
+        refused = None
+        if r.random() < 0.08:
+            refused, what = self.refused()
+            post.append(refused)
         limit = r.choice(["", f"limit {r.randint(1, 20)}"])
         order = ["{P}score desc", "{R}", "n.id"] if limit or r.random() < 0.3 else []
 
@@ -325,7 +401,7 @@ class Gen:
         def inner(text):
             return text.replace("{R}", "id").replace("{P}", "")
 
-        where = [f"t.e match {q}"] + ([f"t.k = {k}"] if k else []) + pre + post
+        where = [f"t.e match {q}"] + ([f"t.k = {k}"] if k else []) + [t for t, _ in pre] + post
         head = shape.replace("ON", table(on))
         sep = " " if head.endswith(" and") else " where "
         sql = (
@@ -336,19 +412,22 @@ class Gen:
             + (" order by " + ", ".join(table(o) for o in order) if order else "")
             + (" " + limit if limit else "")
         )
+        if k and refused:
+            return sql, None, bool(order), REFUSED.format(table="t", what=what)
         base = f"select * from o where qi = {qi}" + (" and 0" if q == "null" else "")
         if k:
-            base += "".join(f" and {inner(c)}" for c in pre) + f" order by score desc, id limit {k}"
+            base += "".join(f" and {inner(c)}" for _, c in pre)
+            base += f" order by score desc, id limit {k}"
             conds = post
         else:
-            conds = pre + post
+            conds = [c for _, c in pre] + post
         expect = (
             f"select x.id, x.score, n.title, x.p from ({base}) x join n on {outer(on)}"
             + "".join(f" and {outer(c)}" for c in conds)
             + (" order by " + ", ".join(outer(o) for o in order) if order else "")
             + (" " + limit if limit else "")
         )
-        return sql, expect, bool(order)
+        return sql, expect, bool(order), None
 
 
 # -- the engines ----------------------------------------------------------------------------------
@@ -494,7 +573,7 @@ def generated(tmp_path_factory):
     cases = [gen.statement(queries) for _ in range(STATEMENTS)]
     oracle = apsw.Connection(str(path))
     hybridsql.load(oracle)
-    wants = [oracle.execute(expect).fetchall() for _, expect, _ in cases]
+    wants = [error or oracle.execute(expect).fetchall() for _, expect, _, error in cases]
     oracle.close()
     return path, cases, wants
 
@@ -505,18 +584,19 @@ def test_generated_statements_answer_as_the_oracle(generated, engine):
     run = runner(engine)
     if run is None:
         pytest.skip(f"{engine} is not here or cannot load extensions: its SQLite is not compared")
-    got = run(path, [sql for sql, _, _ in cases])
+    got = run(path, [sql for sql, _, _, _ in cases])
     wrong = [
         f"{sql}\n  oracle: {expect}\n  want {want}\n  got  {answer}"
-        for (sql, expect, ordered), want, answer in zip(cases, wants, got, strict=True)
-        if not same_rows(answer, want, ordered)
+        for (sql, expect, ordered, _), want, answer in zip(cases, wants, got, strict=True)
+        if not (answer == want if isinstance(want, str) else same_rows(answer, want, ordered))
     ]
     assert not wrong, f"{len(wrong)} of {len(cases)} statements differ on {engine}:\n" + "\n".join(
         wrong[:5]
     )
     # the generator reaches what it is meant to: answers with rows, with none, and with many
-    sizes = [len(w) for w in wants]
+    sizes = [len(w) for w in wants if not isinstance(w, str)]
     assert sizes.count(0) > len(cases) // 20 and sum(s > 5 for s in sizes) > len(cases) // 5
+    assert sum(isinstance(w, str) for w in wants) > len(cases) // 100
 
 
 # -- the reproductions of issue 26, items 1 to 3 and 8, on every SQLite ------------------------------
@@ -617,3 +697,92 @@ def test_the_reproductions_of_issue_26(angles, engine):
         else:
             rows = [row if isinstance(row, list) else [row] for row in want]
             assert [list(row) for row in answer] == rows, sql
+
+
+# -- issue 34: k with a filter the table does not see, on every SQLite --------------------------------
+
+QUERY_34 = "[3, -1, 4, 1, -5, 9, 2, -6]"
+NEAR_34 = f"select rowid from v where e match '{QUERY_34}'"
+OR_34 = "(rowid in (1, 4) or rowid in (56, 61))"
+
+
+@pytest.fixture(scope="module")
+def random_300(tmp_path_factory):
+    """Issue 34's table: 300 random 8-dimensional vectors (small integers, so that brute force in
+    float64 is the table's cosine), a partition key and a metadata column; and brute force's
+    ranking of every row for the query, best first, ties by rowid."""
+    rng = np.random.default_rng(34)
+    vectors = rng.integers(-9, 10, size=(300, 8))
+    path = tmp_path_factory.mktemp("issue34") / "random.db"
+    conn = apsw.Connection(str(path))
+    hybridsql.load(conn)
+    conn.execute(
+        "create virtual table v using vector_index(e float[8], b integer partition key, m integer)"
+    )
+    with conn:
+        for i, v in enumerate(vectors, 1):
+            conn.execute(
+                "insert into v(rowid, e, b, m) values (?, ?, ?, ?)",
+                (i, json.dumps(v.tolist()), i % 3, i % 7),
+            )
+    conn.close()
+    q = np.asarray(json.loads(QUERY_34), np.float64)
+    scores = {i: cosine(q, v.astype(np.float64)) for i, v in enumerate(vectors, 1)}
+    return path, sorted(scores, key=lambda i: (-scores[i], i))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_reproduction_of_issue_34(random_300, engine):
+    path, ranked = random_300
+    run = runner(engine)
+    if run is None:
+        pytest.skip(f"{engine} is not here or cannot load extensions: its SQLite is not compared")
+
+    def best(n, keep):
+        return [i for i in ranked if keep(i)][:n]
+
+    def in_or(i):
+        return i in (1, 4, 56, 61)
+
+    cases = [
+        # the filter SQLite does not hand over is applied to the 18 nearest (Requirement 10)
+        (f"{NEAR_34} and {OR_34} and k = 18", [i for i in ranked[:18] if in_or(i)]),
+        (f"{NEAR_34} and rowid % 2 = 0 and k = 18", [i for i in ranked[:18] if i % 2 == 0]),
+        # the two ways to filter first: ORDER BY score LIMIT, and the condition in a rowid IN
+        (f"{NEAR_34} and {OR_34} order by score desc limit 18", best(18, in_or)),
+        (
+            f"{NEAR_34} and k = 18 and rowid in (select rowid from v where {OR_34})",
+            best(18, in_or),
+        ),
+        (
+            f"{NEAR_34} and rowid % 2 = 0 order by score desc limit 18",
+            best(18, lambda i: i % 2 == 0),
+        ),
+        (
+            f"{NEAR_34} and b = 1 and (rowid in (1, 4) or m = 3) order by score desc limit 5",
+            best(5, lambda i: i % 3 == 1 and (i in (1, 4) or i % 7 == 3)),
+        ),
+        (
+            f"{NEAR_34} and k = 5 and rowid in (select rowid from v where b = 1 and"
+            " (rowid in (1, 4) or m = 3))",
+            best(5, lambda i: i % 3 == 1 and (i in (1, 4) or i % 7 == 3)),
+        ),
+        (
+            f"{NEAR_34} and rowid not in (select value from json_each('[{ranked[0]}]'))"
+            " order by score desc limit 3",
+            ranked[1:4],
+        ),
+        # an OR of equalities on one column is one IN list to SQLite: the table takes it
+        (
+            f"{NEAR_34} and (rowid = 1 or rowid = 4 or rowid = 56) and k = 2",
+            best(2, lambda i: i in (1, 4, 56)),
+        ),
+        # a condition handed over that cannot be applied first: an error, never fewer rows
+        (f"{NEAR_34} and k = 18 and score < 0.5", REFUSED.format(table="v", what="score < ...")),
+    ]
+    got = run(path, [sql for sql, _ in cases])
+    for (sql, want), answer in zip(cases, got, strict=True):
+        if isinstance(want, str):
+            assert answer == want, sql
+        else:
+            assert [row[0] for row in answer] == want, sql
