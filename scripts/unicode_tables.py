@@ -9,7 +9,8 @@ LocalProvider runs. tests/test_tokenizer.py fails when the header is stale.
 What the tokenizer does with one code point c (tokenizers' normalizers/bert.rs and
 pre_tokenizers/bert.rs, in this order):
 1. clean_text: c is dropped when it is U+0000, U+FFFD or a control character (categories Cc, Cf,
-   Co, Cn and Cs, except tab, line feed and carriage return); whitespace becomes a space.
+   Co and Cs, except tab, line feed and carriage return; an unassigned code point is kept);
+   whitespace becomes a space.
 2. handle_chinese_chars: a CJK ideograph (the ranges of CJK below) gets a space on each side.
 3. strip_accents (on, as lowercase is): NFD, then every nonspacing mark (Mn) is dropped.
 4. lowercase: each character's full lower-case mapping (no context: a final sigma is sigma).
@@ -18,19 +19,25 @@ pre_tokenizers/bert.rs, in this order):
 
 Where unicodedata and tokenizers disagree, the table takes tokenizers' answer: the model was
 trained with that tokenizer, and the C side must give its ids. They disagree because each side
-has its own Unicode version: tokenizers' categories (Cn, Mn, P*) come from its
-unicode_categories crate (Unicode 9 era), its lower-case mapping and white space from the Rust
-standard library, its NFD from unicode-normalization, while Python has the Unicode of its release
-(14.0 in Python 3.11). With Python 3.11 and tokenizers 0.23 they differ on the characters this
-script prints (``--diff``): characters assigned after Unicode 9 that tokenizers takes for
-unassigned, hence control characters, and drops (a word around them is read without them); marks
-and punctuation of scripts newer than its tables, kept as letters of a word. The table written
-is tokenizers' answer for every code point, so it does not depend on the Python that runs this.
+has its own Unicode version: tokenizers' categories (Mn, P*, Cf) come from its
+unicode_categories crate, older than any Python's, its lower-case mapping from the Rust standard
+library, newer, its NFD from the unicode-normalization crate. With tokenizers 0.23.3 and Python
+3.11 (Unicode 14.0) they differ on 562 code points (3.10: 466, 3.12 and 3.13: 627; ``--diff``
+lists them): marks, punctuation and format characters newer than tokenizers' categories, which
+it keeps as letters of a word (383 nonspacing marks, 104 punctuation characters, 13 format
+characters: a word with one is [UNK], as no piece holds them); 55 code points that Unicode 14
+leaves unassigned and Rust lower-cases (U+1C89 to U+1C8A); a few whose category changed (U+166D,
+So, is punctuation to tokenizers; U+1734, Mc, a nonspacing mark that it drops) or whose NFD it
+does not know (U+11938). The table written is tokenizers' answer for every code point, so it is
+the same whatever Python runs this (checked with 3.10 to 3.13).
 
 Canonical reordering (NFD sorts a run of combining marks by combining class) matters only for the
-marks that survive step 3: the few spacing marks (Mc) with a non-zero class, whose classes are
-written in HS_UNI_CCC and checked against tokenizers' order, pair by pair. A nonspacing mark of
-class 0 is dropped but still ends a run (HS_UNI_BARRIER).
+marks that survive step 3 (spacing marks, and marks newer than tokenizers' categories whose class
+its NFD knows): their classes are written in HS_UNI_CCC, read from the order tokenizers gives
+each pair of them. A dropped mark of class 0 ends a run (HS_UNI_BARRIER); which dropped code
+points do is read from tokenizers too. No piece of the model's vocabulary holds any of these
+marks, nor any code point where the two sides differ, so neither changes the model's ids; the
+tests check the order with a vocabulary that holds the marks.
 """
 
 import argparse
