@@ -6,13 +6,13 @@
 #define HYBRIDSQL_UNICODE_TABLES_H
 #include <stdint.h>
 
-#define HS_UNI_DROP 0
-#define HS_UNI_BARRIER 1
-#define HS_UNI_SPACE 2
-#define HS_UNI_CJK 3
-#define HS_UNI_PUNCT 4
-#define HS_UNI_WORD 5
-#define HS_UNI_HANGUL 6
+#define HS_UNI_DROP 0 /* dropped: a control character or a nonspacing mark */
+#define HS_UNI_BARRIER 1 /* dropped, a nonspacing mark of class 0: ends a run of marks NFD sorts */
+#define HS_UNI_SPACE 2 /* white space: ends a word */
+#define HS_UNI_CJK 3 /* a CJK ideograph: a word of its own (its NFD) */
+#define HS_UNI_PUNCT 4 /* punctuation: a word of its own (its NFD) */
+#define HS_UNI_WORD 5 /* its NFD without nonspacing marks, lower-cased, goes on the word */
+#define HS_UNI_HANGUL 6 /* a Hangul syllable: its jamo (its NFD, computed) go on the word */
 #define HS_UNI_BLOCK 128
 #define HS_UNI_SELF 255 /* n: the output is the code point itself */
 

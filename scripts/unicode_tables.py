@@ -65,6 +65,15 @@ CONTROL = {"Cc", "Cf", "Co", "Cs"}
 # What a code point is to the tokenizer (the values of HS_UNI_* in the header).
 DROP, BARRIER, SPACE, CJK_WORD, PUNCT, WORD, HANGUL = range(7)
 KINDS = ("DROP", "BARRIER", "SPACE", "CJK", "PUNCT", "WORD", "HANGUL")
+MEANING = (
+    "dropped: a control character or a nonspacing mark",
+    "dropped, a nonspacing mark of class 0: ends a run of marks NFD sorts",
+    "white space: ends a word",
+    "a CJK ideograph: a word of its own (its NFD)",
+    "punctuation: a word of its own (its NFD)",
+    "its NFD without nonspacing marks, lower-cased, goes on the word",
+    "a Hangul syllable: its jamo (its NFD, computed) go on the word",
+)
 BLOCK = 128  # code points a block of the two-stage table
 
 
@@ -238,8 +247,8 @@ def render(table: list, ccc: dict) -> str:
         "#include <stdint.h>",
         "",
     ]
-    for i, name in enumerate(KINDS):
-        lines.append(f"#define HS_UNI_{name} {i}")
+    for i, (name, meaning) in enumerate(zip(KINDS, MEANING, strict=True)):
+        lines.append(f"#define HS_UNI_{name} {i} /* {meaning} */")
     lines += [
         f"#define HS_UNI_BLOCK {BLOCK}",
         "#define HS_UNI_SELF 255 /* n: the output is the code point itself */",
