@@ -107,8 +107,9 @@ def from_unicodedata(c: int) -> tuple:
     return WORD, out
 
 
-def from_tokenizers(normalize, pre_tokenize, c: int) -> tuple:
-    """(kind, output) of code point ``c`` as the tokenizers library reads it."""
+def from_tokenizers(normalize, splits: dict, c: int) -> tuple:
+    """(kind, output) of code point ``c`` as the tokenizers library reads it; ``splits`` is
+    what the pre-tokenizer does with each code point it splits at (see splitting)."""
     ch = chr(c)
     out = normalize(ch)
     if out == "":
@@ -120,12 +121,29 @@ def from_tokenizers(normalize, pre_tokenize, c: int) -> tuple:
         return SPACE, " "
     if len(out) == 3 and out[0] == out[2] == " ":
         return CJK_WORD, out[1]
-    words = [w for w, _ in pre_tokenize("a" + out + "a")]
-    if len(out) == 1 and words == ["a", out, "a"]:
+    if len(out) == 1 and splits.get(out) == PUNCT:
         return PUNCT, out
-    if words != ["a" + out + "a"]:
+    if any(m in splits for m in out):
         sys.exit(f"unicode_tables.py: U+{c:04X} becomes {out!r}, which the pre-tokenizer splits")
     return WORD, out
+
+
+def splitting(pre_tokenize) -> dict:
+    """The code points BertPreTokenizer splits a word at: PUNCT (a word of its own) or SPACE
+    (dropped), read from it a block at a time, each code point between two letters."""
+    found = {}
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    for start in range(0, len(points), 65536):
+        text = "a" + "a".join(points[start : start + 65536]) + "a"
+        covered = bytearray(len(text))
+        for word, (lo, hi) in pre_tokenize(text):
+            covered[lo:hi] = b"\1" * (hi - lo)
+            if len(word) == 1 and word != "a":
+                found[word] = PUNCT
+        for at in range(1, len(text), 2):
+            if not covered[at]:
+                found[text[at]] = SPACE
+    return found
 
 
 # Two marks that survive strip_accents and that NFD swaps (classes 226 and 216): the probe for
@@ -172,7 +190,8 @@ def build(show_diff: bool) -> str:
     except ImportError:
         sys.exit("unicode_tables.py: needs the tokenizers library: pip install -e '.[local]'")
     tok = Tokenizer.from_file(TOKENIZER)
-    normalize, pre_tokenize = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
+    normalize = tok.normalizer.normalize_str
+    splits = splitting(tok.pre_tokenizer.pre_tokenize_str)
     table = []
     differ = []
     for c in range(0x110000):
@@ -180,7 +199,7 @@ def build(show_diff: bool) -> str:
             table.append((DROP, ""))
             continue
         model = from_unicodedata(c)
-        got = from_tokenizers(normalize, pre_tokenize, c)
+        got = from_tokenizers(normalize, splits, c)
         if got != model:
             differ.append((c, model, got))
         table.append(got)
