@@ -21,4 +21,12 @@ HS_EXPORT const char *hs_simd_path(void);
 HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d);
 HS_EXPORT double hs_cosine(const float *a, const float *b, int64_t d);
 
+/* The tokenizer of csrc/tokenizer.h (its contract), exported for the tests. */
+HS_EXPORT struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
+HS_EXPORT void hs_vocab_free(struct HsVocab *v);
+HS_EXPORT int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
+HS_EXPORT int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
+                              int32_t *ids, int64_t cap);
+HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+
 #endif

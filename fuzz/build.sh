@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds fuzz/build/fuzz_sql: csrc/hybridsql.c with libFuzzer coverage, ASan and UBSan, linked
 # with the harness (instrumented by the sanitizers only, so its input decoding costs little)
-# and the system libsqlite3. Needs clang and libsqlite3-dev. UBSan's checks are recoverable
+# and the system libsqlite3; and fuzz/build/fuzz_tokenizer: csrc/tokenizer.c so, with the
+# model's vocabulary written to fuzz/build/vocab.bin as the model file stores it. Needs clang and libsqlite3-dev. UBSan's checks are recoverable
 # only so that fuzz/ubsan.supp can name known bugs; run.sh halts on every other report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +10,22 @@ mkdir -p fuzz/build
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' hybridsql/__init__.py)
 FLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize-recover=undefined -Wall -Wextra -Werror
        -DSQLITE_CORE -Icsrc "-DHYBRIDSQL_VERSION=\"$VERSION\"")
-clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c csrc/hybridsql.c \
-  -o fuzz/build/hybridsql.o
+for source in hybridsql tokenizer; do
+  clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c "csrc/$source.c" \
+    -o "fuzz/build/$source.o"
+done
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/build/fuzz_sql.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o fuzz/build/hybridsql.o \
-  -lsqlite3 -lm -o fuzz/build/fuzz_sql
+  fuzz/build/tokenizer.o -lsqlite3 -lm -o fuzz/build/fuzz_sql
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
+  -o fuzz/build/fuzz_tokenizer.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o fuzz/build/tokenizer.o \
+  -o fuzz/build/fuzz_tokenizer
+python3 - <<'EOF'
+import json
+
+with open("hybridsql/data/tokenizer.json", encoding="utf-8") as f:
+    vocab = json.load(f)["model"]["vocab"]
+with open("fuzz/build/vocab.bin", "wb") as f:
+    f.write(b"".join(piece.encode() + b"\0" for piece in sorted(vocab, key=vocab.get)))
+EOF

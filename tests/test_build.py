@@ -116,7 +116,17 @@ def test_a_library_for_another_platform_fails_the_check(tmp_path):
 
 def test_the_exports_are_those_of_the_header():
     """What the checks demand: SQLite's entry point and the kernels _native.py declares."""
-    assert EXPORTS == ("hs_cosine", "hs_first_nonfinite", "hs_simd_path", "sqlite3_hybridsql_init")
+    assert EXPORTS == (
+        "hs_cosine",
+        "hs_first_nonfinite",
+        "hs_readable_share",
+        "hs_simd_path",
+        "hs_tokenize",
+        "hs_vocab_free",
+        "hs_vocab_id",
+        "hs_vocab_new",
+        "sqlite3_hybridsql_init",
+    )
     declared = re.findall(r"(\w+)\(", _native.CDEF)
     assert sorted([*declared, "sqlite3_hybridsql_init"]) == list(EXPORTS)
 
