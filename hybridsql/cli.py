@@ -119,12 +119,23 @@ def open_index(db: str, embedder, opening: str):
     return HybridIndex(db, embedder=embedder, **OPENINGS[opening])
 
 
+def print_version(ctx, _param, value) -> None:
+    """--version: the version and the kernels' SIMD path, asked of the library only then."""
+    if not value or ctx.resilient_parsing:
+        return
+    simd = _native.simd_path() if _native.available() else "none: not built"
+    click.echo(f"hybridsql {__version__} (simd {simd})")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(
-    f"{__version__} (simd {_native.simd_path() if _native.AVAILABLE else 'none: not built'})",
+@click.option(
     "--version",
-    prog_name="hybridsql",
-    message="%(prog)s %(version)s",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Show the version and exit.",
 )
 def cli():
     """Hybrid keyword + vector search inside SQLite, for agent memory.

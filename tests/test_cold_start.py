@@ -66,3 +66,21 @@ def test_keyword_search_imports_no_numpy_nor_model(tmp_path):
     names = imported("search", "fox", "--db", db, "--mode", "keyword")
     assert "apsw" in names  # the search did open the database
     assert sorted({"numpy", "onnxruntime", "tokenizers"} & names) == []
+
+
+def test_first_connect_parses_no_c_declarations(tmp_path):
+    """hybridsql.connect loads the extension into SQLite; cffi, which parsed the kernels'
+    declarations at import (more than half of a new process's first connect), is imported at
+    the first kernel call instead, and the Python functions only where the extension fails."""
+    code = (
+        "import sys, hybridsql; conn = hybridsql.connect(sys.argv[1]);"
+        "print(hybridsql.backend_of(conn), sorted(set(sys.argv[2:]) & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.db"), "cffi", "pycparser", "numpy"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.__file__),
+    )
+    assert done.stdout.strip() == "extension []"
