@@ -21,8 +21,15 @@ struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errc
 void hs_model_free(struct HsModel *m);
 const char *hs_model_id(const struct HsModel *m);
 int hs_model_dims(const struct HsModel *m);
-int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out, int (*stop)(void *), void *arg);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+                   int (*stop)(void *), void *arg);
 int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
+struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
+void hs_vocab_free(struct HsVocab *v);
+int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
+int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
+                    int32_t *ids, int64_t cap);
+double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 """
 
 # The library's file name on each platform: SQLite derives the entry point
@@ -82,6 +89,7 @@ class Model:
     def __init__(self, data: bytes):
         from hybridsql.errors import EmbeddingError
 
+        ffi, lib = _open()
         self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
         ffi.memmove(self._data, data, len(data))
         err = ffi.new("char[]", 512)
@@ -94,6 +102,7 @@ class Model:
 
     def embed(self, text: str) -> bytes:
         """``text``'s vector, a float32 blob of ``dims``."""
+        ffi, lib = _open()
         raw = text.encode("utf-8", "surrogatepass")
         out = ffi.new("float[]", self.dims)
         if lib.hs_model_embed(self._model, raw, len(raw), out, ffi.NULL, ffi.NULL) != 0:
@@ -102,8 +111,40 @@ class Model:
 
     def embed_ids(self, ids: list) -> bytes:
         """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
+        ffi, lib = _open()
         out = ffi.new("float[]", self.dims)
         rc = lib.hs_model_embed_ids(self._model, ffi.new("int32_t[]", ids), len(ids), out)
         if rc != 0:
             raise ValueError("an id is not in the vocabulary" if rc < 0 else "out of memory")
         return bytes(ffi.buffer(out))
+
+
+class Vocab:
+    """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
+
+    def __init__(self, pieces: list):
+        ffi, lib = _open()
+        blob = b"".join(p.encode() + b"\0" for p in pieces)
+        vocab = lib.hs_vocab_new(blob, len(blob), len(pieces))
+        if vocab == ffi.NULL:
+            raise ValueError("hs_vocab_new(): not a vocabulary with [UNK], or no memory")
+        self._vocab = ffi.gc(vocab, lib.hs_vocab_free)
+
+    def id(self, piece: str) -> int:
+        """The id of ``piece``, -1 when the vocabulary lacks it."""
+        _, lib = _open()
+        return lib.hs_vocab_id(self._vocab, piece.encode())
+
+    def tokenize(self, text: bytes, most: int, cap: int) -> list:
+        """The ids of UTF-8 ``text`` in ``most`` windows (at most ``cap``), no [CLS]/[SEP]."""
+        ffi, lib = _open()
+        ids = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_tokenize(self._vocab, text, len(text), most, ids, cap)
+        if n < 0:
+            raise MemoryError("hs_tokenize(): no memory")
+        return list(ids[0:n])
+
+    def readable_share(self, ids: list) -> float:
+        """embed.py's readable_share over ``ids``."""
+        ffi, lib = _open()
+        return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
