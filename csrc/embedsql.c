@@ -7,7 +7,7 @@
 **       select length(embed('how do I log in')) -> 1536
 **   hybridsql_model(source)    -> TEXT, the model's id
 **       makes this connection's embed() run the model file at the path source (TEXT), or the
-**       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsm')
+**       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsmodel')
 **       -> all-MiniLM-L6-v2-int8
 **
 ** Requirements (continuing those of csrc/hybridsql.c):
@@ -63,7 +63,7 @@
 SQLITE_EXTENSION_INIT3
 
 /* The model file's name, beside the library and in the cache folder (Requirement 13). */
-#define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsm"
+#define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsmodel"
 #define HS_PATH 1024 /* a folder's path, at most */
 #define HS_ERR 4096  /* an error's text, at most */
 /* What to do when the file is not there or not a model. */
@@ -465,7 +465,12 @@ static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
   return 0;
 }
 
+#if defined(SQLITE_CORE)
+/* Compiled into a program with its SQLite (the fuzzers), whose library may predate 3.41. */
+#define stop_if_interrupted 0
+#else
 static int stop_if_interrupted(void *db) { return sqlite3_is_interrupted((sqlite3 *)db); }
+#endif
 
 /* Requirement 12. */
 static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
