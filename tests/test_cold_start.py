@@ -1,6 +1,7 @@
 """A CLI call is a cold start: --version and --help must not import the heavy modules
 (issue 25, item 6). Asserts on the modules imported (python -X importtime), never on time."""
 
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,27 @@ def test_first_connect_parses_no_c_declarations(tmp_path):
         cwd=os.path.dirname(os.__file__),
     )
     assert done.stdout.strip() == "extension []"
+
+
+def test_hybrid_search_imports_neither_onnxruntime_nor_numpy(tmp_path):
+    """The query's vector comes from the extension's embed() (csrc/model.c), in SQL."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")
+    db = str(tmp_path / "h.db")
+    subprocess.run(
+        [HYBRIDSQL, "index", str(notes), "--db", db, "--embedder", "local"],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    names = imported("search", "a fast animal", "--db", db)
+    assert "apsw" in names
+    assert sorted({"numpy", "onnxruntime", "tokenizers", "cffi"} & names) == []
+    found = subprocess.run(
+        [HYBRIDSQL, "search", "a fast animal", "--db", db, "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert json.loads(found)["mode"] == "hybrid"
