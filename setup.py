@@ -58,7 +58,7 @@ def package_version() -> str:
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 # Hidden visibility: the library exports its entry point and the kernels of hybridsql.h alone.
-COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fvisibility=hidden"] + (
+COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden"] + (
     SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
 )
 # Stripped, as the release libraries are; a sanitized build keeps its symbols for the reports.
