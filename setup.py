@@ -108,7 +108,7 @@ class Wheel(bdist_wheel):
 
 library = Extension(
     "hybridsql.hybridsql",
-    sources=["csrc/hybridsql.c"],
+    sources=["csrc/hybridsql.c", "csrc/model.c", "csrc/tokenizer.c"],
     include_dirs=["csrc"],
     define_macros=[("HYBRIDSQL_VERSION", f'"{package_version()}"')],
     extra_compile_args=COMPILE_ARGS,

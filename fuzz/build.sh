@@ -9,8 +9,10 @@ mkdir -p fuzz/build
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' hybridsql/__init__.py)
 FLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize-recover=undefined -Wall -Wextra -Werror
        -DSQLITE_CORE -Icsrc "-DHYBRIDSQL_VERSION=\"$VERSION\"")
-clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c csrc/hybridsql.c \
-  -o fuzz/build/hybridsql.o
+for source in hybridsql model tokenizer; do
+  clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c "csrc/$source.c" \
+    -o "fuzz/build/$source.o"
+done
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/build/fuzz_sql.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o fuzz/build/hybridsql.o \
-  -lsqlite3 -lm -o fuzz/build/fuzz_sql
+  fuzz/build/model.o fuzz/build/tokenizer.o -lsqlite3 -lm -o fuzz/build/fuzz_sql

@@ -16,11 +16,18 @@ CDEF = """
 const char *hs_simd_path(void);
 int64_t hs_first_nonfinite(const float *v, int64_t d);
 double hs_cosine(const float *a, const float *b, int64_t d);
+struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
+void hs_vocab_free(struct HsVocab *v);
+int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
+int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
+                    int32_t *ids, int64_t cap);
+double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
 const char *hs_model_id(const struct HsModel *m);
 int hs_model_dims(const struct HsModel *m);
-int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out, int (*stop)(void *), void *arg);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+                   int (*stop)(void *), void *arg);
 int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
 """
 
@@ -53,6 +60,33 @@ def first_nonfinite(blob: bytes) -> int:
 def cosine(a: bytes, b: bytes) -> float:
     """Cosine of two float32 blobs of equal length, in double precision."""
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
+
+
+class Vocab:
+    """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
+
+    def __init__(self, pieces: list):
+        blob = b"".join(p.encode() + b"\0" for p in pieces)
+        vocab = lib.hs_vocab_new(blob, len(blob), len(pieces))
+        if vocab == ffi.NULL:
+            raise ValueError("hs_vocab_new(): not a vocabulary with [UNK], or no memory")
+        self._vocab = ffi.gc(vocab, lib.hs_vocab_free)
+
+    def id(self, piece: str) -> int:
+        """The id of ``piece``, -1 when the vocabulary lacks it."""
+        return lib.hs_vocab_id(self._vocab, piece.encode())
+
+    def tokenize(self, text: bytes, most: int, cap: int) -> list:
+        """The ids of UTF-8 ``text`` in ``most`` windows (at most ``cap``), no [CLS]/[SEP]."""
+        ids = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_tokenize(self._vocab, text, len(text), most, ids, cap)
+        if n < 0:
+            raise MemoryError("hs_tokenize(): no memory")
+        return list(ids[0:n])
+
+    def readable_share(self, ids: list) -> float:
+        """embed.py's readable_share over ``ids``."""
+        return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
 
 
 class Model:

@@ -44,7 +44,17 @@ TARGETS = (
     Target("windows-x86_64", "x86_64-windows-gnu", "win_amd64", "hybridsql.dll"),
 )
 
-FLAGS = ["-shared", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra", "-s"]
+SOURCES = ("hybridsql.c", "model.c", "tokenizer.c")  # in csrc/, as setup.py's
+FLAGS = [
+    "-shared",
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-s",
+]
 FLAGS += [f'-DHYBRIDSQL_VERSION="{package_version()}"']
 
 
@@ -53,23 +63,28 @@ def target(name: str) -> Target:
 
 
 def build_library(t: Target, out_dir: str) -> str:
-    """Cross-compiles csrc/hybridsql.c for ``t`` into ``out_dir`` (made if missing); the path."""
+    """Cross-compiles the C sources for ``t`` into ``out_dir`` (made if missing); the path."""
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, t.library)
     zig = [sys.executable, "-m", "ziglang", "cc", "-target", t.zig]
     fpic = [] if "windows" in t.zig else ["-fPIC"]
-    source = ["-I", os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "hybridsql.c")]
+    sources = [os.path.join(ROOT, "csrc", name) for name in SOURCES]
+    source = ["-I", os.path.join(ROOT, "csrc"), *sources]
     if "musl" in t.zig:
         # zig links musl's libc as `libc.so`; Alpine's name for it, which auditwheel's musllinux
         # policy asks for, is libc.musl-<arch>.so.1 (musl's loader answers both with itself). So
-        # the object is linked against a stub of that name instead of zig's libc.
-        obj = os.path.join(out_dir, "hybridsql.o")
-        subprocess.run([*zig, "-c", *FLAGS[1:], *fpic, *source, "-o", obj], check=True)
+        # the objects are linked against a stub of that name instead of zig's libc.
+        objs = []
+        for path in sources:
+            obj = os.path.join(out_dir, os.path.basename(path)[:-2] + ".o")
+            cmd = [*zig, "-c", *FLAGS[1:], *fpic, "-I", os.path.join(ROOT, "csrc"), path]
+            subprocess.run([*cmd, "-o", obj], check=True)
+            objs.append(obj)
         stub = musl_libc_stub(t, out_dir)
-        link = [*zig, "-shared", "-s", "-nostdlib", obj, "-Wl,--no-as-needed", stub, "-o", out]
+        link = [*zig, "-shared", "-s", "-nostdlib", *objs, "-Wl,--no-as-needed", stub, "-o", out]
         subprocess.run(link, check=True, cwd=out_dir)
-        os.remove(obj)
-        os.remove(stub)
+        for obj in [*objs, stub]:
+            os.remove(obj)
         return out
     cmd = [*zig, *FLAGS, *fpic, *source, "-o", out]
     if "linux" in t.zig:

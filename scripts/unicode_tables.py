@@ -1,0 +1,300 @@
+"""Writes csrc/unicode_tables.h, the Unicode tables of the C tokenizer (csrc/tokenizer.c): what
+tokenizer.json's BertNormalizer and BertPreTokenizer do with each code point, derived from
+Python's unicodedata and checked, code point by code point, against the tokenizers library that
+LocalProvider runs. tests/test_tokenizer.py fails when the header is stale.
+
+    python scripts/unicode_tables.py          # rewrites csrc/unicode_tables.h
+    python scripts/unicode_tables.py --check  # exits 1, naming the file, when it is stale
+
+What the tokenizer does with one code point c (tokenizers' normalizers/bert.rs and
+pre_tokenizers/bert.rs, in this order):
+1. clean_text: c is dropped when it is U+0000, U+FFFD or a control character (categories Cc, Cf,
+   Co, Cn and Cs, except tab, line feed and carriage return); whitespace becomes a space.
+2. handle_chinese_chars: a CJK ideograph (the ranges of CJK below) gets a space on each side.
+3. strip_accents (on, as lowercase is): NFD, then every nonspacing mark (Mn) is dropped.
+4. lowercase: each character's full lower-case mapping (no context: a final sigma is sigma).
+5. The pre-tokenizer splits at whitespace (dropped) and around each punctuation character
+   (ASCII punctuation and the categories P*), which is a word of its own.
+
+Where unicodedata and tokenizers disagree, the table takes tokenizers' answer: the model was
+trained with that tokenizer, and the C side must give its ids. They disagree because each side
+has its own Unicode version: tokenizers' categories (Cn, Mn, P*) come from its
+unicode_categories crate (Unicode 9 era), its lower-case mapping and white space from the Rust
+standard library, its NFD from unicode-normalization, while Python has the Unicode of its release
+(14.0 in Python 3.11). With Python 3.11 and tokenizers 0.23 they differ on the characters this
+script prints (``--diff``): characters assigned after Unicode 9 that tokenizers takes for
+unassigned, hence control characters, and drops (a word around them is read without them); marks
+and punctuation of scripts newer than its tables, kept as letters of a word. The table written
+is tokenizers' answer for every code point, so it does not depend on the Python that runs this.
+
+Canonical reordering (NFD sorts a run of combining marks by combining class) matters only for the
+marks that survive step 3: the few spacing marks (Mc) with a non-zero class, whose classes are
+written in HS_UNI_CCC and checked against tokenizers' order, pair by pair. A nonspacing mark of
+class 0 is dropped but still ends a run (HS_UNI_BARRIER).
+"""
+
+import argparse
+import os
+import sys
+import unicodedata
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADER = os.path.join(ROOT, "csrc", "unicode_tables.h")
+TOKENIZER = os.path.join(ROOT, "hybridsql", "data", "tokenizer.json")
+
+# tokenizers' is_chinese_char (normalizers/bert.rs), BERT's own list of CJK ideograph blocks.
+CJK = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B920, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+CONTROL = {"Cc", "Cf", "Co", "Cs"}
+
+# What a code point is to the tokenizer (the values of HS_UNI_* in the header).
+DROP, BARRIER, SPACE, CJK_WORD, PUNCT, WORD, HANGUL = range(7)
+KINDS = ("DROP", "BARRIER", "SPACE", "CJK", "PUNCT", "WORD", "HANGUL")
+BLOCK = 128  # code points a block of the two-stage table
+
+
+def is_cjk(c: int) -> bool:
+    return any(lo <= c <= hi for lo, hi in CJK)
+
+
+def is_punct(ch: str) -> bool:
+    """BertPreTokenizer's punctuation: ASCII punctuation or a category P*."""
+    return (ch.isascii() and not ch.isalnum() and ch.isprintable() and ch != " ") or (
+        unicodedata.category(ch).startswith("P")
+    )
+
+
+def from_unicodedata(c: int) -> tuple:
+    """(kind, output) of code point ``c`` by Python's unicodedata."""
+    ch = chr(c)
+    cat = unicodedata.category(ch)
+    if c in (0, 0xFFFD) or (ch not in "\t\n\r" and cat in CONTROL):
+        return DROP, ""
+    if ch.isspace():
+        return SPACE, " "
+    kept = "".join(m for m in unicodedata.normalize("NFD", ch) if unicodedata.category(m) != "Mn")
+    out = "".join(m.lower() for m in kept)
+    if is_cjk(c):
+        return CJK_WORD, out
+    if not out:
+        return (BARRIER if cat == "Mn" and unicodedata.combining(ch) == 0 else DROP), ""
+    if len(out) == 1 and is_punct(out):
+        return PUNCT, out
+    return WORD, out
+
+
+def from_tokenizers(normalize, pre_tokenize, c: int) -> tuple:
+    """(kind, output) of code point ``c`` as the tokenizers library reads it."""
+    ch = chr(c)
+    out = normalize(ch)
+    if out == "":
+        # A dropped code point between two marks that NFD swaps: a nonspacing mark of class 0
+        # ends the run and they stay as they are; anything else is transparent.
+        between = normalize(SWAPPED[0] + ch + SWAPPED[1])
+        return (BARRIER if between == SWAPPED[0] + SWAPPED[1] else DROP), ""
+    if out == " ":
+        return SPACE, " "
+    if len(out) == 3 and out[0] == out[2] == " ":
+        return CJK_WORD, out[1]
+    words = [w for w, _ in pre_tokenize("a" + out + "a")]
+    if len(out) == 1 and words == ["a", out, "a"]:
+        return PUNCT, out
+    if words != ["a" + out + "a"]:
+        sys.exit(f"unicode_tables.py: U+{c:04X} becomes {out!r}, which the pre-tokenizer splits")
+    return WORD, out
+
+
+# Two marks that survive strip_accents and that NFD swaps (classes 226 and 216): the probe for
+# which dropped code points end a run of marks.
+SWAPPED = ("x\U0001d16d", "\U0001d165")
+
+
+def kept_marks(normalize, table: list) -> dict:
+    """The marks that survive strip_accents and that tokenizers' NFD reorders, with their
+    canonical combining class. Classes never change once assigned, so tokenizers' class of a
+    mark is unicodedata's or 0 (a mark newer than its tables, a starter to it): which one is
+    read from the order it gives each pair of them, and every pair is checked."""
+    marks = sorted(
+        {
+            ord(m)
+            for kind, out in table
+            if kind in (WORD, PUNCT)
+            for m in out
+            if unicodedata.category(m).startswith("M") or unicodedata.combining(m)
+        }
+    )
+    swaps = {
+        (a, b)
+        for a in marks
+        for b in marks
+        if a != b and normalize("x" + chr(a) + chr(b)) == ("x" + chr(b) + chr(a)).lower()
+    }
+    moved = {m for pair in swaps for m in pair}
+    ccc = {m: unicodedata.combining(chr(m)) for m in marks if m in moved}
+    for a in marks:
+        for b in marks:
+            expected = 0 < ccc.get(b, 0) < ccc.get(a, 0)
+            if ((a, b) in swaps) != expected:
+                sys.exit(
+                    f"unicode_tables.py: tokenizers orders U+{a:04X} U+{b:04X} otherwise than "
+                    f"Unicode {unicodedata.unidata_version}'s classes: run a newer Python"
+                )
+    return ccc
+
+
+def build(show_diff: bool) -> str:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        sys.exit("unicode_tables.py: needs the tokenizers library: pip install -e '.[local]'")
+    tok = Tokenizer.from_file(TOKENIZER)
+    normalize, pre_tokenize = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
+    table = []
+    differ = []
+    for c in range(0x110000):
+        if 0xD800 <= c <= 0xDFFF:  # never in text: UTF-8 cannot carry them
+            table.append((DROP, ""))
+            continue
+        model = from_unicodedata(c)
+        got = from_tokenizers(normalize, pre_tokenize, c)
+        if got != model:
+            differ.append((c, model, got))
+        table.append(got)
+    if show_diff:
+        print(f"unicodedata {unicodedata.unidata_version}: {len(differ)} code points differ")
+        for c, model, got in differ:
+            name = unicodedata.name(chr(c), "unassigned")
+            print(
+                f"U+{c:04X} {name}: unicodedata {KINDS[model[0]]} {model[1]!r}, "
+                f"tokenizers {KINDS[got[0]]} {got[1]!r}"
+            )
+    ccc = kept_marks(normalize, table)
+    return render(table, ccc)
+
+
+def hangul(c: int) -> str:
+    """A Hangul syllable's NFD, which tokenizer.c computes (Unicode's algorithm, chapter 3.12)
+    rather than looking up 11,172 entries."""
+    s = c - 0xAC00
+    lead, vowel, tail = 0x1100 + s // 588, 0x1161 + s % 588 // 28, 0x11A7 + s % 28
+    return chr(lead) + chr(vowel) + (chr(tail) if tail != 0x11A7 else "")
+
+
+def render(table: list, ccc: dict) -> str:
+    records: dict = {}  # (kind, output or None for the code point itself) -> index
+    pool: list = []
+    pool_at: dict = {}
+    per_cp = []
+    for c, (kind, out) in enumerate(table):
+        if 0xAC00 <= c <= 0xD7A3 and kind == WORD and out == hangul(c):
+            key = (HANGUL, None)
+        else:
+            key = (kind, None if out == chr(c) else out)
+        if key not in records:
+            records[key] = len(records)
+        per_cp.append(records[key])
+    rows = []
+    for (kind, out), _ in sorted(records.items(), key=lambda r: r[1]):
+        if out is None:
+            rows.append((kind, 255, 0, 0))
+            continue
+        if out not in pool_at:
+            pool_at[out] = len(pool)
+            pool.extend(ord(m) for m in out)
+        marks = int(any(ord(m) in ccc for m in out))
+        rows.append((kind, len(out), pool_at[out], marks))
+    blocks: dict = {}
+    stage1 = []
+    stage2: list = []
+    for start in range(0, 0x110000, BLOCK):
+        block = tuple(per_cp[start : start + BLOCK])
+        if block not in blocks:
+            blocks[block] = len(blocks)
+            stage2.extend(block)
+        stage1.append(blocks[block])
+    assert len(records) < 65536 and len(blocks) < 65536 and len(pool) < 65536
+    lines = [
+        "/* Generated by scripts/unicode_tables.py: do not edit. What tokenizer.json's",
+        "** BertNormalizer and BertPreTokenizer (the tokenizers library) do with each code",
+        "** point, from Python's unicodedata; tokenizers' answer where the two differ (see the",
+        "** script). */",
+        "#ifndef HYBRIDSQL_UNICODE_TABLES_H",
+        "#define HYBRIDSQL_UNICODE_TABLES_H",
+        "#include <stdint.h>",
+        "",
+    ]
+    for i, name in enumerate(KINDS):
+        lines.append(f"#define HS_UNI_{name} {i}")
+    lines += [
+        f"#define HS_UNI_BLOCK {BLOCK}",
+        "#define HS_UNI_SELF 255 /* n: the output is the code point itself */",
+        "",
+        "/* kind; n output code points at pool[off] (HS_UNI_SELF: the code point itself);",
+        "** marks: an output code point is in HS_UNI_CCC. */",
+        "typedef struct HsUniRecord {",
+        "  uint8_t kind, n, marks;",
+        "  uint16_t off;",
+        "} HsUniRecord;",
+        "",
+        "static const HsUniRecord hs_uni_records[] = {",
+    ]
+    lines += wrap([f"{{{k}, {n}, {m}, {o}}}" for k, n, o, m in rows])
+    lines += ["};", "", "static const uint32_t hs_uni_pool[] = {"]
+    lines += wrap([f"0x{p:X}" for p in pool] or ["0"])
+    lines += ["};", "", f"static const uint16_t hs_uni_stage1[{len(stage1)}] = {{"]
+    lines += wrap([str(b) for b in stage1])
+    lines += ["};", "", f"static const uint16_t hs_uni_stage2[{len(stage2)}] = {{"]
+    lines += wrap([str(r) for r in stage2])
+    lines += [
+        "};",
+        "",
+        "/* The marks that survive strip_accents with a non-zero canonical combining class. */",
+        "static const struct {",
+        "  uint32_t cp;",
+        "  uint8_t ccc;",
+        "} HS_UNI_CCC[] = {",
+    ]
+    lines += wrap([f"{{0x{c:X}, {v}}}" for c, v in ccc.items()])
+    lines += ["};", "", "#endif", ""]
+    return "\n".join(lines)
+
+
+def wrap(items: list, width: int = 100) -> list:
+    out, line = [], " "
+    for item in items:
+        if len(line) + len(item) + 2 > width:
+            out.append(line.rstrip())
+            line = " "
+        line += " " + item + ","
+    if line.strip():
+        out.append(line.rstrip())
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when the header is stale")
+    parser.add_argument("--diff", action="store_true", help="list where the two sides differ")
+    args = parser.parse_args()
+    text = build(args.diff)
+    if args.check:
+        with open(HEADER, encoding="utf-8") as f:
+            if f.read() != text:
+                print(f"{HEADER} is stale: run python scripts/unicode_tables.py", file=sys.stderr)
+                return 1
+        return 0
+    with open(HEADER, "w", encoding="utf-8") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
