@@ -106,13 +106,16 @@ class Model:
         self.model_id = ffi.string(lib.hs_model_id(model)).decode()
         self.dims = lib.hs_model_dims(model)
 
-    def embed(self, text: str) -> bytes:
-        """``text``'s vector, a float32 blob of ``dims``."""
+    def embed(self, text: str, stop=None) -> bytes | None:
+        """``text``'s vector, a float32 blob of ``dims``; None when ``stop()``, asked between
+        two windows, said True."""
         raw = text.encode("utf-8", "surrogatepass")
         out = ffi.new("float[]", self.dims)
-        if lib.hs_model_embed(self._model, raw, len(raw), out, ffi.NULL, ffi.NULL) != 0:
+        asked = ffi.callback("int(void *)", lambda _: bool(stop())) if stop else ffi.NULL
+        rc = lib.hs_model_embed(self._model, raw, len(raw), out, asked, ffi.NULL)
+        if rc == 2:
             raise MemoryError
-        return bytes(ffi.buffer(out))
+        return bytes(ffi.buffer(out)) if rc == 0 else None
 
     def embed_ids(self, ids: list) -> bytes:
         """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
