@@ -22,18 +22,6 @@ HS_EXPORT const char *hs_simd_path(void);
 HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d);
 HS_EXPORT double hs_cosine(const float *a, const float *b, int64_t d);
 
-/* The embedding model's engine (csrc/model.h is its contract; struct HsModel is its HsModel),
-** and one function for the tests: the vector of word-piece ids, as hs_model_embed makes it from
-** a text's (-1 when an id is not in the vocabulary). */
-struct HsModel;
-HS_EXPORT struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
-HS_EXPORT void hs_model_free(struct HsModel *m);
-HS_EXPORT const char *hs_model_id(const struct HsModel *m);
-HS_EXPORT int hs_model_dims(const struct HsModel *m);
-HS_EXPORT int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
-                             int (*stop)(void *), void *arg);
-HS_EXPORT int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
-
 /* The tokenizer of csrc/tokenizer.h (its contract), exported for the tests. */
 HS_EXPORT struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
 HS_EXPORT void hs_vocab_free(struct HsVocab *v);
@@ -41,5 +29,17 @@ HS_EXPORT int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 HS_EXPORT int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                               int32_t *ids, int64_t cap);
 HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+
+/* The embedding model's engine (csrc/model.h is its contract; struct HsModel is its HsModel),
+** and one function for the tests: the vector of word-piece ids, as hs_model_embed makes it from
+** a text's (-1 when an id is not in the vocabulary). */
+HS_EXPORT struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+HS_EXPORT void hs_model_free(struct HsModel *m);
+HS_EXPORT const char *hs_model_id(const struct HsModel *m);
+HS_EXPORT int hs_model_dims(const struct HsModel *m);
+HS_EXPORT int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+                             int (*stop)(void *), void *arg);
+HS_EXPORT int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n,
+                                 float *out);
 
 #endif

@@ -98,19 +98,23 @@ typedef struct {
   float *k;   /* [T][dims] */
   float *v;   /* [T][dims] */
   float *h;   /* [T][ffn] */
-  float *kt;  /* [head_dim][T] one head's keys, transposed */
-  float *att; /* [T] one query's scores */
+  float *kt;  /* [head_dim][T rounded up to HS_KEYS] one head's keys, transposed */
+  float *att; /* [T rounded up to HS_KEYS] one query's scores */
+  float *wide; /* [max(dims, ffn)][16] a block of weights widened by matmul */
 } RunState;
 
 /* ------------------------------------------------------------------------
 ** Kernels.  out[t][j] = (sum_k x[t][k] * w[k][j]) * scale[j] + bias[j] for t < T, j < N.
 */
-typedef void (*MatmulFn)(float *out, const float *x, const Linear *l, int T, int K, int N);
+typedef void (*MatmulFn)(float *out, const float *x, const Linear *l, int T, int K, int N,
+                         float *wide);
 typedef void (*AttentionFn)(float *out, const float *q, const float *k, const float *v,
                             float *kt, float *att, int T, int D, int H);
 typedef void (*GeluFn)(float *h, int64_t n);
 
-static void matmul_generic(float *out, const float *x, const Linear *l, int T, int K, int N) {
+static void matmul_generic(float *out, const float *x, const Linear *l, int T, int K, int N,
+                           float *wide) {
+  (void)wide;
   for (int t = 0; t < T; t += 4) {
     int rows = T - t < 4 ? T - t : 4;
     for (int n = 0; n < N; n += HS_TILE) {
@@ -131,30 +135,32 @@ static void matmul_generic(float *out, const float *x, const Linear *l, int T, i
 }
 
 #ifdef HS_X86
-/* Sixteen int8 weights at w widened to two vectors of eight floats. */
-__attribute__((target("avx2,fma"))) static inline void widen16_avx2(const int8_t *w, __m256 *lo,
-                                                                     __m256 *hi) {
-  __m128i b = _mm_loadu_si128((const __m128i *)w);
-  *lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-  *hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
-}
-
-/* Four rows of x by sixteen columns of w: eight accumulators held in registers over all of K. */
+/*
+** For each block of sixteen columns: the block's int8 weights widened to float32 once, into
+** wide[K][16] (L1-sized), then four rows of x at a time against it, with eight accumulators
+** held in registers over all of K.  Rows past T repeat the last row and are not stored.
+*/
 __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const float *x,
                                                              const Linear *l, int T, int K,
-                                                             int N) {
+                                                             int N, float *wide) {
   for (int n = 0; n < N; n += HS_TILE) {
-    const int8_t *wn = l->w + n;
+    for (int k = 0; k < K; k++) {
+      __m128i b = _mm_loadu_si128((const __m128i *)(l->w + (size_t)k * N + n));
+      _mm256_storeu_ps(wide + 16 * k, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+      _mm256_storeu_ps(wide + 16 * k + 8,
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))));
+    }
     __m256 s0 = _mm256_loadu_ps(l->scale + n), s1 = _mm256_loadu_ps(l->scale + n + 8);
     __m256 b0 = _mm256_loadu_ps(l->bias + n), b1 = _mm256_loadu_ps(l->bias + n + 8);
-    int t = 0;
-    for (; t + 4 <= T; t += 4) {
-      const float *x0 = x + (size_t)t * K, *x1 = x0 + K, *x2 = x1 + K, *x3 = x2 + K;
+    for (int t = 0; t < T; t += 4) {
+      const float *x0 = x + (size_t)t * K;
+      const float *x1 = x + (size_t)(t + 1 < T ? t + 1 : T - 1) * K;
+      const float *x2 = x + (size_t)(t + 2 < T ? t + 2 : T - 1) * K;
+      const float *x3 = x + (size_t)(t + 3 < T ? t + 3 : T - 1) * K;
       __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
       __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
       for (int k = 0; k < K; k++) {
-        __m256 w0, w1;
-        widen16_avx2(wn + (size_t)k * N, &w0, &w1);
+        __m256 w0 = _mm256_loadu_ps(wide + 16 * k), w1 = _mm256_loadu_ps(wide + 16 * k + 8);
         __m256 v = _mm256_broadcast_ss(x0 + k);
         a00 = _mm256_fmadd_ps(v, w0, a00);
         a01 = _mm256_fmadd_ps(v, w1, a01);
@@ -168,32 +174,12 @@ __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const fl
         a30 = _mm256_fmadd_ps(v, w0, a30);
         a31 = _mm256_fmadd_ps(v, w1, a31);
       }
-      float *o = out + (size_t)t * N + n;
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(a00, s0, b0));
-      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a01, s1, b1));
-      o += N;
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(a10, s0, b0));
-      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a11, s1, b1));
-      o += N;
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(a20, s0, b0));
-      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a21, s1, b1));
-      o += N;
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(a30, s0, b0));
-      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a31, s1, b1));
-    }
-    for (; t < T; t++) {
-      const float *x0 = x + (size_t)t * K;
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-      for (int k = 0; k < K; k++) {
-        __m256 w0, w1;
-        widen16_avx2(wn + (size_t)k * N, &w0, &w1);
-        __m256 v = _mm256_broadcast_ss(x0 + k);
-        a0 = _mm256_fmadd_ps(v, w0, a0);
-        a1 = _mm256_fmadd_ps(v, w1, a1);
+      __m256 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+      for (int r = 0; r < 4 && t + r < T; r++) {
+        float *o = out + (size_t)(t + r) * N + n;
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(acc[r][0], s0, b0));
+        _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(acc[r][1], s1, b1));
       }
-      float *o = out + (size_t)t * N + n;
-      _mm256_storeu_ps(o, _mm256_fmadd_ps(a0, s0, b0));
-      _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(a1, s1, b1));
     }
   }
 }
@@ -201,7 +187,9 @@ __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const fl
 
 #ifdef HS_NEON
 /* Four rows of x by sixteen columns of w: sixteen accumulators held in registers over all of K. */
-static void matmul_neon(float *out, const float *x, const Linear *l, int T, int K, int N) {
+static void matmul_neon(float *out, const float *x, const Linear *l, int T, int K, int N,
+                        float *wide) {
+  (void)wide;
   for (int n = 0; n < N; n += HS_TILE) {
     const int8_t *wn = l->w + n;
     for (int t = 0; t < T; t += 4) {
@@ -235,13 +223,16 @@ static void matmul_neon(float *out, const float *x, const Linear *l, int T, int 
 
 /*
 ** e^x for x in [-87, 88] (clamped), within 2 ulp: Cephes' expf (a power of two times a
-** polynomial), written without branches or calls so that the loops around it vectorize.
+** polynomial), written without branches, calls or float-to-int conversions so that the loops
+** around it vectorize (with -fno-trapping-math, which lets the compiler turn ?: into selects).
+** Adding 1.5 * 2^23 rounds x / ln 2 to the integer n, left in the low bits of k.
 */
-static inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  float f = x * 1.44269504088896341f;
-  int n = (int)(f + (f < 0 ? -0.5f : 0.5f));
-  float r = x - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
+static inline __attribute__((always_inline)) float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  float k = x * 1.44269504088896341f + 12582912.0f;
+  float n = k - 12582912.0f;
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -249,15 +240,16 @@ static inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  union {
-    int32_t i;
-    float f;
-  } two = {(int32_t)((uint32_t)(n + 127) << 23)};
-  return p * two.f;
+  uint32_t bits;
+  memcpy(&bits, &k, sizeof(bits));
+  bits = (bits - 0x4B400000u + 127u) << 23; /* 2^n */
+  float two;
+  memcpy(&two, &bits, sizeof(two));
+  return p * two;
 }
 
 /* erf(x) within 1.5e-7 (Abramowitz and Stegun 7.1.26), branch-free as exp_approx. */
-static inline float erf_approx(float x) {
+static inline __attribute__((always_inline)) float erf_approx(float x) {
   float a = fabsf(x), t = 1.0f / (1.0f + 0.3275911f * a);
   float p = 1.061405429f;
   p = p * t - 1.453152027f;
@@ -276,12 +268,16 @@ static inline __attribute__((always_inline)) void gelu_body(float *h, int64_t n)
   }
 }
 
-static void softmax(float *x, int n) {
-  float max = x[0];
-  for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
-  for (int i = 0; i < n; i++) x[i] = exp_approx(x[i] - max);
-  float sum[8] = {0};
+static inline __attribute__((always_inline)) void softmax(float *x, int n) {
+  float most[8] = {x[0], x[0], x[0], x[0], x[0], x[0], x[0], x[0]}, sum[8] = {0};
   int i = 0;
+  for (; i + 8 <= n; i += 8) /* eight maxima at once: no chain through one */
+    for (int j = 0; j < 8; j++) most[j] = x[i + j] > most[j] ? x[i + j] : most[j];
+  for (; i < n; i++) most[0] = x[i] > most[0] ? x[i] : most[0];
+  float max = most[0];
+  for (int j = 1; j < 8; j++) max = most[j] > max ? most[j] : max;
+  for (i = 0; i < n; i++) x[i] = exp_approx(x[i] - max);
+  i = 0;
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; j++) sum[j] += x[i + j];
   for (; i < n; i++) sum[0] += x[i];
@@ -291,41 +287,61 @@ static void softmax(float *x, int n) {
 
 /*
 ** Every head's softmax(q k^T) v for T tokens, the heads side by side in out[T][D].  q and k are
-** each scaled by head_dim^-0.25 first, as the graph does.  The keys are transposed so that a
-** query's scores, and then its output, are each a sum of rows: loops that vectorize.
+** each scaled by head_dim^-0.25 first, as the graph does.  The keys are transposed (kt[i][s],
+** rows of S = T rounded up to HS_KEYS, zero past T) so that HS_KEYS scores at once are sums of
+** rows, and a query's output sums the values two at a time: independent accumulators in
+** registers, in loops the compiler vectorizes.  head_dim is at most HS_HEAD (checked at open).
 */
+#define HS_KEYS 64
+#define HS_HEAD 128
 static inline __attribute__((always_inline)) void attention_body(float *out, const float *q,
                                                                  const float *k, const float *v,
                                                                  float *kt, float *att, int T,
-                                                                 int D, int H) {
-  int hd = D / H;
+                                                                 int D, int H, int hd) {
+  int S = (T + HS_KEYS - 1) / HS_KEYS * HS_KEYS;
   float c = 1.0f / sqrtf(sqrtf((float)hd));
   for (int h = 0; h < H; h++) {
-    for (int s = 0; s < T; s++)
-      for (int i = 0; i < hd; i++) kt[(size_t)i * T + s] = k[(size_t)s * D + h * hd + i] * c;
+    for (int i = 0; i < hd; i++) {
+      float *row = kt + (size_t)i * S;
+      for (int s = 0; s < T; s++) row[s] = k[(size_t)s * D + h * hd + i] * c;
+      for (int s = T; s < S; s++) row[s] = 0.0f;
+    }
     for (int t = 0; t < T; t++) {
       const float *qt = q + (size_t)t * D + h * hd;
-      for (int s = 0; s < T; s++) att[s] = 0.0f;
-      for (int i = 0; i < hd; i++) {
-        float qi = qt[i] * c;
-        const float *row = kt + (size_t)i * T;
-        for (int s = 0; s < T; s++) att[s] += qi * row[s];
+      for (int s0 = 0; s0 < S; s0 += HS_KEYS) {
+        float acc[HS_KEYS] = {0};
+        for (int i = 0; i < hd; i++) {
+          float qi = qt[i] * c;
+          const float *row = kt + (size_t)i * S + s0;
+          for (int j = 0; j < HS_KEYS; j++) acc[j] += qi * row[j];
+        }
+        for (int j = 0; j < HS_KEYS; j++) att[s0 + j] = acc[j];
       }
       softmax(att, T);
-      float *o = out + (size_t)t * D + h * hd;
-      for (int i = 0; i < hd; i++) o[i] = 0.0f;
-      for (int s = 0; s < T; s++) {
-        float p = att[s];
-        const float *vs = v + (size_t)s * D + h * hd;
-        for (int i = 0; i < hd; i++) o[i] += p * vs[i];
+      float even[HS_HEAD] = {0}, odd[HS_HEAD] = {0};
+      int s = 0;
+      for (; s + 2 <= T; s += 2) {
+        const float *v0 = v + (size_t)s * D + h * hd, *v1 = v0 + D;
+        float p0 = att[s], p1 = att[s + 1];
+        for (int i = 0; i < hd; i++) {
+          even[i] += p0 * v0[i];
+          odd[i] += p1 * v1[i];
+        }
       }
+      if (s < T)
+        for (int i = 0; i < hd; i++) even[i] += att[s] * v[(size_t)s * D + h * hd + i];
+      float *o = out + (size_t)t * D + h * hd;
+      for (int i = 0; i < hd; i++) o[i] = even[i] + odd[i];
     }
   }
 }
 
 static void attention_generic(float *out, const float *q, const float *k, const float *v,
                               float *kt, float *att, int T, int D, int H) {
-  attention_body(out, q, k, v, kt, att, T, D, H);
+  if (D / H == 32) /* MiniLM's: a constant, so the loops over it unroll into registers */
+    attention_body(out, q, k, v, kt, att, T, D, H, 32);
+  else
+    attention_body(out, q, k, v, kt, att, T, D, H, D / H);
 }
 
 static void gelu_generic(float *h, int64_t n) { gelu_body(h, n); }
@@ -335,7 +351,10 @@ __attribute__((target("avx2,fma"))) static void attention_avx2(float *out, const
                                                                 const float *k, const float *v,
                                                                 float *kt, float *att, int T,
                                                                 int D, int H) {
-  attention_body(out, q, k, v, kt, att, T, D, H);
+  if (D / H == 32) /* MiniLM's: a constant, so the loops over it unroll into registers */
+    attention_body(out, q, k, v, kt, att, T, D, H, 32);
+  else
+    attention_body(out, q, k, v, kt, att, T, D, H, D / H);
 }
 
 __attribute__((target("avx2,fma"))) static void gelu_avx2(float *h, int64_t n) {
@@ -395,22 +414,23 @@ static void forward(const HsModel *m, const Kernels *kn, RunState *s, const int3
   add_norm(s->x, NULL, m->norm_weight, m->norm_bias, T, D, m->eps);
   for (int l = 0; l < m->layers; l++) {
     const Layer *w = &m->layer[l];
-    kn->matmul(s->q, s->x, &w->query, T, D, D);
-    kn->matmul(s->k, s->x, &w->key, T, D, D);
-    kn->matmul(s->v, s->x, &w->value, T, D, D);
+    kn->matmul(s->q, s->x, &w->query, T, D, D, s->wide);
+    kn->matmul(s->k, s->x, &w->key, T, D, D, s->wide);
+    kn->matmul(s->v, s->x, &w->value, T, D, D, s->wide);
     kn->attention(s->xb, s->q, s->k, s->v, s->kt, s->att, T, D, m->heads);
-    kn->matmul(s->q, s->xb, &w->output, T, D, D);
+    kn->matmul(s->q, s->xb, &w->output, T, D, D, s->wide);
     add_norm(s->x, s->q, w->norm1_weight, w->norm1_bias, T, D, m->eps);
-    kn->matmul(s->h, s->x, &w->up, T, D, F);
+    kn->matmul(s->h, s->x, &w->up, T, D, F, s->wide);
     kn->gelu(s->h, (int64_t)T * F);
-    kn->matmul(s->xb, s->h, &w->down, T, F, D);
+    kn->matmul(s->xb, s->h, &w->down, T, F, D, s->wide);
     add_norm(s->x, s->xb, w->norm2_weight, w->norm2_bias, T, D, m->eps);
   }
 }
 
 static int alloc_state(RunState *s, const HsModel *m, int T) {
-  size_t d = (size_t)T * m->dims;
-  float *all = malloc(sizeof(float) * (5 * d + (size_t)T * m->ffn + (size_t)T * m->dims / m->heads + T));
+  size_t d = (size_t)T * m->dims, S = (size_t)(T + HS_KEYS - 1) / HS_KEYS * HS_KEYS;
+  size_t wide = (size_t)(m->ffn > m->dims ? m->ffn : m->dims) * HS_TILE;
+  float *all = malloc(sizeof(float) * (5 * d + (size_t)T * m->ffn + S * (size_t)(m->dims / m->heads) + S + wide));
   if (!all) return 0;
   s->x = all;
   s->xb = s->x + d;
@@ -419,7 +439,8 @@ static int alloc_state(RunState *s, const HsModel *m, int T) {
   s->v = s->k + d;
   s->h = s->v + d;
   s->kt = s->h + (size_t)T * m->ffn;
-  s->att = s->kt + (size_t)T * m->dims / m->heads;
+  s->att = s->kt + S * (size_t)(m->dims / m->heads);
+  s->wide = s->att + S;
   return 1;
 }
 
@@ -600,6 +621,7 @@ HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
   /* dims, layers, heads, ffn, vocab, positions, types: sizes this engine can run */
   int fits = shape[0] >= HS_TILE && shape[0] <= 4096 && shape[0] % HS_TILE == 0 &&
              shape[1] >= 1 && shape[1] <= 64 && shape[2] >= 1 && shape[0] % shape[2] == 0 &&
+             shape[0] / shape[2] <= HS_HEAD &&
              shape[3] >= HS_TILE && shape[3] <= 16384 && shape[3] % HS_TILE == 0 &&
              shape[4] >= 4 && shape[4] <= 1000000 && shape[5] >= HS_WINDOW &&
              shape[5] <= 65536 && shape[6] >= 1 && shape[6] <= 16 && m->eps > 0 && m->eps < 1 &&

@@ -17,6 +17,12 @@ CDEF = """
 const char *hs_simd_path(void);
 int64_t hs_first_nonfinite(const float *v, int64_t d);
 double hs_cosine(const float *a, const float *b, int64_t d);
+struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
+void hs_vocab_free(struct HsVocab *v);
+int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
+int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
+                    int32_t *ids, int64_t cap);
+double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
 const char *hs_model_id(const struct HsModel *m);
@@ -24,12 +30,6 @@ int hs_model_dims(const struct HsModel *m);
 int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
                    int (*stop)(void *), void *arg);
 int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
-struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
-void hs_vocab_free(struct HsVocab *v);
-int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
-int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
-                    int32_t *ids, int64_t cap);
-double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 """
 
 # The library's file name on each platform: SQLite derives the entry point
@@ -82,43 +82,6 @@ def cosine(a: bytes, b: bytes) -> float:
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
 
 
-class Model:
-    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
-    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them."""
-
-    def __init__(self, data: bytes):
-        from hybridsql.errors import EmbeddingError
-
-        ffi, lib = _open()
-        self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
-        ffi.memmove(self._data, data, len(data))
-        err = ffi.new("char[]", 512)
-        model = lib.hs_model_open(self._data, len(data), err, len(err))
-        if model == ffi.NULL:
-            raise EmbeddingError(ffi.string(err).decode())
-        self._model = ffi.gc(model, lib.hs_model_free)
-        self.model_id = ffi.string(lib.hs_model_id(model)).decode()
-        self.dims = lib.hs_model_dims(model)
-
-    def embed(self, text: str) -> bytes:
-        """``text``'s vector, a float32 blob of ``dims``."""
-        ffi, lib = _open()
-        raw = text.encode("utf-8", "surrogatepass")
-        out = ffi.new("float[]", self.dims)
-        if lib.hs_model_embed(self._model, raw, len(raw), out, ffi.NULL, ffi.NULL) != 0:
-            raise MemoryError
-        return bytes(ffi.buffer(out))
-
-    def embed_ids(self, ids: list) -> bytes:
-        """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
-        ffi, lib = _open()
-        out = ffi.new("float[]", self.dims)
-        rc = lib.hs_model_embed_ids(self._model, ffi.new("int32_t[]", ids), len(ids), out)
-        if rc != 0:
-            raise ValueError("an id is not in the vocabulary" if rc < 0 else "out of memory")
-        return bytes(ffi.buffer(out))
-
-
 class Vocab:
     """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
 
@@ -148,3 +111,43 @@ class Vocab:
         """embed.py's readable_share over ``ids``."""
         ffi, lib = _open()
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
+
+
+class Model:
+    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
+    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them."""
+
+    def __init__(self, data: bytes):
+        from hybridsql.errors import EmbeddingError
+
+        ffi, lib = _open()
+        self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
+        ffi.memmove(self._data, data, len(data))
+        err = ffi.new("char[]", 512)
+        model = lib.hs_model_open(self._data, len(data), err, len(err))
+        if model == ffi.NULL:
+            raise EmbeddingError(ffi.string(err).decode())
+        self._model = ffi.gc(model, lib.hs_model_free)
+        self.model_id = ffi.string(lib.hs_model_id(model)).decode()
+        self.dims = lib.hs_model_dims(model)
+
+    def embed(self, text: str, stop=None) -> bytes | None:
+        """``text``'s vector, a float32 blob of ``dims``; None when ``stop()``, asked between
+        two windows, said True."""
+        ffi, lib = _open()
+        raw = text.encode("utf-8", "surrogatepass")
+        out = ffi.new("float[]", self.dims)
+        asked = ffi.callback("int(void *)", lambda _: bool(stop())) if stop else ffi.NULL
+        rc = lib.hs_model_embed(self._model, raw, len(raw), out, asked, ffi.NULL)
+        if rc == 2:
+            raise MemoryError
+        return bytes(ffi.buffer(out)) if rc == 0 else None
+
+    def embed_ids(self, ids: list) -> bytes:
+        """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
+        ffi, lib = _open()
+        out = ffi.new("float[]", self.dims)
+        rc = lib.hs_model_embed_ids(self._model, ffi.new("int32_t[]", ids), len(ids), out)
+        if rc != 0:
+            raise ValueError("an id is not in the vocabulary" if rc < 0 else "out of memory")
+        return bytes(ffi.buffer(out))

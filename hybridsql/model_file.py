@@ -47,10 +47,12 @@ _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
 # The graph's names for a layer's matrices: the bias each MatMul's Add takes names its role.
 _ROLES = ("attention.self.query", "attention.self.key", "attention.self.value")
 _ROLES += ("attention.output.dense", "intermediate.dense", "output.dense")
+_NAMES = ("query", "key", "value", "output", "up", "down")  # their sections' names
 
 
-def sections(dims: int, layers: int, ffn: int, vocab: int, positions: int, types: int,
-             vocab_bytes: int) -> list:
+def sections(
+    dims: int, layers: int, ffn: int, vocab: int, positions: int, types: int, vocab_bytes: int
+) -> list:
     """The file's sections after the header, in order: (name, dtype, shape)."""
     out = [
         ("vocab", "u1", (vocab_bytes,)),
@@ -64,7 +66,7 @@ def sections(dims: int, layers: int, ffn: int, vocab: int, positions: int, types
     ]
     for n in range(layers):
         for role, (fan_in, fan_out) in zip(
-            ("query", "key", "value", "output", "up", "down"),
+            _NAMES,
             ((dims, dims),) * 4 + ((dims, ffn), (ffn, dims)),
             strict=True,
         ):
@@ -270,10 +272,11 @@ def _tensors(nodes, inits) -> tuple:
     heads = None
     for n in graph.only("Concat"):  # the view of the query as [batch, tokens, -1, head_dim]
         last = inits.get(n["input"][-1])
-        if last is not None and last.shape == (1,) and any(r["input"][1] == n["output"][0] for r in reshape):
-            if int(last[0]) != -1 and dims % int(last[0]) == 0:
-                heads = dims // int(last[0])
-                break
+        viewed = any(r["input"][1] == n["output"][0] for r in reshape)
+        head_dim = int(last[0]) if last is not None and last.shape == (1,) else 0
+        if viewed and head_dim > 0 and dims % head_dim == 0:
+            heads = dims // head_dim
+            break
     epsilons = {n["attrs"].get("epsilon") for n in graph.only("LayerNormalization")}
     if heads is None or len(epsilons) != 1:
         raise ValueError("the heads or the LayerNorm epsilon")
@@ -300,7 +303,7 @@ def _tensors(nodes, inits) -> tuple:
     }
     arrays["norm_weight"], arrays["norm_bias"] = _norm(graph, "inner.embeddings")
     for n in range(layers):
-        for role, name in zip(_ROLES, ("query", "key", "value", "output", "up", "down"), strict=True):
+        for role, name in zip(_ROLES, _NAMES, strict=True):
             q, scale, bias = _linear(graph, n, role)
             arrays[f"{n}.{name}"], arrays[f"{n}.{name}_scale"] = q, scale
             arrays[f"{n}.{name}_bias"] = bias
@@ -346,14 +349,17 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
     try:
         shape, arrays = _tensors(*read_onnx(path))
     except (ValueError, KeyError, StopIteration, IndexError) as e:
-        raise EmbeddingError(f"{path} is not the MiniLM int8 graph this converter reads ({e})")
+        raise EmbeddingError(
+            f"{path} is not the MiniLM int8 graph this converter reads ({e})"
+        ) from None
     vocab = vocabulary(tokenizer_json)
     pieces = vocab.count(0)
     if pieces != shape["vocab"]:
         raise EmbeddingError(f"{tokenizer_json} has {pieces} pieces, the model {shape['vocab']}")
     arrays["vocab"] = np.frombuffer(vocab, dtype="u1")
-    layout = sections(**{k: v for k, v in shape.items() if k not in ("heads", "eps")},
-                      vocab_bytes=len(vocab))
+    layout = sections(
+        **{k: v for k, v in shape.items() if k not in ("heads", "eps")}, vocab_bytes=len(vocab)
+    )
     out = bytearray(HEADER_BYTES)
     for name, dtype, dims in layout:
         array = np.ascontiguousarray(arrays[name], dtype=dtype)
@@ -362,9 +368,21 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
         out += array.tobytes()
         out += bytes(_aligned(len(out)) - len(out))
     header = _HEADER.pack(
-        MAGIC, VERSION, HEADER_BYTES, len(out), 0, MODEL_ID.encode(), shape["dims"],
-        shape["layers"], shape["heads"], shape["ffn"], shape["vocab"], shape["positions"],
-        shape["types"], shape["eps"], len(vocab),
+        MAGIC,
+        VERSION,
+        HEADER_BYTES,
+        len(out),
+        0,
+        MODEL_ID.encode(),
+        shape["dims"],
+        shape["layers"],
+        shape["heads"],
+        shape["ffn"],
+        shape["vocab"],
+        shape["positions"],
+        shape["types"],
+        shape["eps"],
+        len(vocab),
     )
     out[:HEADER_BYTES] = header
     out[32:40] = struct.pack("<Q", checksum(out))
@@ -385,17 +403,40 @@ def read_model_file(path) -> tuple:
     """(header fields, sections' arrays by name) of a model file, for inspection and tests."""
     data = Path(path).read_bytes()
     fields = _HEADER.unpack_from(data)
-    names = ("magic", "version", "header_bytes", "file_bytes", "checksum", "model_id", "dims",
-             "layers", "heads", "ffn", "vocab", "positions", "types", "eps", "vocab_bytes")
+    names = (
+        "magic",
+        "version",
+        "header_bytes",
+        "file_bytes",
+        "checksum",
+        "model_id",
+        "dims",
+        "layers",
+        "heads",
+        "ffn",
+        "vocab",
+        "positions",
+        "types",
+        "eps",
+        "vocab_bytes",
+    )
     header = dict(zip(names, fields, strict=True))
     header["model_id"] = header["model_id"].rstrip(b"\0").decode()
-    layout = sections(header["dims"], header["layers"], header["ffn"], header["vocab"],
-                      header["positions"], header["types"], header["vocab_bytes"])
+    layout = sections(
+        header["dims"],
+        header["layers"],
+        header["ffn"],
+        header["vocab"],
+        header["positions"],
+        header["types"],
+        header["vocab_bytes"],
+    )
     arrays, at = {}, header["header_bytes"]
     for name, dtype, dims in layout:
         size = int(np.prod(dims)) * np.dtype(dtype).itemsize
-        arrays[name] = np.frombuffer(data, dtype=dtype, count=size // np.dtype(dtype).itemsize,
-                                     offset=at).reshape(dims)
+        arrays[name] = np.frombuffer(
+            data, dtype=dtype, count=size // np.dtype(dtype).itemsize, offset=at
+        ).reshape(dims)
         at = _aligned(at + size)
     return header, arrays
 
