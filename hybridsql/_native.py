@@ -108,7 +108,7 @@ class Vocab:
         return list(ids[0:n])
 
     def readable_share(self, ids: list) -> float:
-        """embed.py's readable_share over ``ids``."""
+        """windows.py's readable_share over ``ids``."""
         ffi, lib = _open()
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
 

@@ -34,7 +34,7 @@ NO_MODEL = "embed(): no model file"
 def model_path() -> Path:
     """Where ``hybridsql model`` writes the model file and the extension looks for it last: in
     the user's cache folder."""
-    from hybridsql.embed import cache_dir
+    from hybridsql.local_model import cache_dir
 
     return cache_dir() / MODEL_FILE
 
@@ -105,7 +105,7 @@ def store_model(conn: apsw.Connection, source: Path) -> None:
 def runs_locally(provider) -> bool:
     """Whether ``provider``'s vectors are what the extension's embed() computes: the local model,
     read in WINDOWS windows."""
-    from hybridsql.embed import LocalProvider
+    from hybridsql.local_model import LocalProvider
 
     return isinstance(provider, LocalProvider) and provider.max_windows == WINDOWS
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridsql import _native, model_file
-from hybridsql.embed import _TOKENIZER, LocalProvider, _tokenizer
 from hybridsql.errors import EmbeddingError
+from hybridsql.local_model import _TOKENIZER, LocalProvider, _tokenizer
 
 REMAKE = "make it again with `python -m hybridsql.model_file FILE`"
 AGREEMENT = 0.99999
