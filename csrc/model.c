@@ -25,6 +25,7 @@
 ** C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD); attention
 ** and GELU are portable C that the AVX2 path compiles a second time for AVX2.
 */
+#include "hybridsql.h" /* first: which of model.h's functions the library exports */
 #include "model.h"
 
 #include <math.h>
@@ -33,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hybridsql.h"
 #include "tokenizer.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
