@@ -21,10 +21,13 @@
 **
 ** The int8 weights stay int8 in memory (a short query mostly streams them: 22.5 MB, where
 ** float32 would be 90 MB) and are widened to float32 in registers by matmul, the kernel that
-** takes nearly all the time.  It has one path per instruction set (AVX2+FMA, NEON, portable
-** C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD); attention
-** and GELU are portable C that the AVX2 path compiles a second time for AVX2.
+** takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
+** portable C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD;
+** hs_model_simd() names it); attention and GELU are portable C that the AVX2 path compiles a
+** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
+** matmuls are compute-bound.
 */
+#include "hybridsql.h" /* first: which of model.h's functions the library exports */
 #include "model.h"
 
 #include <math.h>
@@ -33,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hybridsql.h"
 #include "tokenizer.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -55,7 +57,8 @@
 #define HS_WINDOW 256    /* tokens a window, [CLS] and [SEP] included */
 #define HS_MAX_WINDOWS 8 /* the rest of a longer text is not read */
 #define HS_READABLE 0.5  /* embed.py's READABLE */
-#define HS_TILE 16       /* output columns a matmul tile computes: dims and ffn are multiples */
+#define HS_TILE 16       /* output columns a matmul tile of AVX2, NEON or portable C computes */
+#define HS_BLOCK 32      /* the file's blocks of columns (dims and ffn are multiples) */
 #define HS_REMAKE "make it again with `python -m hybridsql.model_file FILE`"
 
 static const char MAGIC[16] = "hybridsql model";
@@ -63,8 +66,17 @@ static const char MAGIC[16] = "hybridsql model";
 /* ------------------------------------------------------------------------
 ** The weights: pointers into the model file.
 */
+/*
+** A weight matrix, [in][out] in the graph, is stored in blocks of HS_BLOCK columns, each block's
+** rows one after another: [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to
+** end, which the CPU prefetches as one stream.
+*/
+static inline const int8_t *block_row(const int8_t *w, int K, int k, int n) {
+  return w + (size_t)(n / HS_BLOCK) * K * HS_BLOCK + (size_t)k * HS_BLOCK + n % HS_BLOCK;
+}
+
 typedef struct {
-  const int8_t *w;    /* [in][out] */
+  const int8_t *w;    /* [out / HS_BLOCK][in][HS_BLOCK] */
   const float *scale; /* [out]: w's column j is worth w[.][j] * scale[j] */
   const float *bias;  /* [out] */
 } Linear;
@@ -100,7 +112,7 @@ typedef struct {
   float *h;   /* [T][ffn] */
   float *kt;  /* [head_dim][T rounded up to HS_KEYS] one head's keys, transposed */
   float *att; /* [T rounded up to HS_KEYS] one query's scores */
-  float *wide; /* [max(dims, ffn)][16] a block of weights widened by matmul */
+  float *wide; /* [max(dims, ffn)][32] a block of weights widened by matmul */
 } RunState;
 
 /* ------------------------------------------------------------------------
@@ -120,7 +132,7 @@ static void matmul_generic(float *out, const float *x, const Linear *l, int T, i
     for (int n = 0; n < N; n += HS_TILE) {
       float acc[4][HS_TILE] = {{0}};
       for (int k = 0; k < K; k++) {
-        const int8_t *w = l->w + (size_t)k * N + n;
+        const int8_t *w = block_row(l->w, K, k, n);
         for (int r = 0; r < rows; r++) {
           float xv = x[(size_t)(t + r) * K + k];
           for (int j = 0; j < HS_TILE; j++) acc[r][j] += xv * (float)w[j];
@@ -145,7 +157,7 @@ __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const fl
                                                              int N, float *wide) {
   for (int n = 0; n < N; n += HS_TILE) {
     for (int k = 0; k < K; k++) {
-      __m128i b = _mm_loadu_si128((const __m128i *)(l->w + (size_t)k * N + n));
+      __m128i b = _mm_loadu_si128((const __m128i *)block_row(l->w, K, k, n));
       _mm256_storeu_ps(wide + 16 * k, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
       _mm256_storeu_ps(wide + 16 * k + 8,
                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))));
@@ -185,20 +197,77 @@ __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const fl
 }
 #endif
 
+#ifdef HS_X86
+/*
+** AVX-512: as matmul_avx2, with blocks of 32 columns in two 16-float registers and six rows at
+** a time: twelve accumulators.  Chosen where the CPU and the OS have it (avx512f), unless
+** HYBRIDSQL_SIMD names a path.
+*/
+__attribute__((target("avx512f,avx2,fma"))) static void matmul_avx512(float *out, const float *x,
+                                                                       const Linear *l, int T,
+                                                                       int K, int N,
+                                                                       float *wide) {
+  for (int n = 0; n < N; n += 32) {
+    for (int k = 0; k < K; k++) {
+      const int8_t *w = block_row(l->w, K, k, n);
+      _mm512_storeu_ps(wide + 32 * k,
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w))));
+      _mm512_storeu_ps(wide + 32 * k + 16,
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16)))));
+    }
+    __m512 s0 = _mm512_loadu_ps(l->scale + n), s1 = _mm512_loadu_ps(l->scale + n + 16);
+    __m512 b0 = _mm512_loadu_ps(l->bias + n), b1 = _mm512_loadu_ps(l->bias + n + 16);
+    for (int t = 0; t < T; t += 6) {
+      const float *xr[6];
+      for (int r = 0; r < 6; r++) xr[r] = x + (size_t)(t + r < T ? t + r : T - 1) * K;
+      __m512 a[6][2];
+      for (int r = 0; r < 6; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+      for (int k = 0; k < K; k++) {
+        __m512 w0 = _mm512_loadu_ps(wide + 32 * k), w1 = _mm512_loadu_ps(wide + 32 * k + 16);
+        for (int r = 0; r < 6; r++) {
+          __m512 v = _mm512_set1_ps(xr[r][k]);
+          a[r][0] = _mm512_fmadd_ps(v, w0, a[r][0]);
+          a[r][1] = _mm512_fmadd_ps(v, w1, a[r][1]);
+        }
+      }
+      for (int r = 0; r < 6 && t + r < T; r++) {
+        float *o = out + (size_t)(t + r) * N + n;
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(a[r][0], s0, b0));
+        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(a[r][1], s1, b1));
+      }
+    }
+  }
+}
+
+/* Whether the CPU has AVX-512F and the OS saves the ZMM registers (cpuid and xgetbv). */
+static int has_avx512(void) {
+  unsigned a, b, c, d;
+  __asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  if (a < 7) return 0;
+  __asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  if (!((c >> 27) & 1)) return 0; /* OSXSAVE */
+  unsigned lo, hi;
+  __asm__ __volatile__(".byte 0x0f, 0x01, 0xd0" : "=a"(lo), "=d"(hi) : "c"(0)); /* xgetbv */
+  (void)hi;
+  if ((lo & 0xE6) != 0xE6) return 0; /* XMM, YMM, opmask and both halves of the ZMM state */
+  __asm__ __volatile__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  return (b >> 16) & 1;
+}
+#endif
+
 #ifdef HS_NEON
 /* Four rows of x by sixteen columns of w: sixteen accumulators held in registers over all of K. */
 static void matmul_neon(float *out, const float *x, const Linear *l, int T, int K, int N,
                         float *wide) {
   (void)wide;
   for (int n = 0; n < N; n += HS_TILE) {
-    const int8_t *wn = l->w + n;
     for (int t = 0; t < T; t += 4) {
       int rows = T - t < 4 ? T - t : 4;
       float32x4_t acc[4][4];
       for (int r = 0; r < 4; r++)
         for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_f32(0);
       for (int k = 0; k < K; k++) {
-        int8x16_t b = vld1q_s8(wn + (size_t)k * N);
+        int8x16_t b = vld1q_s8(block_row(l->w, K, k, n));
         int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
         float32x4_t w[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
                             vcvtq_f32_s32(vmovl_high_s16(lo)),
@@ -366,21 +435,40 @@ typedef struct {
   MatmulFn matmul;
   AttentionFn attention;
   GeluFn gelu;
+  const char *name;
 } Kernels;
 
-/* The path hs_simd_path() chose for the other kernels (HYBRIDSQL_SIMD included). */
-static Kernels kernels(void) {
-  Kernels k = {matmul_generic, attention_generic, gelu_generic};
+/* The path hs_simd_path() chose for the other kernels (HYBRIDSQL_SIMD included), and on x86_64
+** AVX-512 for matmul where the CPU has it and HYBRIDSQL_SIMD names no path. */
+static Kernels choose_kernels(void) {
+  Kernels k = {matmul_generic, attention_generic, gelu_generic, "generic"};
   const char *path = hs_simd_path();
 #ifdef HS_X86
-  if (strcmp(path, "avx2+fma") == 0) k = (Kernels){matmul_avx2, attention_avx2, gelu_avx2};
+  if (strcmp(path, "avx2+fma") == 0) {
+    k = (Kernels){matmul_avx2, attention_avx2, gelu_avx2, "avx2+fma"};
+    if (!getenv("HYBRIDSQL_SIMD") && has_avx512()) {
+      k.matmul = matmul_avx512;
+      k.name = "avx512";
+    }
+  }
 #elif defined(HS_NEON)
-  if (strcmp(path, "neon") == 0) k.matmul = matmul_neon;
+  if (strcmp(path, "neon") == 0) {
+    k.matmul = matmul_neon;
+    k.name = "neon";
+  }
 #else
   (void)path;
 #endif
   return k;
 }
+
+static Kernels kernels(void) {
+  static Kernels chosen; /* once a process: a benign race, every thread stores the same */
+  if (!chosen.matmul) chosen = choose_kernels();
+  return chosen;
+}
+
+HS_EXPORT const char *hs_model_simd(void) { return kernels().name; }
 
 /* ------------------------------------------------------------------------
 ** The forward pass.
@@ -429,7 +517,7 @@ static void forward(const HsModel *m, const Kernels *kn, RunState *s, const int3
 
 static int alloc_state(RunState *s, const HsModel *m, int T) {
   size_t d = (size_t)T * m->dims, S = (size_t)(T + HS_KEYS - 1) / HS_KEYS * HS_KEYS;
-  size_t wide = (size_t)(m->ffn > m->dims ? m->ffn : m->dims) * HS_TILE;
+  size_t wide = (size_t)(m->ffn > m->dims ? m->ffn : m->dims) * 32;
   float *all = malloc(sizeof(float) * (5 * d + (size_t)T * m->ffn + S * (size_t)(m->dims / m->heads) + S + wide));
   if (!all) return 0;
   s->x = all;
@@ -619,10 +707,10 @@ HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
   memcpy(&m->eps, p + 108, sizeof(float));
   uint32_t vocab_bytes = u32_at(p + 112);
   /* dims, layers, heads, ffn, vocab, positions, types: sizes this engine can run */
-  int fits = shape[0] >= HS_TILE && shape[0] <= 4096 && shape[0] % HS_TILE == 0 &&
+  int fits = shape[0] >= HS_BLOCK && shape[0] <= 4096 && shape[0] % HS_BLOCK == 0 &&
              shape[1] >= 1 && shape[1] <= 64 && shape[2] >= 1 && shape[0] % shape[2] == 0 &&
              shape[0] / shape[2] <= HS_HEAD &&
-             shape[3] >= HS_TILE && shape[3] <= 16384 && shape[3] % HS_TILE == 0 &&
+             shape[3] >= HS_BLOCK && shape[3] <= 16384 && shape[3] % HS_BLOCK == 0 &&
              shape[4] >= 4 && shape[4] <= 1000000 && shape[5] >= HS_WINDOW &&
              shape[5] <= 65536 && shape[6] >= 1 && shape[6] <= 16 && m->eps > 0 && m->eps < 1 &&
              m->id[0] && memchr(m->id, 0, HS_ID_BYTES);

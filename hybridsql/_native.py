@@ -25,6 +25,7 @@ int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int 
 double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
+const char *hs_model_simd(void);
 const char *hs_model_id(const struct HsModel *m);
 int hs_model_dims(const struct HsModel *m);
 int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
@@ -80,6 +81,12 @@ def cosine(a: bytes, b: bytes) -> float:
     """Cosine of two float32 blobs of equal length, in double precision."""
     ffi, lib = _open()
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
+
+
+def model_simd() -> str:
+    """The SIMD path of the embedding engine's matmul: ``avx512``, ``avx2+fma``, ``neon`` or
+    ``generic`` (hs_simd_path()'s, with AVX-512 where the CPU has it)."""
+    return ffi.string(lib.hs_model_simd()).decode()
 
 
 class Vocab:

@@ -20,8 +20,10 @@ The file (format 1), little-endian, every section starting at a multiple of 64 b
     116  12  zero
     128      the sections of SECTIONS, in order
 
-A weight matrix is the graph's [in][out] int8 matrix (out contiguous) with one float32 scale an
-output column; an embedding table is [rows][dims] int8 with one scale a row. Queries and keys
+A weight matrix, [in][out] int8 in the graph, is stored in blocks of BLOCK output columns, each
+block's rows one after another ([out / BLOCK][in][BLOCK]: a kernel reads a block as one stream),
+with one float32 scale an output column; an embedding table is [rows][dims] int8 with one scale
+a row. Queries and keys
 are each multiplied by head_dim ** -0.25 before their product, as the graph does; the converter
 checks that the graph does, and that its activation is erf's GELU.
 """
@@ -40,6 +42,7 @@ MAGIC = b"hybridsql model\0"
 VERSION = 1
 HEADER_BYTES = 128
 ALIGN = 64
+BLOCK = 32  # the columns of a weight matrix's blocks
 MODEL_ID = "all-MiniLM-L6-v2-int8"
 _HEADER = struct.Struct("<16sIIQQ40s7IfI12x")
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
@@ -77,6 +80,23 @@ def sections(
                 out.append((f"{n}.{role}_norm_weight", "f4", (dims,)))
                 out.append((f"{n}.{role}_norm_bias", "f4", (dims,)))
     return out
+
+
+def _is_matrix(section: str) -> bool:
+    """Whether a section is a layer's weight matrix (stored in blocks), like "3.up"."""
+    return section.partition(".")[2] in _NAMES
+
+
+def blocked(matrix: np.ndarray) -> np.ndarray:
+    """An [in][out] matrix as the file stores it: [out / BLOCK][in][BLOCK]."""
+    fan_in, fan_out = matrix.shape
+    return matrix.reshape(fan_in, fan_out // BLOCK, BLOCK).transpose(1, 0, 2)
+
+
+def unblocked(stored: np.ndarray) -> np.ndarray:
+    """The [in][out] matrix of a [out / BLOCK][in][BLOCK] block array."""
+    blocks, fan_in, _ = stored.shape
+    return stored.transpose(1, 0, 2).reshape(fan_in, blocks * BLOCK)
 
 
 def _aligned(n: int) -> int:
@@ -363,9 +383,9 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
     out = bytearray(HEADER_BYTES)
     for name, dtype, dims in layout:
         array = np.ascontiguousarray(arrays[name], dtype=dtype)
-        if array.shape != dims:
+        if array.shape != dims or (_is_matrix(name) and dims[1] % BLOCK):
             raise EmbeddingError(f"{path}: {name} has shape {array.shape}, expected {dims}")
-        out += array.tobytes()
+        out += (blocked(array) if _is_matrix(name) else array).tobytes()
         out += bytes(_aligned(len(out)) - len(out))
     header = _HEADER.pack(
         MAGIC,
@@ -434,9 +454,10 @@ def read_model_file(path) -> tuple:
     arrays, at = {}, header["header_bytes"]
     for name, dtype, dims in layout:
         size = int(np.prod(dims)) * np.dtype(dtype).itemsize
-        arrays[name] = np.frombuffer(
-            data, dtype=dtype, count=size // np.dtype(dtype).itemsize, offset=at
-        ).reshape(dims)
+        array = np.frombuffer(data, dtype=dtype, count=size // np.dtype(dtype).itemsize, offset=at)
+        if _is_matrix(name):
+            array = unblocked(array.reshape(dims[1] // BLOCK, dims[0], BLOCK))
+        arrays[name] = array.reshape(dims)
         at = _aligned(at + size)
     return header, arrays
 

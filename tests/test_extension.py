@@ -666,6 +666,7 @@ def test_the_library_exports_its_entry_point_and_the_kernels_alone():
         "hs_model_free",
         "hs_model_id",
         "hs_model_open",
+        "hs_model_simd",
         "hs_readable_share",
         "hs_simd_path",
         "hs_tokenize",

@@ -255,34 +255,29 @@ def test_the_texts_cover_what_they_claim(expected):
     assert not expected["tests/data/cjk/zh/部署流程.md"].any()  # Chinese: unreadable, zero
 
 
-def run_path(simd: str, model_path, names: list) -> dict:
-    """The engine's vectors of TEXTS[names] in a process whose kernels take the ``simd`` path."""
+def run_path(simd: str, model_path, names: list) -> tuple:
+    """(hs_simd_path(), hs_model_simd(), the engine's vectors of TEXTS[names] by name) in a
+    process run with HYBRIDSQL_SIMD=simd."""
     script = (
         "import json, sys\n"
         "from hybridsql import _native\n"
         "texts = json.load(sys.stdin)\n"
         f"model = _native.Model(open({str(model_path)!r}, 'rb').read())\n"
-        "print(_native.simd_path())\n"
+        "print(_native.simd_path(), _native.model_simd())\n"
         "for t in texts: print(model.embed(t).hex())\n"
     )
-    env = {**os.environ, "HYBRIDSQL_SIMD": simd} if simd else {**os.environ}
-    if not simd:
-        env.pop("HYBRIDSQL_SIMD", None)
     done = subprocess.run(
         [sys.executable, "-c", script],
         input=json.dumps([TEXTS[n] for n in names]),
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "HYBRIDSQL_SIMD": simd},
         cwd=ROOT,
         check=True,
     )
-    path, *rows = done.stdout.split()
-    assert path == (simd or _native.simd_path())
-    return {
-        n: np.frombuffer(bytes.fromhex(r), dtype=np.float32)
-        for n, r in zip(names, rows, strict=True)
-    }
+    path, kernel, *rows = done.stdout.split()
+    vectors = [np.frombuffer(bytes.fromhex(r), dtype=np.float32) for r in rows]
+    return path, kernel, dict(zip(names, vectors, strict=True))
 
 
 def assert_agree(got: dict, expected: dict) -> None:
@@ -301,13 +296,30 @@ def test_vectors_agree_with_onnxruntime_on_the_best_path(model, expected):
     assert_agree(got, expected)
 
 
-@pytest.mark.parametrize(
-    "simd", ["generic", "sse2"] if _native.simd_path() != "neon" else ["generic"]
-)
+def has_avx512() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return "avx512f" in next(line for line in f if line.startswith("flags")).split()
+
+
+def test_the_best_path_is_chosen(model):
+    best = {"avx2+fma": "avx512" if has_avx512() else "avx2+fma", "neon": "neon"}
+    assert _native.model_simd() == best.get(_native.simd_path(), "generic")
+
+
+# Each lesser path, forced as the other kernels' tests force it (HYBRIDSQL_SIMD): the name, and
+# the engine's matmul it runs (sse2's is the portable C, which x86_64 compilers vectorize with
+# SSE2).
+LESSER = {"generic": ("generic", "generic"), "sse2": ("sse2", "generic")}
+if _native.model_simd() == "avx512":
+    LESSER["avx2+fma"] = ("avx2+fma", "avx2+fma")
+
+
+@pytest.mark.parametrize("simd", LESSER if _native.simd_path() != "neon" else ["generic"])
 def test_vectors_agree_with_onnxruntime_on_every_path(simd, model_path, model, expected):
-    """Each lesser path, forced as the other kernels' tests force it (HYBRIDSQL_SIMD), gives
-    what onnxruntime gives, and what the best path gives to within float rounding."""
-    got = run_path(simd, model_path, FEW)
+    """Each lesser path gives what onnxruntime gives, and what the best path gives to within
+    float rounding."""
+    path, kernel, got = run_path(simd, model_path, FEW)
+    assert (path, kernel) == LESSER[simd]
     assert_agree(got, expected)
     for name, vector in got.items():
         assert np.allclose(vector, np.frombuffer(model.embed(TEXTS[name]), np.float32), atol=1e-5)
