@@ -132,19 +132,24 @@ def sql_embed(conn: apsw.Connection, text: str) -> bytes | None:
     """``text``'s vector by the extension's embed() on ``conn`` (no onnxruntime, no numpy).
     Where it finds no model file, or refuses the one in the cache folder (written by another
     version), the file is written (once per machine) and asked again; None where no model file
-    is found and this install cannot write one. A model file it refuses raises its one line."""
+    is found and none can be written here (the caller's provider embeds instead). A model file
+    it refuses raises its one line."""
     import apsw
 
-    for attempt in (1, 2):
+    query = "select embed(?)"
+    try:
+        return conn.execute(query, (text,)).fetchone()[0]
+    except apsw.SQLError as e:
+        message = str(e)
+    stale = message.startswith(f"embed(): the model file {model_path()}: ")
+    if (message.startswith(NO_MODEL) or stale) and can_write():
         try:
-            return conn.execute("select embed(?)", (text,)).fetchone()[0]
+            write_model()
+            return conn.execute(query, (text,)).fetchone()[0]
+        except EmbeddingError:  # a cache folder that cannot be written
+            pass
         except apsw.SQLError as e:
             message = str(e)
-            missing = message.startswith(NO_MODEL)
-            ours = missing or message.startswith(f"embed(): the model file {model_path()}: ")
-            if missing and not can_write():
-                return None
-            if not ours or attempt == 2 or not can_write():
-                raise EmbeddingError(message) from None
-            write_model()
-    return None
+    if message.startswith(NO_MODEL):
+        return None
+    raise EmbeddingError(message)

@@ -317,3 +317,26 @@ def test_perl_dbd_sqlite_runs_the_hybrid_statement_from_a_text(explained, exampl
         check=True,
     )
     assert proc.stdout.strip() == ",".join(map(str, ids))
+
+
+def test_a_search_writes_again_a_damaged_model_file_in_the_cache(example_db, model_file, tmp_path):
+    """A model file in the cache folder that the extension refuses (another version's, a torn
+    copy) is written again by the next search, which then embeds with it; where the cache
+    folder cannot be written, the search embeds with the Python provider instead."""
+    db = str(tmp_path / "mem.db")
+    shutil.copy(example_db, db)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    torn = cache / engine.MODEL_FILE
+    torn.write_bytes(model_file.read_bytes()[:4096])
+    args = ["search", "rolling back a deploy", "--db", db, "--json"]
+    for env in ({"HYBRIDSQL_CACHE_DIR": str(cache)}, {"HYBRIDSQL_CACHE_DIR": "/proc/none"}):
+        done = subprocess.run(
+            [HYBRIDSQL, *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "HYBRIDSQL_MODEL": "", **env},
+        )
+        assert json.loads(done.stdout)["mode"] == "hybrid", done.stderr
+    assert torn.read_bytes() == model_file.read_bytes()
