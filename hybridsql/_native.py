@@ -86,6 +86,7 @@ def cosine(a: bytes, b: bytes) -> float:
 def model_simd() -> str:
     """The SIMD path of the embedding engine's matmul: ``avx512``, ``avx2+fma``, ``neon`` or
     ``generic`` (hs_simd_path()'s, with AVX-512 where the CPU has it)."""
+    ffi, lib = _open()
     return ffi.string(lib.hs_model_simd()).decode()
 
 
