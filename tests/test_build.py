@@ -116,7 +116,24 @@ def test_a_library_for_another_platform_fails_the_check(tmp_path):
 
 def test_the_exports_are_those_of_the_header():
     """What the checks demand: SQLite's entry point and the kernels _native.py declares."""
-    assert EXPORTS == ("hs_cosine", "hs_first_nonfinite", "hs_simd_path", "sqlite3_hybridsql_init")
+    assert EXPORTS == (
+        "hs_cosine",
+        "hs_first_nonfinite",
+        "hs_model_dims",
+        "hs_model_embed",
+        "hs_model_embed_ids",
+        "hs_model_free",
+        "hs_model_id",
+        "hs_model_open",
+        "hs_model_simd",
+        "hs_readable_share",
+        "hs_simd_path",
+        "hs_tokenize",
+        "hs_vocab_free",
+        "hs_vocab_id",
+        "hs_vocab_new",
+        "sqlite3_hybridsql_init",
+    )
     declared = re.findall(r"(\w+)\(", _native.CDEF)
     assert sorted([*declared, "sqlite3_hybridsql_init"]) == list(EXPORTS)
 
