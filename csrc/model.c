@@ -20,8 +20,9 @@
 ** are readable (hs_readable_share).
 **
 ** The int8 weights stay int8 in memory (a short query mostly streams them: 22.5 MB, where
-** float32 would be 90 MB) and are widened to float32 in registers by matmul, the kernel that
-** takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
+** float32 would be 90 MB) and are widened to float32 by matmul, a block of columns at a time
+** (into registers, or a scratch block the size of L1 or L2 that every row tile then reads), the
+** kernel that takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
 ** portable C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD;
 ** hs_model_simd() names it); attention and GELU are portable C that the AVX2 path compiles a
 ** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
@@ -64,10 +65,7 @@
 static const char MAGIC[16] = "hybridsql model";
 
 /* ------------------------------------------------------------------------
-** The weights: pointers into the model file.
-*/
-/*
-** A weight matrix, [in][out] in the graph, is stored in blocks of HS_BLOCK columns, each block's
+** The weights: pointers into the model file.  A weight matrix, [in][out] in the graph, is stored in blocks of HS_BLOCK columns, each block's
 ** rows one after another: [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to
 ** end, which the CPU prefetches as one stream.
 */
