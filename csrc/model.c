@@ -65,9 +65,10 @@
 static const char MAGIC[16] = "hybridsql model";
 
 /* ------------------------------------------------------------------------
-** The weights: pointers into the model file.  A weight matrix, [in][out] in the graph, is stored in blocks of HS_BLOCK columns, each block's
-** rows one after another: [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to
-** end, which the CPU prefetches as one stream.
+** The weights: pointers into the model file.  A weight matrix, [in][out] in the graph, is
+** stored in blocks of HS_BLOCK columns, each block's rows one after another:
+** [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to end, which the CPU
+** prefetches as one stream.
 */
 static inline const int8_t *block_row(const int8_t *w, int K, int k, int n) {
   return w + (size_t)(n / HS_BLOCK) * K * HS_BLOCK + (size_t)k * HS_BLOCK + n % HS_BLOCK;
