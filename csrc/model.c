@@ -20,8 +20,9 @@
 ** are readable (hs_readable_share).
 **
 ** The int8 weights stay int8 in memory (a short query mostly streams them: 22.5 MB, where
-** float32 would be 90 MB) and are widened to float32 in registers by matmul, the kernel that
-** takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
+** float32 would be 90 MB) and are widened to float32 by matmul, a block of columns at a time
+** (into registers, or a scratch block the size of L1 or L2 that every row tile then reads), the
+** kernel that takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
 ** portable C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD;
 ** hs_model_simd() names it); attention and GELU are portable C that the AVX2 path compiles a
 ** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
@@ -64,12 +65,10 @@
 static const char MAGIC[16] = "hybridsql model";
 
 /* ------------------------------------------------------------------------
-** The weights: pointers into the model file.
-*/
-/*
-** A weight matrix, [in][out] in the graph, is stored in blocks of HS_BLOCK columns, each block's
-** rows one after another: [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to
-** end, which the CPU prefetches as one stream.
+** The weights: pointers into the model file.  A weight matrix, [in][out] in the graph, is
+** stored in blocks of HS_BLOCK columns, each block's rows one after another:
+** [out / HS_BLOCK][in][HS_BLOCK].  A kernel reads a block from start to end, which the CPU
+** prefetches as one stream.
 */
 static inline const int8_t *block_row(const int8_t *w, int K, int k, int n) {
   return w + (size_t)(n / HS_BLOCK) * K * HS_BLOCK + (size_t)k * HS_BLOCK + n % HS_BLOCK;
@@ -199,42 +198,56 @@ __attribute__((target("avx2,fma"))) static void matmul_avx2(float *out, const fl
 
 #ifdef HS_X86
 /*
-** AVX-512: as matmul_avx2, with blocks of 32 columns in two 16-float registers and six rows at
-** a time: twelve accumulators.  Chosen where the CPU and the OS have it (avx512f), unless
-** HYBRIDSQL_SIMD names a path.
+** AVX-512: as matmul_avx2, with blocks of 32 columns in two 16-float registers and up to six
+** rows at a time: twelve accumulators.  Chosen where the CPU and the OS have it (avx512f),
+** unless HYBRIDSQL_SIMD names a path.  A query's few tokens are spread evenly over the tiles
+** (10 as 5 and 5, not 6 and 4 padded to 6), each tile compiled for its row count.
 */
+__attribute__((target("avx512f,avx2,fma"), always_inline)) static inline void tile_avx512(
+    float *out, const float *x, const float *wide, const Linear *l, int R, int t, int K, int N,
+    int n) {
+  __m512 a[6][2];
+  for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k++) {
+    __m512 w0 = _mm512_loadu_ps(wide + 32 * k), w1 = _mm512_loadu_ps(wide + 32 * k + 16);
+    for (int r = 0; r < R; r++) {
+      __m512 v = _mm512_set1_ps(x[(size_t)(t + r) * K + k]);
+      a[r][0] = _mm512_fmadd_ps(v, w0, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(v, w1, a[r][1]);
+    }
+  }
+  __m512 s0 = _mm512_loadu_ps(l->scale + n), s1 = _mm512_loadu_ps(l->scale + n + 16);
+  __m512 b0 = _mm512_loadu_ps(l->bias + n), b1 = _mm512_loadu_ps(l->bias + n + 16);
+  for (int r = 0; r < R; r++) {
+    float *o = out + (size_t)(t + r) * N + n;
+    _mm512_storeu_ps(o, _mm512_fmadd_ps(a[r][0], s0, b0));
+    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(a[r][1], s1, b1));
+  }
+}
+
 __attribute__((target("avx512f,avx2,fma"))) static void matmul_avx512(float *out, const float *x,
                                                                        const Linear *l, int T,
                                                                        int K, int N,
                                                                        float *wide) {
+  int tiles = (T + 5) / 6;
   for (int n = 0; n < N; n += 32) {
     for (int k = 0; k < K; k++) {
-      const int8_t *w = block_row(l->w, K, k, n);
-      _mm512_storeu_ps(wide + 32 * k,
-                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w))));
+      const __m128i *w = (const __m128i *)block_row(l->w, K, k, n);
+      _mm512_storeu_ps(wide + 32 * k, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(w))));
       _mm512_storeu_ps(wide + 32 * k + 16,
-                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16)))));
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(w + 1))));
     }
-    __m512 s0 = _mm512_loadu_ps(l->scale + n), s1 = _mm512_loadu_ps(l->scale + n + 16);
-    __m512 b0 = _mm512_loadu_ps(l->bias + n), b1 = _mm512_loadu_ps(l->bias + n + 16);
-    for (int t = 0; t < T; t += 6) {
-      const float *xr[6];
-      for (int r = 0; r < 6; r++) xr[r] = x + (size_t)(t + r < T ? t + r : T - 1) * K;
-      __m512 a[6][2];
-      for (int r = 0; r < 6; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
-      for (int k = 0; k < K; k++) {
-        __m512 w0 = _mm512_loadu_ps(wide + 32 * k), w1 = _mm512_loadu_ps(wide + 32 * k + 16);
-        for (int r = 0; r < 6; r++) {
-          __m512 v = _mm512_set1_ps(xr[r][k]);
-          a[r][0] = _mm512_fmadd_ps(v, w0, a[r][0]);
-          a[r][1] = _mm512_fmadd_ps(v, w1, a[r][1]);
-        }
+    for (int i = 0, t = 0; i < tiles; i++) {
+      int rows = T / tiles + (i < T % tiles);
+      switch (rows) {
+        case 6: tile_avx512(out, x, wide, l, 6, t, K, N, n); break;
+        case 5: tile_avx512(out, x, wide, l, 5, t, K, N, n); break;
+        case 4: tile_avx512(out, x, wide, l, 4, t, K, N, n); break;
+        case 3: tile_avx512(out, x, wide, l, 3, t, K, N, n); break;
+        case 2: tile_avx512(out, x, wide, l, 2, t, K, N, n); break;
+        default: tile_avx512(out, x, wide, l, 1, t, K, N, n); break;
       }
-      for (int r = 0; r < 6 && t + r < T; r++) {
-        float *o = out + (size_t)(t + r) * N + n;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(a[r][0], s0, b0));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(a[r][1], s1, b1));
-      }
+      t += rows;
     }
   }
 }
