@@ -58,7 +58,7 @@ def package_version() -> str:
 
 SANITIZE = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 # Hidden visibility: the library exports its entry point and the kernels of hybridsql.h alone.
-COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fvisibility=hidden"] + (
+COMPILE_ARGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden"] + (
     SANITIZE if os.environ.get("HYBRIDSQL_SANITIZE") else []
 )
 # Stripped, as the release libraries are; a sanitized build keeps its symbols for the reports.
@@ -108,7 +108,7 @@ class Wheel(bdist_wheel):
 
 library = Extension(
     "hybridsql.hybridsql",
-    sources=["csrc/hybridsql.c", "csrc/tokenizer.c"],
+    sources=["csrc/hybridsql.c", "csrc/model.c", "csrc/tokenizer.c", "csrc/embedsql.c"],
     include_dirs=["csrc"],
     define_macros=[("HYBRIDSQL_VERSION", f'"{package_version()}"')],
     extra_compile_args=COMPILE_ARGS,

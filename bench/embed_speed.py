@@ -13,7 +13,8 @@ import time
 
 from tokenizers import Tokenizer
 
-from hybridsql.embed import _TOKENIZER, Embedder, LocalProvider
+from hybridsql.embed import Embedder, LocalProvider
+from hybridsql.local_model import _TOKENIZER
 
 MODULES = [
     "argparse", "asyncio", "collections", "configparser", "datetime", "decimal", "email",

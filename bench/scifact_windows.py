@@ -21,7 +21,8 @@ import numpy as np
 import scifact
 from tokenizers import Tokenizer
 
-from hybridsql.embed import _load_local, encode_windows
+from hybridsql.local_model import _load_local
+from hybridsql.windows import encode_windows
 
 CACHE = os.path.join(scifact.HERE, "results", "scifact-window-vectors.npz")
 SHORT, STRIDE = 126, 63  # the short windows' word pieces, and how far apart they start

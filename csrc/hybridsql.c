@@ -29,6 +29,9 @@
 **   hybridsql_simd()                         -> TEXT, the SIMD path the kernels run:
 **       avx2+fma or sse2 (x86_64, by cpuid), neon (aarch64) or generic.
 **       select hybridsql_simd() -> avx2+fma
+**   embed(text), hybridsql_model(source)     -> BLOB, TEXT
+**       a text's vector by the embedding model, and the model file it runs: csrc/embedsql.c,
+**       Requirements 12 to 15.
 **
 ** Requirements (the code cites them by number):
 **
@@ -1198,6 +1201,7 @@ int hs_format_float(float x, char *buf, int64_t cap) {
 */
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT1
+#include "embedsql.h"
 
 static const char *ordinal(int i) {
   static const char *names[] = {"1st", "2nd", "3rd", "4th", "5th"};
@@ -5460,6 +5464,8 @@ HS_EXPORT int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3
                                         FUNCTIONS[i].xStep, FUNCTIONS[i].xFinal, 0);
     if (rc != SQLITE_OK) return init_error(db, pzErrMsg, FUNCTIONS[i].name, rc);
   }
+  rc = hs_embed_register(db);
+  if (rc != SQLITE_OK) return init_error(db, pzErrMsg, "embed", rc);
   rc = register_fts5(db);
   return rc == SQLITE_OK ? rc : init_error(db, pzErrMsg, "bm25_candidate", rc);
 }

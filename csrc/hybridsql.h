@@ -6,6 +6,7 @@
 */
 #ifndef HYBRIDSQL_H
 #define HYBRIDSQL_H
+#include <stddef.h>
 #include <stdint.h>
 
 /* What the library exports; every build hides the rest (-fvisibility=hidden). */
@@ -28,5 +29,18 @@ HS_EXPORT int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 HS_EXPORT int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                               int32_t *ids, int64_t cap);
 HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+
+/* The embedding model's engine (csrc/model.h is its contract; struct HsModel is its HsModel),
+** the SIMD path of its matmul, and one function for the tests: the vector of word-piece ids, as
+** hs_model_embed makes it from a text's (-1 when an id is not in the vocabulary). */
+HS_EXPORT struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+HS_EXPORT void hs_model_free(struct HsModel *m);
+HS_EXPORT const char *hs_model_simd(void);
+HS_EXPORT const char *hs_model_id(const struct HsModel *m);
+HS_EXPORT int hs_model_dims(const struct HsModel *m);
+HS_EXPORT int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+                             int (*stop)(void *), void *arg);
+HS_EXPORT int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n,
+                                 float *out);
 
 #endif

@@ -17,7 +17,8 @@ typedef struct HsModel HsModel;
 #define HS_MODEL_STOPPED 1 /* stop() said so between two windows; out is untouched */
 #define HS_MODEL_NOMEM 2
 
-/* Reads a model file's n bytes at data (not copied: they must outlive the model).  Checks the
+/* Reads a model file's n bytes at data (not copied: they must outlive the model; aligned to 8
+** bytes, as mmap and malloc give them, else refused).  Checks the
 ** magic, the format version, the checksum, every shape and offset against n; on any failure
 ** returns NULL and writes one line for the user into err (errcap bytes), which names what is wrong
 ** and what to do. */

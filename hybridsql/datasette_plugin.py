@@ -13,6 +13,7 @@ from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
 from hybridsql.embed import default_embedder, register_embed, resolve_provider
+from hybridsql.engine import local_by_default, prepare_sql_embed
 from hybridsql.errors import HybridSQLError
 from hybridsql.extension import load
 from hybridsql.index import HybridIndex
@@ -24,8 +25,11 @@ KINDS = ("documents", "memories")
 
 @hookimpl
 def prepare_connection(conn):
-    load(conn)  # where it falls back to Python, it says so once
-    register_embed(conn, default_embedder)  # the model loads on the first embed() call
+    # As the sqlite-utils plugin: the extension's embed() for the local model, else Python's.
+    if load(conn) == "extension" and local_by_default():
+        prepare_sql_embed()
+    else:
+        register_embed(conn, default_embedder)
 
 
 @hookimpl
@@ -133,7 +137,7 @@ async def search_page(datasette, request):
         "found": found,
         "error": error,
         "marked": _marked,
-        "explain": explain_sql(found.sql, found.params) if found else "",
+        "explain": explain_sql(found.sql, found.params, found.embedded) if found else "",
         "rows": datasette.urls.table(database, "chunks"),
         "memories": datasette.urls.table(database, "memories"),
     }

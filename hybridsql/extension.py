@@ -1,26 +1,25 @@
 """Loading the SQL functions into a connection: the native extension, or Python in its place."""
 
-import atexit
+from __future__ import annotations
+
 import contextlib
-import logging
 import os
-import platform
-import re
-import shutil
-import sqlite3
 import sys
-import tempfile
 import threading
-import urllib.parse
 
 import apsw
 
 from hybridsql import _native
 from hybridsql.errors import DatabaseError, ExtensionError
-from hybridsql.functions import BACKENDS, Functions, make_math
 
-# The backends, one name each, here and in searches (SearchOptions.backend): the native
-# extension inside SQLite, or Python (with numpy and the C kernels through cffi, or pure).
+TYPE_CHECKING = False  # as in __init__.py: typing is not imported for it
+if TYPE_CHECKING:
+    import sqlite3
+
+    from hybridsql.functions import Functions
+
+# A new process's first connect imports no more than this: the Python functions, logging,
+# sqlite3 and what copies a library are imported where they are used.
 
 # (SQL name, number of arguments) of every scalar function; cosine_topk is the aggregate.
 SCALARS = (
@@ -43,7 +42,6 @@ SCALARS = (
 # installed, has wheels that load extensions (0.6.1) for these (sys.platform, machine) pairs.
 PYSQLITE3_WHEELS = {("linux", "x86_64"), ("darwin", "arm64"), ("win32", "amd64"), ("win32", "x86")}
 
-_log = logging.getLogger("hybridsql")
 _SAID: set = set()
 _SAID_LOCK = threading.Lock()
 
@@ -55,7 +53,9 @@ def say_once(message: str) -> None:
         if message in _SAID:
             return
         _SAID.add(message)
-    _log.warning(message)
+    import logging
+
+    logging.getLogger("hybridsql").warning(message)
 
 
 def python_only(conn, error: Exception) -> str:
@@ -69,6 +69,8 @@ def python_only(conn, error: Exception) -> str:
     )
     if not isinstance(error, AttributeError):  # the module has enable_load_extension
         return f"hybridsql: the native extension did not load into {module} ({error}), {lacks}"
+    import platform
+
     if (sys.platform, platform.machine().lower()) in PYSQLITE3_WHEELS:
         fix = "`pip install pysqlite3` gives sqlite-utils and Datasette a sqlite3 that can"
     else:
@@ -115,16 +117,24 @@ def load(conn: apsw.Connection | sqlite3.Connection, backend: str = "auto") -> s
     name of the backend that answers: ``extension``, ``numpy`` or ``python``. Only the extension
     has the ``vector_index`` tables and FTS5's ``bm25_candidate()``.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    if backend in ("auto", "extension"):
+    if backend not in ("auto", "extension"):
+        from hybridsql.functions import BACKENDS
+
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    else:
+        # A sqlite3 connection's module is imported already; apsw's needs no sqlite3.
+        module = sys.modules.get("sqlite3")
+        errors = (ExtensionError, AttributeError, apsw.Error, *([module.Error] if module else []))
         try:
             _load_native(conn)
             return "extension"
-        except (ExtensionError, AttributeError, apsw.Error, sqlite3.Error) as e:
+        except errors as e:
             if backend == "extension":
                 raise ExtensionError(f"cannot load the native extension: {e}") from e
             say_once(python_only(conn, e))
+    from hybridsql.functions import Functions, make_math
+
     vmath = make_math("numpy" if backend in ("auto", "extension") else backend)
     register_python(conn, Functions(vmath))
     return vmath.name
@@ -146,6 +156,10 @@ def _binary_for(conn) -> str:
         if library not in _COPIES:
             path = loadable_path()
             if _COPIES:
+                import atexit
+                import shutil
+                import tempfile
+
                 folder = tempfile.mkdtemp(prefix="hybridsql-")
                 atexit.register(shutil.rmtree, folder, True)
                 path = shutil.copy(path, os.path.join(folder, _native.LIBRARY))
@@ -175,6 +189,8 @@ def register_python(conn, functions: Functions) -> None:
         )
         conn.create_aggregate_function("cosine_topk", _apsw_aggregate(functions), 4)
         return
+    import sqlite3
+
     version = sqlite3.sqlite_version
     for name, nargs in SCALARS:
         conn.create_function(name, nargs, getattr(functions, name), deterministic=True)
@@ -239,6 +255,8 @@ def connect(
             # A WAL database on a read-only file system, or in a folder this user cannot write:
             # SQLite cannot make its -shm file there. With no -wal file to read, the database
             # file is all there is, and it is read as immutable.
+            import urllib.parse
+
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?immutable=1"
             conn = apsw.Connection(uri, flags=flags | apsw.SQLITE_OPEN_URI)
         conn.set_busy_timeout(busy_timeout_ms)
@@ -352,6 +370,8 @@ def file_error(error: apsw.Error, path: str, writing: bool = True) -> DatabaseEr
         return DatabaseError(f"{path} is locked by another process; try again when it is done")
     if isinstance(error, (apsw.CantOpenError, apsw.ReadOnlyError, apsw.IOError)):
         return DatabaseError(_file_problem(path, writing, error))
+    import re  # here, not at import: the first connect of a process stays light
+
     newer = re.search(
         r"made by a newer hybridsql \(storage format (\d+); this one reads (\d+)\)", str(error)
     )

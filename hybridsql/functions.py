@@ -116,7 +116,7 @@ def make_math(backend: str = "numpy"):
     """The vector math of the Python backends: ``numpy`` (the C kernels through cffi when they
     are built, else numpy itself) or ``python``."""
     if backend == "numpy":
-        return CffiMath() if _native.AVAILABLE else NumpyMath()
+        return CffiMath() if _native.available() else NumpyMath()
     if backend == "python":
         return PythonMath()
     raise ValueError(f"unknown backend {backend!r}")

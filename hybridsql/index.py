@@ -35,6 +35,7 @@ from hybridsql.discovery import (
     plural,
 )
 from hybridsql.embed import Embedder, LocalProvider, resolve_provider
+from hybridsql.engine import prepare_sql_embed, runs_locally
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.locking import one_call_at_a_time
@@ -365,6 +366,8 @@ class HybridIndex:
         without being read."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
+        if self.embedder is not None and runs_locally(self.embedder.provider):
+            prepare_sql_embed()  # the model file SQL embed() runs, in any client, from now on
         started = time.monotonic()
         root = os.path.abspath(root)
         # Names are stored as contents are: undecodable bytes (lone surrogates from os.walk)

@@ -3,10 +3,16 @@
 import sqlite_utils
 
 from hybridsql.embed import default_embedder, register_embed
+from hybridsql.engine import local_by_default, prepare_sql_embed
 from hybridsql.extension import load
 
 
 @sqlite_utils.hookimpl
 def prepare_connection(conn):
-    load(conn)  # where it falls back to Python, it says so once
-    register_embed(conn, default_embedder)  # the model loads on the first embed() call
+    # Where it falls back to Python, load says so once. The extension's embed() serves the
+    # local model; another provider's, or the fallback's, is registered in Python, and loads
+    # on the first embed() call.
+    if load(conn) == "extension" and local_by_default():
+        prepare_sql_embed()
+    else:
+        register_embed(conn, default_embedder)

@@ -44,8 +44,17 @@ TARGETS = (
     Target("windows-x86_64", "x86_64-windows-gnu", "win_amd64", "hybridsql.dll"),
 )
 
-SOURCES = ("hybridsql.c", "tokenizer.c")  # in csrc/, as setup.py's
-FLAGS = ["-shared", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-Wall", "-Wextra", "-s"]
+SOURCES = ("hybridsql.c", "model.c", "tokenizer.c", "embedsql.c")  # in csrc/, as setup.py's
+FLAGS = [
+    "-shared",
+    "-O3",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fvisibility=hidden",
+    "-Wall",
+    "-Wextra",
+    "-s",
+]
 FLAGS += [f'-DHYBRIDSQL_VERSION="{package_version()}"']
 
 

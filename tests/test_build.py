@@ -119,6 +119,13 @@ def test_the_exports_are_those_of_the_header():
     assert EXPORTS == (
         "hs_cosine",
         "hs_first_nonfinite",
+        "hs_model_dims",
+        "hs_model_embed",
+        "hs_model_embed_ids",
+        "hs_model_free",
+        "hs_model_id",
+        "hs_model_open",
+        "hs_model_simd",
         "hs_readable_share",
         "hs_simd_path",
         "hs_tokenize",

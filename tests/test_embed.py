@@ -18,7 +18,7 @@ import apsw
 import numpy as np
 import pytest
 
-from hybridsql import embed
+from hybridsql import embed, local_model, providers, windows
 from hybridsql.embed import (
     Embedder,
     LocalProvider,
@@ -115,7 +115,7 @@ def test_a_long_text_reaches_its_vector_through_windows(local):
 def test_a_window_vector_is_the_model_pooling_over_all_tokens(local):
     """Two windows of one text give the mean of every token's state, [CLS] and [SEP] of each
     window included: the model's own pooling, over the whole text."""
-    session, tokenizer = embed._load_local()
+    session, tokenizer = local_model._load_local()
     text = "the deploy failed because the migration locked the shipments table " * 30
     windows = embed.encode_windows(tokenizer, [text], local.max_windows)[0]
     assert len(windows) == 2
@@ -204,9 +204,9 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
     what follows (a space, a CJK ideograph) gives the same windows once it fills them, and is
     all that is read; a text whose first _PREFIX_CHARS characters a window fill no more windows
     (no tokens, or words of over 100 letters) is read that far and no further."""
-    _, tokenizer = embed._load_local()
+    _, tokenizer = local_model._load_local()
     most = embed.LocalProvider().max_windows
-    bound = embed._PREFIX_CHARS * most
+    bound = windows._PREFIX_CHARS * most
     words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
     texts = [
         words,  # about a megabyte
@@ -233,14 +233,14 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
 def test_model_loads_lazily_and_once(tmp_path):
     out = run_python(
         "import apsw\n"
-        "from hybridsql import embed\n"
+        "from hybridsql import embed, local_model\n"
         "conn = apsw.Connection(':memory:')\n"
         "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
-        "assert embed._local_model is None\n"
+        "assert local_model._local_model is None\n"
         "conn.execute('SELECT embed(?)', ('first call',)).fetchall()\n"
-        "loaded = embed._local_model\n"
+        "loaded = local_model._local_model\n"
         "embed.LocalProvider().embed(['another provider'])\n"
-        "print(loaded is not None and embed._local_model is loaded)\n",
+        "print(loaded is not None and local_model._local_model is loaded)\n",
         tmp_path,
     )
     assert out.stdout == "True\n"
@@ -399,8 +399,8 @@ def test_http_retries_5xx_with_backoff(server):
 def test_http_honours_retry_after(server, monkeypatch):
     server.script.append((429, {"Retry-After": "1"}, b"slow down"))
     provider = OpenAIProvider(server.base_url, "m", backoff=0.01)
-    slept = []  # the waits it asks for, not timed (hybridsql.embed's own time module only)
-    monkeypatch.setattr(embed, "time", SimpleNamespace(sleep=slept.append, time=time.time))
+    slept = []  # the waits it asks for, not timed (hybridsql.providers' own time module only)
+    monkeypatch.setattr(providers, "time", SimpleNamespace(sleep=slept.append, time=time.time))
     provider.embed(["x"])
     assert slept == [1.0]
     assert len(server.requests) == 2

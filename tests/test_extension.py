@@ -371,7 +371,10 @@ def test_exact_list_of_registered_functions(backend):
     # The extension also gives FTS5 an auxiliary function, which SQLite lists with narg -1;
     # Python's backends cannot register FTS5 functions, and the search does not ask them to.
     fts5 = {("bm25_candidate", -1)} if backend == "extension" else set()
-    assert registered(conn) - before == FUNCTIONS | fts5
+    # embed() and its model come with the extension; Python registers embed() on its own
+    # (register_embed), for a provider the extension does not run.
+    model = {("embed", 1), ("hybridsql_model", 1)} if backend == "extension" else set()
+    assert registered(conn) - before == FUNCTIONS | fts5 | model
 
 
 def test_native_flags_deterministic_and_innocuous_where_true():
@@ -385,6 +388,23 @@ def test_native_flags_deterministic_and_innocuous_where_true():
     for key, f in flags.items():
         assert f & innocuous, key
         assert bool(f & deterministic) == (key != ("hybridsql_debug", 0)), key
+
+
+def test_native_embed_is_neither_deterministic_nor_innocuous_and_its_model_direct_only():
+    """embed()'s vector depends on the model file it finds (and the SIMD path), and reading the
+    file a path names is no business of a view or a trigger."""
+    conn = hybridsql.connect(":memory:")
+    flags = dict(
+        conn.execute(
+            "select name, flags from pragma_function_list"
+            " where name in ('embed', 'hybridsql_model') and narg = 1"
+        )
+    )
+    deterministic, innocuous, direct_only = 0x800, 0x200000, 0x80000
+    assert set(flags) == {"embed", "hybridsql_model"}
+    assert not flags["embed"] & (deterministic | innocuous | direct_only)
+    assert flags["hybridsql_model"] & direct_only
+    assert not flags["hybridsql_model"] & (deterministic | innocuous)
 
 
 def test_sqlite3_module_loads_the_extension_where_it_can():
@@ -640,6 +660,13 @@ def test_the_library_exports_its_entry_point_and_the_kernels_alone():
     assert exported == [
         "hs_cosine",
         "hs_first_nonfinite",
+        "hs_model_dims",
+        "hs_model_embed",
+        "hs_model_embed_ids",
+        "hs_model_free",
+        "hs_model_id",
+        "hs_model_open",
+        "hs_model_simd",
         "hs_readable_share",
         "hs_simd_path",
         "hs_tokenize",

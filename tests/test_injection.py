@@ -202,7 +202,7 @@ REVIEWED = {
         "table": "an FTS5 table's name read from the restored file's schema, quoted as an "
         "identifier (its double quotes doubled)",
     },
-    "embed.py": {
+    "providers.py": {
         "spec": "the refused embedder name in an error message (openai:MODEL), not SQL",
     },
     "memory/ranking.py": {

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsql import embed
-from hybridsql.embed import LocalProvider
+from hybridsql import local_model as embed
+from hybridsql.local_model import LocalProvider
 
 TEXTS = [
     "How do I log in?",

@@ -290,3 +290,49 @@ def test_the_macos_libraries_build():
             platforms.target(name), os.path.join(platforms.EMULATION, "lib", name)
         )
         assert os.path.getsize(path) > 0
+
+
+EMBEDDED = [
+    "How do I roll back a failed deploy?",
+    "Déjà vu: naïve café résumé, 数据库迁移 and émojis 🚀",
+    "the deploy was rolled back " * 400,  # more than eight windows
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def beside(shells, tmp_path_factory):
+    """The model file put beside each library (as a bare library's user puts it), and an
+    environment in which the library finds no other."""
+    from hybridsql import engine
+
+    if not engine.model_path().is_file():
+        engine.write_model()
+    for _, _, library in shells.values():
+        target = os.path.join(os.path.dirname(library), engine.MODEL_FILE)
+        if os.path.dirname(library) != os.path.dirname(hybridsql.loadable_path()):
+            shutil.copyfile(engine.model_path(), target)
+    empty = tmp_path_factory.mktemp("no-model-here")
+    return {"HYBRIDSQL_CACHE_DIR": str(empty), "HYBRIDSQL_MODEL": ""}
+
+
+def embed_script():
+    return "".join(f"select hex(embed({quote(t)})) as v;\n" for t in EMBEDDED)
+
+
+@pytest.mark.parametrize("name", [n for n in CHOSEN if n != NATIVE])
+def test_embed_gives_the_native_vector(shells, beside, name):
+    """embed() in each platform's shell, its model file found beside its library (dladdr,
+    dl_iterate_phdr, GetModuleFileNameW; mmap, MapViewOfFile): the native vector within 1e-5 a
+    component, the zero vector where the native one is."""
+    from hybridsql import engine
+
+    native = run(shells[NATIVE], embed_script())
+    argv, env, library = shells[name]
+    got = run((argv, {**env, **beside}, library), embed_script())
+    for text, (mine,), (want,) in zip(EMBEDDED, got, native, strict=True):
+        a = np.frombuffer(bytes.fromhex(mine["v"]), dtype="<f4")
+        b = np.frombuffer(bytes.fromhex(want["v"]), dtype="<f4")
+        assert a.shape == b.shape == (384,), text[:40]
+        assert np.abs(a - b).max() <= 1e-5, text[:40]
+    assert engine.MODEL_FILE in os.listdir(os.path.dirname(library))

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridsql import _native
-from hybridsql.embed import _TOKENIZER, _tokenizer, encode_windows, readable_share
+from hybridsql.local_model import _TOKENIZER, _tokenizer
+from hybridsql.windows import encode_windows, readable_share
 
 WINDOW = 254  # ids of the text in a window: LocalProvider.window less [CLS] and [SEP]
 
@@ -349,8 +350,7 @@ def test_the_vocabulary():
     ],
 )
 def test_a_bad_vocabulary_is_refused(blob, n):
-    from hybridsql._native import ffi, lib
-
+    ffi, lib = _native._open()
     assert lib.hs_vocab_new(blob, len(blob), n) == ffi.NULL
 
 

@@ -7,10 +7,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 from conftest import HYBRIDSQL, ROOT
 
 import hybridsql
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from platforms import SOURCES  # noqa: E402 (scripts/ is not a package)
 
 SHELL = shutil.which("sqlite3")
 VERSION = hybridsql.__version__
@@ -64,9 +68,9 @@ def test_the_version_is_written_once_in_the_source():
 def test_the_c_library_takes_its_version_from_the_build(tmp_path):
     """The C source has no version of its own: the build's -DHYBRIDSQL_VERSION is what
     hybridsql_version() answers, and a build without it stops with a line that says so."""
-    source = os.path.join(ROOT, "csrc", "hybridsql.c")
+    sources = [os.path.join(ROOT, "csrc", name) for name in SOURCES]
     library = str(tmp_path / "hybridsql.so")
-    compile_ = ["cc", "-O0", "-shared", "-fPIC", "-I", os.path.join(ROOT, "csrc"), source]
+    compile_ = ["cc", "-O0", "-shared", "-fPIC", "-I", os.path.join(ROOT, "csrc"), *sources]
     subprocess.run(
         [*compile_, '-DHYBRIDSQL_VERSION="9.8.7-test"', "-o", library, "-lm"], check=True
     )

@@ -41,6 +41,9 @@ class SearchResults:
     notes: list = field(default_factory=list)
     sql: str = ""
     params: dict = field(default_factory=dict)
+    # The text whose embed() in SQL gives params["query_vector"] (the query, where the
+    # extension's model embedded it), else None: explain_sql writes embed('...') for it.
+    embedded: str | None = None
 
     def __iter__(self):
         return iter(self.results)

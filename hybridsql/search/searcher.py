@@ -8,10 +8,12 @@ re-ranks for diversity (MMR) when asked.
 import json
 import re
 import time
+from array import array
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from hybridsql.discovery import is_markdown
+from hybridsql.engine import engine_connection, runs_locally, sql_embed
 from hybridsql.errors import QueryError
 from hybridsql.schema import FTS_TABLES, has_fts
 from hybridsql.search.files import file_hits
@@ -60,10 +62,10 @@ class Searcher:
         if mode != "keyword" and self.embedder is None:
             notes.append("no embedding provider is configured: keyword-only search")
             mode = "keyword"
-        query_vector = None
+        query_vector, embedded = None, None
         if mode != "keyword":
-            query_vector = self.embedder.embed_one(query).astype("<f4")
-            if not query_vector.any():
+            query_vector, embedded = self._embed(query)
+            if not any(array("f", query_vector)):
                 # The provider's zero vector: text it cannot read (see embed.READABLE).
                 notes.append(
                     f"{self.embedder.model_id} cannot read this query: keyword-only search"
@@ -90,9 +92,9 @@ class Searcher:
         }
         source, backend, vector_of = None, self._backend(opts), None
         if query_vector is not None:
-            params["query_vector"] = query_vector.tobytes()
+            params["query_vector"] = query_vector
             params["model"] = self.embedder.model_id
-            vector_of = self._vector_of(len(query_vector))
+            vector_of = self._vector_of(len(query_vector) // 4)
             source = "knn" if backend == "extension" else "json"
             if source == "json":
                 params["vector_candidates"] = json.dumps(
@@ -118,7 +120,20 @@ class Searcher:
             notes=notes,
             sql=sql,
             params=params,
+            embedded=embedded if query_vector is not None else None,
         )
+
+    def _embed(self, query: str) -> tuple:
+        """(the query's float32 vector as bytes, the text whose embed() in this connection's
+        SQL gives it, or None): the extension's embed() where the provider is the local model
+        (no onnxruntime, no numpy), on this connection or, where it has no extension, on the
+        process's own; else the embedder."""
+        conn = self.conn if self.native else engine_connection()
+        if conn is not None and runs_locally(self.embedder.provider):
+            vector = sql_embed(conn, query)
+            if vector is not None:
+                return vector, query if self.native else None
+        return self.embedder.embed_one(query).astype("<f4").tobytes(), None
 
     def _backend(self, opts) -> str:
         """What finds the vector candidates: the extension in SQL, or numpy or pure Python."""

@@ -274,17 +274,24 @@ limit :limit"""
     )
 
 
-def explain_sql(sql: str, params: dict) -> str:
-    """The statement with its parameters written in as SQL literals, runnable in the shell."""
+def explain_sql(sql: str, params: dict, embedded: str | None = None) -> str:
+    """The statement with its parameters written in as SQL literals, runnable in the shell;
+    with ``embedded`` (SearchResults.embedded), the query vector as ``embed('embedded')``, which
+    the extension's model computes in any client."""
+
+    def text(value: str) -> str:
+        return "'" + value.replace("'", "''") + "'"
 
     def literal(name):
         value = params[name]
+        if name == "query_vector" and embedded is not None:
+            return f"embed({text(embedded)})"
         if value is None:
             return "NULL"
         if isinstance(value, (bytes, bytearray)):
             return "x'" + bytes(value).hex() + "'"
         if isinstance(value, str):
-            return "'" + value.replace("'", "''") + "'"
+            return text(value)
         return repr(value)
 
     return re.sub(r":([a-z_0-9]+)", lambda m: literal(m.group(1)), sql) + ";"

@@ -1,0 +1,181 @@
+"""The C embedding engine (csrc/model.c) against onnxruntime (LocalProvider): agreement, a
+query's time, and indexing chunks per CPU-second.
+
+    PYTHONPATH=. python bench/embed_engine.py
+    PYTHONPATH=. python bench/embed_engine.py --files 100 --docs 300 --queries 300
+    PYTHONPATH=. python bench/embed_engine.py --corpus /work/shared/data/markdown  # a worktree
+
+- Agreement: the cosine between the engine's vector and onnxruntime's for every chunk of the
+  first --files markdown files of ../shared/data/markdown (cut as ``hybridsql index`` cuts them,
+  by the token estimate) and the first --docs documents and --queries queries of SciFact
+  (../shared/data/scifact, else tests/data/scifact): min and median, and the texts whose vector
+  is zero on one side only.
+- A query: p50 over the SciFact queries of one embedding's CPU time, one thread, tokenizing
+  included: the engine's call against LocalProvider's warm call for the same text.
+- Indexing: the markdown chunks embedded at 1 and 2 threads (the engine: one text a call on each
+  thread; onnxruntime: LocalProvider.embed, a batch on each thread), chunks per CPU-second of
+  this process and per wall second.
+
+The model file is made in a temporary folder by hybridsql/model_file.py. Prints markdown.
+"""
+
+import argparse
+import glob
+import gzip
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from hybridsql import _native, model_file
+from hybridsql.chunking import chunk_markdown
+from hybridsql.embed import LocalProvider
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+MARKDOWN = os.path.join(SHARED, "markdown")
+SCIFACT = [os.path.join(SHARED, "scifact"), os.path.join(HERE, "..", "tests", "data", "scifact")]
+
+
+def markdown_chunks(corpus: str, files: int) -> list:
+    paths = sorted(glob.glob(os.path.join(corpus, "**", "*.md"), recursive=True))[:files]
+    if not paths:
+        sys.exit(f"no markdown files in {os.path.abspath(corpus)}: name the corpus with --corpus")
+    chunks = []
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            chunks += [c.text for c in chunk_markdown(f.read())]
+    return chunks
+
+
+def scifact(folders: list, name: str, count: int) -> list:
+    """The first ``count`` records of SciFact's corpus or queries, from the first folder that
+    has them."""
+    for folder in folders:
+        for path, opener in ((f"{name}.jsonl", open), (f"{name}.jsonl.gz", gzip.open)):
+            if os.path.exists(os.path.join(folder, path)):
+                with opener(os.path.join(folder, path), "rt", encoding="utf-8") as f:
+                    records = [json.loads(line) for line in itertools.islice(f, count)]
+                if name == "corpus":
+                    return [f"{r['title']}\n{r['text']}" for r in records]
+                return [r["text"] for r in records]
+    sys.exit(f"no SciFact {name} in {folders}: name the folder with --scifact")
+
+
+def agreement(model, onnx: LocalProvider, texts: list) -> tuple:
+    """(cosines of the texts both sides embed, texts zero on one side only)."""
+    ours = np.array([np.frombuffer(model.embed(t), np.float32) for t in texts])
+    theirs = onnx.embed(texts)
+    cosines, odd = [], 0
+    for a, b in zip(ours, theirs, strict=True):
+        if not a.any() or not b.any():
+            odd += a.any() != b.any()
+            continue
+        cosines.append(float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b)))
+    return cosines, odd
+
+
+def p50_ms(call, texts: list, repeat: int) -> float:
+    """The median CPU time of this thread for one call, in ms (the machine may be busy: CPU
+    time is what the call costs, not what other work made it wait)."""
+    times = []
+    for text in texts:
+        call(text)  # warm: each text once before it is timed
+        for _ in range(repeat):
+            start = time.thread_time()
+            call(text)
+            times.append(time.thread_time() - start)
+    return statistics.median(times) * 1000
+
+
+def spread(call, texts: list, threads: int) -> tuple:
+    """(CPU seconds of this process, wall seconds) to run ``call`` on every text, ``threads``
+    threads each taking the next text."""
+    taken = iter(range(len(texts)))
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                i = next(taken, None)
+            if i is None:
+                return
+            call(texts[i])
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default=MARKDOWN, help="the markdown corpus")
+    parser.add_argument("--scifact", help="SciFact's folder (default: ../shared, else tests/data)")
+    parser.add_argument("--files", type=int, default=50, help="markdown files (of 966)")
+    parser.add_argument("--docs", type=int, default=200, help="SciFact documents (of 5183)")
+    parser.add_argument("--queries", type=int, default=300, help="SciFact queries (of 1109)")
+    parser.add_argument("--repeat", type=int, default=3, help="timings of each query")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = model_file.write_model_file(os.path.join(folder, "minilm.hsmodel"))
+        data = path.read_bytes()
+    model = _native.Model(data)
+    chunks = markdown_chunks(args.corpus, args.files)
+    folders = [args.scifact] if args.scifact else SCIFACT
+    docs, queries = scifact(folders, "corpus", args.docs), scifact(folders, "queries", args.queries)
+    print(f"simd {_native.simd_path()}; model file {len(data):,} bytes; {os.cpu_count()} CPUs\n")
+
+    print("| texts | count | min cosine | median cosine | zero on one side only |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    onnx = LocalProvider(threads=2)
+    every = []
+    for name, texts in (
+        (f"markdown chunks ({args.files} files)", chunks),
+        ("SciFact documents", docs),
+        ("SciFact queries", queries),
+    ):
+        cosines, odd = agreement(model, onnx, texts)
+        every += cosines
+        print(
+            f"| {name} | {len(texts)} | {min(cosines):.7f} | {statistics.median(cosines):.7f} |"
+            f" {odd} |"
+        )
+    print(f"| all | {len(every)} | {min(every):.7f} | {statistics.median(every):.7f} | |\n")
+
+    one = LocalProvider(threads=1)
+    ours = p50_ms(model.embed, queries, args.repeat)
+    theirs = p50_ms(lambda t: one.embed([t]), queries, args.repeat)
+    print("| a query, p50 CPU, one thread | engine ms | onnxruntime ms | onnxruntime / engine |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| {len(queries)} SciFact queries | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f} |\n")
+
+    print("| indexing | threads | engine chunks/CPU-s | onnxruntime chunks/CPU-s | ratio |"
+          " engine chunks/s | onnxruntime chunks/s |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for threads in (1, 2):
+        provider = LocalProvider(threads=threads)
+        provider.embed(chunks[:8])  # warm
+        ours_cpu, ours_wall = spread(model.embed, chunks, threads)
+        cpu, wall = time.process_time(), time.perf_counter()
+        provider.embed(chunks)
+        theirs_cpu, theirs_wall = time.process_time() - cpu, time.perf_counter() - wall
+        n = len(chunks)
+        print(
+            f"| {n} markdown chunks | {threads} | {n / ours_cpu:.1f} | {n / theirs_cpu:.1f} |"
+            f" {theirs_cpu / ours_cpu:.2f} | {n / ours_wall:.1f} | {n / theirs_wall:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""The embedding engine (csrc/model.c) and its model file (hybridsql/model_file.py): the file
+the converter writes reads back as the ONNX graph's weights; hs_model_open refuses a truncated,
+foreign, damaged or other-version file with one line that says what to do, and never crashes
+on a header it cannot use; the vectors agree with onnxruntime's (LocalProvider) at cosine
+>= 0.99999 on real texts (short, long, multi-window, CJK, unreadable: the zero vector) on every
+SIMD path; stop() is asked between windows."""
+
+import glob
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, read_scifact
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hybridsql import _native, model_file
+from hybridsql.errors import EmbeddingError
+from hybridsql.local_model import _TOKENIZER, LocalProvider, _tokenizer
+
+REMAKE = "make it again with `python -m hybridsql.model_file FILE`"
+AGREEMENT = 0.99999
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return model_file.write_model_file(tmp_path_factory.mktemp("model") / "minilm.hsmodel")
+
+
+@pytest.fixture(scope="module")
+def model_bytes(model_path):
+    return model_path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def model(model_bytes):
+    return _native.Model(model_bytes)
+
+
+def resealed(data: bytearray) -> bytes:
+    """``data`` with its checksum made right again, so that only what the test changed differs."""
+    data[32:40] = bytes(8)
+    data[32:40] = struct.pack("<Q", model_file.checksum(data))
+    return bytes(data)
+
+
+def refusal(data: bytes) -> str:
+    with pytest.raises(EmbeddingError) as e:
+        _native.Model(data)
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+# --- the file -------------------------------------------------------------------------------
+
+
+def test_the_file_reads_back_as_the_graph_and_the_vocabulary(model_path, model):
+    header, arrays = model_file.read_model_file(model_path)
+    assert header["magic"] == model_file.MAGIC and header["version"] == 1
+    assert header["file_bytes"] == model_path.stat().st_size
+    assert (header["dims"], header["layers"], header["heads"], header["ffn"]) == (384, 6, 12, 1536)
+    assert (header["vocab"], header["positions"], header["types"]) == (30522, 512, 2)
+    assert header["eps"] == np.float32(1e-12)
+    assert (model.model_id, model.dims) == ("all-MiniLM-L6-v2-int8", 384)
+
+    _, inits = model_file.read_onnx(model_file.default_onnx())
+    assert np.array_equal(arrays["word"], inits["inner.embeddings.word_embeddings.weight_q"])
+    assert arrays["word"].dtype == np.int8 and arrays["0.up"].dtype == np.int8
+    norm = "inner.encoder.layer.5.output.LayerNorm.weight"
+    assert np.array_equal(arrays["5.down_norm_weight"], inits[norm])
+    # Each matrix is the one whose MatMul feeds the Add of its role's bias: a weight is found
+    # among the graph's int8 initializers with its scale beside it, never twice.
+    used = set()
+    for n in range(6):
+        for role in model_file._NAMES:
+            q = arrays[f"{n}.{role}"]
+            names = [k for k, v in inits.items() if v.shape == q.shape and np.array_equal(v, q)]
+            assert len(names) == 1 and names[0].endswith("_q") and names[0] not in used
+            used.add(names[0])
+            scale = inits[names[0][:-2] + "_scale"].reshape(-1)
+            assert np.array_equal(arrays[f"{n}.{role}_scale"], scale)
+
+    with open(_TOKENIZER, encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    pieces = bytes(arrays["vocab"]).split(b"\0")[:-1]
+    assert [p.decode() for p in pieces] == sorted(vocab, key=vocab.get)
+
+    assert model_file.model_bytes() == model_path.read_bytes()  # the same bytes every time
+    assert header["checksum"] == model_file.checksum(
+        model_path.read_bytes()[:32] + bytes(8) + model_path.read_bytes()[40:]
+    )
+
+
+def test_the_converter_refuses_a_graph_it_does_not_know(tmp_path):
+    other = tmp_path / "other.onnx"
+    other.write_bytes(b"\x08\x07\x12\x07pytorch")  # a ModelProto with no graph
+    with pytest.raises(EmbeddingError, match=re.escape(f"{other} is not the MiniLM int8 graph")):
+        model_file.model_bytes(other)
+    assert model_file.main([str(tmp_path / "x"), "extra"]) == 2
+
+
+def test_python_m_writes_the_file(tmp_path):
+    out = tmp_path / "m.hsmodel"
+    done = subprocess.run(
+        [sys.executable, "-m", "hybridsql.model_file", str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and _native.Model(out.read_bytes()).dims == 384
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+
+def test_a_truncated_file_is_refused_with_one_line(model_bytes):
+    size = len(model_bytes)
+    assert refusal(model_bytes[:-64]) == (
+        f"the model file is truncated ({size - 64} of {size} bytes): {REMAKE}"
+    )
+    assert refusal(model_bytes[: size // 2]).startswith("the model file is truncated")
+    assert refusal(model_bytes[:100]) == (
+        f"the model file is truncated (100 bytes, not even a header): {REMAKE}"
+    )
+    assert refusal(b"") == f"the model file is truncated (0 bytes, not even a header): {REMAKE}"
+
+
+def test_a_foreign_file_is_refused_with_one_line(model_bytes):
+    onnx = model_file.default_onnx().read_bytes()
+    foreign = (
+        'not a hybridsql model file (it does not start with "hybridsql model"): name the file '
+        "that `python -m hybridsql.model_file FILE` writes"
+    )
+    assert refusal(onnx) == foreign
+    assert refusal(b"\x89PNG\r\n\x1a\n" + bytes(200)) == foreign
+
+
+def test_a_flipped_bit_anywhere_is_refused(model_bytes):
+    damaged = "the model file is damaged (its checksum does not match its bytes): " + REMAKE
+    for at in (40, 200, len(model_bytes) // 2, len(model_bytes) - 1):
+        data = bytearray(model_bytes)
+        data[at] ^= 0x10
+        assert refusal(bytes(data)) == damaged
+
+
+def test_another_version_is_refused_with_one_line(model_bytes):
+    data = bytearray(model_bytes)
+    data[16:20] = struct.pack("<I", 2)
+    assert refusal(resealed(data)) == (
+        f"the model file has format version 2, this hybridsql reads version 1: {REMAKE}"
+    )
+
+
+def test_bytes_after_the_end_and_shapes_it_cannot_run_are_refused(model_bytes):
+    assert refusal(model_bytes + bytes(64)) == (
+        f"the model file has 64 bytes after its end ({len(model_bytes)} bytes): {REMAKE}"
+    )
+    data = bytearray(model_bytes)
+    data[80:84] = struct.pack("<I", 385)
+    assert refusal(resealed(data)) == (
+        "the model file's shapes are not a model this engine runs (385 dims, 6 layers, 12 heads,"
+        f" 1536 ffn, 30522 pieces): {REMAKE}"
+    )
+    data = bytearray(model_bytes)
+    data[84:88] = struct.pack("<I", 7)  # a layer more than the file holds
+    assert refusal(resealed(data)) == (
+        f"the model file's sections do not fill its {len(model_bytes)} bytes as its shapes say: "
+        + REMAKE
+    )
+
+
+FIELDS = st.tuples(
+    st.sampled_from(range(80, 116, 4)),  # a shape, epsilon or the vocabulary's size
+    st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 16, 384, 2**31, 2**32 - 1])),
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(changes=st.lists(FIELDS, min_size=1, max_size=3))
+def test_a_sealed_header_with_any_numbers_opens_or_is_refused(model_bytes, changes):
+    """Fields changed and the checksum made right: the engine opens the file only when every
+    section fits it, else refuses with one line; it never reads outside the bytes."""
+    data = bytearray(model_bytes)
+    for at, value in changes:
+        data[at : at + 4] = struct.pack("<I", value)
+    data = resealed(data)
+    try:
+        model = _native.Model(data)
+    except EmbeddingError as e:
+        assert "\n" not in str(e) and str(e).endswith(REMAKE)
+    else:
+        assert model.dims == struct.unpack_from("<I", data, 80)[0]
+
+
+# --- vectors --------------------------------------------------------------------------------
+
+RSA = (
+    "MIIEowIBAAKCAQEA0Z3VS5JJcds3xfn/ygWyF8PbnGy0AHB7MhgHcTz6sE2I2yPBaFDrBz9vFqU4yDCM0b3i4RlOFrS"
+    "8J1Hk8p8dL6bPq0mzOQ2ZT+YvH0Ua7T1mZb8w1tNf5Kc1n9d2x/3l4bJdH0kZyK9gTLw2z1RkqZ9y0oTq2Wl7s3+Xp"
+)
+
+
+def texts() -> dict:
+    """Real texts by name: queries, notes whole (several windows), CJK, SciFact, one text of
+    over 8 windows, text the model cannot read, nothing."""
+    out = {
+        "query": "how do I roll back a deploy freeze",
+        "word": "rollback",
+        "empty": "",
+        "spaces": " \n\t ",
+        "rsa key": RSA,
+        "accents": "Le café naïve à Zürich: résumé, façade, coöperate. " * 3,
+    }
+    for pattern in ("examples/**/*.md", "tests/data/docs/*.md", "tests/data/cjk/*/*.md"):
+        for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+            with open(path, encoding="utf-8") as f:
+                out[os.path.relpath(path, ROOT)] = f.read()
+    for doc in read_scifact("corpus", 8):
+        out[f"scifact {doc['_id']}"] = f"{doc['title']}\n{doc['text']}"
+    out["over 8 windows"] = "\n".join(v for k, v in out.items() if k.startswith("examples/")) * 3
+    return out
+
+
+TEXTS = texts()
+FEW = ["query", "empty", "rsa key", "tests/data/cjk/zh/部署流程.md", "over 8 windows"]
+
+
+@pytest.fixture(scope="module")
+def expected():
+    """onnxruntime's vectors (LocalProvider), by name."""
+    names = list(TEXTS)
+    vectors = LocalProvider().embed([TEXTS[n] for n in names])
+    return dict(zip(names, vectors, strict=True))
+
+
+def test_the_texts_cover_what_they_claim(expected):
+    tokenizer = _tokenizer()
+    windows = {}
+    for name, text in TEXTS.items():
+        e = tokenizer.encode(text, add_special_tokens=False)
+        windows[name] = 1 + len(e.overflowing)
+    assert windows["over 8 windows"] > 8
+    assert sum(w > 1 for w in windows.values()) >= 5  # several texts of more than one window
+    assert not expected["rsa key"].any() and expected["query"].any()
+    assert not expected["tests/data/cjk/zh/部署流程.md"].any()  # Chinese: unreadable, zero
+
+
+def run_path(simd: str, model_path, names: list) -> tuple:
+    """(hs_simd_path(), hs_model_simd(), the engine's vectors of TEXTS[names] by name) in a
+    process run with HYBRIDSQL_SIMD=simd."""
+    script = (
+        "import json, sys\n"
+        "from hybridsql import _native\n"
+        "texts = json.load(sys.stdin)\n"
+        f"model = _native.Model(open({str(model_path)!r}, 'rb').read())\n"
+        "print(_native.simd_path(), _native.model_simd())\n"
+        "for t in texts: print(model.embed(t).hex())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([TEXTS[n] for n in names]),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HYBRIDSQL_SIMD": simd},
+        cwd=ROOT,
+        check=True,
+    )
+    path, kernel, *rows = done.stdout.split()
+    vectors = [np.frombuffer(bytes.fromhex(r), dtype=np.float32) for r in rows]
+    return path, kernel, dict(zip(names, vectors, strict=True))
+
+
+def assert_agree(got: dict, expected: dict) -> None:
+    for name, vector in got.items():
+        want = expected[name]
+        if not want.any():
+            assert not vector.any(), f"{name}: onnxruntime gives the zero vector, the engine not"
+            continue
+        cosine = float(vector @ want) / float(np.linalg.norm(vector) * np.linalg.norm(want))
+        assert cosine >= AGREEMENT, f"{name}: cosine {cosine}"
+        assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+
+
+def test_vectors_agree_with_onnxruntime_on_the_best_path(model, expected):
+    got = {n: np.frombuffer(model.embed(t), dtype=np.float32) for n, t in TEXTS.items()}
+    assert_agree(got, expected)
+
+
+def has_avx512() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return "avx512f" in next(line for line in f if line.startswith("flags")).split()
+
+
+def test_the_best_path_is_chosen(model):
+    best = {"avx2+fma": "avx512" if has_avx512() else "avx2+fma", "neon": "neon"}
+    assert _native.model_simd() == best.get(_native.simd_path(), "generic")
+
+
+# Each lesser path, forced as the other kernels' tests force it (HYBRIDSQL_SIMD): the name, and
+# the engine's matmul it runs (sse2's is the portable C, which x86_64 compilers vectorize with
+# SSE2).
+LESSER = {"generic": ("generic", "generic"), "sse2": ("sse2", "generic")}
+if _native.model_simd() == "avx512":
+    LESSER["avx2+fma"] = ("avx2+fma", "avx2+fma")
+
+
+@pytest.mark.parametrize("simd", LESSER if _native.simd_path() != "neon" else ["generic"])
+def test_vectors_agree_with_onnxruntime_on_every_path(simd, model_path, model, expected):
+    """Each lesser path gives what onnxruntime gives, and what the best path gives to within
+    float rounding."""
+    path, kernel, got = run_path(simd, model_path, FEW)
+    assert (path, kernel) == LESSER[simd]
+    assert_agree(got, expected)
+    for name, vector in got.items():
+        assert np.allclose(vector, np.frombuffer(model.embed(TEXTS[name]), np.float32), atol=1e-5)
+
+
+def test_the_ids_of_the_tokenizers_library_give_the_same_vector(model, expected):
+    tokenizer = _tokenizer()
+    text = TEXTS["examples/memory/notes/deploy-runbook.md"]
+    e = tokenizer.encode(text, add_special_tokens=False)
+    ids = e.ids + [i for o in e.overflowing for i in o.ids]
+    assert model.embed_ids(ids) == model.embed(text)
+    with pytest.raises(ValueError, match="an id is not in the vocabulary"):
+        model.embed_ids([5, 30522])
+
+
+def test_stop_is_asked_between_windows_and_stops(model):
+    text = TEXTS["over 8 windows"]
+    asked = []
+    assert model.embed(text, stop=lambda: asked.append(1) or False) == model.embed(text)
+    assert len(asked) == 7  # between each two of 8 windows
+    asked.clear()
+    assert model.embed(text, stop=lambda: asked.append(1) or True) is None
+    assert len(asked) == 1
+    assert model.embed("one window", stop=lambda: True) is not None  # no second window to stop
