@@ -9,6 +9,7 @@ import time
 
 import apsw
 from datasette import hookimpl
+from datasette.utils import tilde_decode
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
@@ -101,12 +102,14 @@ def _marked(snippet: str) -> Markup:
 async def search_page(datasette, request):
     """The search page. Datasette's permissions hold as on its own pages: the database's
     (``view-database``, then ``view-instance``) before anything is read, and every table the
-    search read (``view-table`` first) before anything is shown; else 403."""
-    database = request.url_vars["database"]
+    search read (``view-table`` first) before anything is shown; else 403. The URL names the
+    database as Datasette's own links do: its route, tilde-encoded (``team~2Enotes``)."""
+    route = tilde_decode(request.url_vars["database"])
     try:
-        db = datasette.get_database(database)
+        db = datasette.get_database(route=route)
     except KeyError:
-        return Response.html(f"no database called {escape(database)}", status=404)
+        return Response.html(f"no database called {escape(route)}", status=404)
+    database = db.name
     await datasette.ensure_permissions(
         request.actor, [("view-database", database), "view-instance"]
     )

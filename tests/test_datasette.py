@@ -1,6 +1,7 @@
 """The Datasette plugin, on a real `datasette serve` over HTTP and in headless Chromium: the
 search page, and Datasette's own pages, search box, facets and JSON API on an index."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import urllib.request
 
 import pytest
 from conftest import PYTHON_ONLY_LINE, STDLIB_LOADS_EXTENSIONS, WITHOUT_PYSQLITE3
+from datasette.utils import tilde_encode
 
 import hybridsql
 from hybridsql.index import HybridIndex
@@ -33,6 +35,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def datasette_serve(*paths, log: str, args=()):
+    """`datasette serve PATHS ARGS` on a free port; yields its base URL once it answers."""
+    port, base = free_port(), None
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [DATASETTE, "serve", *paths, "-h", "127.0.0.1", "-p", str(port), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300  # until it answers, or it has exited
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/-/versions.json", timeout=60)
+                base = f"http://127.0.0.1:{port}"
+                break
+            except OSError:
+                time.sleep(0.05)  # a poll interval
+        if base is None:
+            with open(log) as f:
+                pytest.fail(f"datasette did not answer: {f.read()}")
+        yield base
+    finally:
+        server.terminate()
+        server.wait()
+
+
 @pytest.fixture(scope="module")
 def served(example_db, tmp_path_factory):
     """(base URL, path) of `datasette serve` on a copy of the example index with three memories,
@@ -44,29 +74,8 @@ def served(example_db, tmp_path_factory):
         old = store.add("Deploys are frozen from 2026-11-26 to 12-01", "tide", "episodic")
         store.supersede(old.id, "Deploys are frozen from 2026-11-27 to 12-02")
         store.add("Billing deploys on Tuesdays only", "billing", "procedural")
-    port, base = free_port(), None
-    with open(path + ".log", "w") as log:
-        server = subprocess.Popen(
-            [DATASETTE, "serve", path, "-h", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 300  # until it answers, or it has exited
-            while server.poll() is None and time.monotonic() < deadline:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/-/versions.json", timeout=60)
-                    base = f"http://127.0.0.1:{port}"
-                    break
-                except OSError:
-                    time.sleep(0.05)  # a poll interval
-            if base is None:
-                with open(path + ".log") as f:
-                    pytest.fail(f"datasette did not answer: {f.read()}")
-            yield base, path
-        finally:
-            server.terminate()
-            server.wait()
+    with datasette_serve(path, log=path + ".log") as base:
+        yield base, path
 
 
 def get(url: str) -> str:
@@ -170,6 +179,30 @@ def test_datasettes_own_pages_search_facets_and_sql_work_on_the_index(served):
     assert "backend extension" in got["d"]
     vectors = json.loads(get(f"{base}/mem/vectors.json?_size=1&_shape=array"))
     assert vectors[0]["model_id"] == "all-MiniLM-L6-v2-int8"
+
+
+def test_the_search_page_of_a_database_whose_name_datasette_encodes(example_db, tmp_path):
+    """A file name with dots, spaces or non-ASCII letters: the database page's own link to the
+    search page (its name tilde-encoded, `/team~2Enotes/-/hybridsql`) answers with results."""
+    names = ["team.notes", "my notes", "café"]
+    paths = [str(tmp_path / f"{name}.db") for name in names]
+    for path in paths:
+        shutil.copy(example_db, path)
+    with datasette_serve(*paths, log=str(tmp_path / "datasette.log")) as base:
+        for name in names:
+            link = re.search(r'href="([^"]+/-/hybridsql)"', get(f"{base}/{tilde_encode(name)}"))
+            assert link, f"the page of {name!r} has no link to its search page"
+            href = link.group(1)
+            assert href == f"/{tilde_encode(name)}/-/hybridsql" != f"/{name}/-/hybridsql"
+            query = urllib.parse.urlencode({"q": QUERY, "now": "2026-11-22"})
+            html = get(f"{base}{href}?{query}")
+            assert f"<h1>Hybrid search: {name}</h1>" in html
+            found = results(html)
+            assert found and found[0][1].startswith("MEMORY.md:")
+            row = found[0][0]
+            assert row.startswith(href.removesuffix("/-/hybridsql") + "/chunks/")
+            rows = json.loads(get(f"{base}{row}.json?_shape=objects"))["rows"]
+            assert rows[0]["path"] == "MEMORY.md"
 
 
 # -- Pythons that cannot load extensions --------------------------------------------------------
