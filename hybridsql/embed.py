@@ -11,6 +11,7 @@ schema.py). Vectors travel as float32 little-endian BLOBs.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import email.utils
 import hashlib
 import http.client
@@ -27,7 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -58,6 +59,15 @@ _SQL_TYPES = {int: "integer", float: "real", bytes: "blob"}
 # A text is looked for 1, 2, 4, ... calls after it was cached, up to _CHECKS calls after: a few
 # looks each, while a query's vector, which never reaches the index, is let go.
 _CHECKS = 4096
+# What the local model checks before each window it runs, where SQL embed() is asked to stop when
+# its statement is interrupted (register_embed sets it around the call; None elsewhere).
+_STOP: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "_STOP", default=None
+)
+
+
+class _Interrupted(Exception):
+    """The statement that called embed() was interrupted: no vector, and nothing cached."""
 
 
 class EmbeddingProvider(Protocol):
@@ -353,10 +363,14 @@ class LocalProvider:
         windows = encode_windows(tokenizer, list(texts), self.max_windows)
         flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
         order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
-        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        stop = _STOP.get()
+        size = self.batch_size if stop is None else 1  # one window a run: a stop waits for one
+        batches = [order[s : s + size] for s in range(0, len(order), size)]
         pooled = [None] * len(batches)  # each batch's windows: summed hidden states, tokens
 
         def run(b: int) -> None:
+            if stop is not None and stop():
+                raise _Interrupted
             rows = batches[b]
             width = max(len(flat[j][1].ids) for j in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)
@@ -887,13 +901,24 @@ class Embedder:
             self._lru.popitem(last=False)
 
 
-def register_embed(conn, embedder) -> None:
+def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None) -> None:
     """Register ``embed(text)`` -> float32 BLOB (NULL for NULL) on an apsw or sqlite3 connection.
 
     ``embedder`` is an Embedder, or a function that makes one when ``embed`` is first called.
     Nothing is embedded or loaded until then.
+
+    ``interrupted`` tells whether the statement running embed() has been interrupted
+    (``interrupt()`` on the connection); an apsw connection's own ``is_interrupted`` where not
+    given. The local model checks it before each window of the text: an interrupted call returns
+    at once, caching nothing, and SQLite ends the statement with its interrupt error. So a time
+    limit that interrupts the connection (Datasette's, as the Datasette plugin sets it up) waits
+    for one window, not for the whole text.
     """
     made = embedder if isinstance(embedder, Embedder) else None
+    if interrupted is None and isinstance(conn, apsw.Connection):
+
+        def interrupted() -> bool:
+            return conn.is_interrupted
 
     def embed(text):
         nonlocal made
@@ -902,9 +927,18 @@ def register_embed(conn, embedder) -> None:
         if not isinstance(text, str):
             kind = _SQL_TYPES.get(type(text), type(text).__name__)
             raise TypeError(f"embed(): 1st argument must be text, got {kind}")
+        if interrupted is not None and interrupted():
+            return None  # never seen: SQLite fails the statement as interrupted
         if made is None:
             made = embedder()
-        return made.embed_one(text).astype("<f4").tobytes()
+        stopping = _STOP.set(interrupted)
+        try:
+            vector = made.embed_one(text)
+        except _Interrupted:
+            return None
+        finally:
+            _STOP.reset(stopping)
+        return vector.astype("<f4").tobytes()
 
     if isinstance(conn, apsw.Connection):
         conn.create_scalar_function("embed", embed, 1)
