@@ -564,6 +564,27 @@ def context(store, memory_id):
 # -- the MCP server -----------------------------------------------------------------------------
 
 
+def pip_install(extra: str) -> str:
+    """The pip command that adds ``extra`` to this hybridsql where it came from: the source
+    folder it runs from (a checkout, built in place), the folder it was installed from, else
+    PyPI."""
+    import importlib.metadata
+    import urllib.parse
+
+    source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.exists(os.path.join(source, "csrc", "hybridsql.c")):
+        return f"pip install -e '{source}[{extra}]'"
+    try:
+        found = importlib.metadata.distribution("hybridsql").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    origin = json.loads(found) if found else {}
+    if "dir_info" in origin and origin["url"].startswith("file://"):
+        folder = urllib.parse.unquote(urllib.parse.urlparse(origin["url"]).path)
+        return f"pip install '{folder}[{extra}]'"
+    return f"pip install 'hybridsql[{extra}]'"
+
+
 @cli.command(
     epilog=example(
         "hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
@@ -618,7 +639,7 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
         from hybridsql.mcp_server import serve
     except ImportError as e:
         raise HybridSQLError(
-            f"the MCP server needs the mcp extra: pip install 'hybridsql[mcp]' ({e})"
+            f"the MCP server needs the mcp extra: {pip_install('mcp')} ({e})"
         ) from e
     if http is not None:
         from hybridsql.mcp_http import serve_http
