@@ -113,6 +113,23 @@ def test_each_platform_library_is_built_and_checked(target, tmp_path):
     assert lib.exports == EXPORTS
 
 
+def test_each_archives_note_names_the_minimum_os_docs_platforms_names():
+    """The note in each library's archive says the oldest OS the build targets (zig's triple),
+    as docs/platforms.md's table does: glibc 2.17 for Linux, not the newest glibc symbol the
+    x86_64 library happens to use (2.14)."""
+    with open(os.path.join(ROOT, "docs", "platforms.md"), encoding="utf-8") as f:
+        rows = re.findall(r"^\| [^|]+ \| `(\w+)` \| ([^|]+) \|", f.read(), re.MULTILINE)
+    documented = dict(rows)
+    assert len(documented) == len(platforms.TARGETS)
+    for t in platforms.TARGETS:
+        note = platforms.archive_note(t, "0.1.0", "abc1234")
+        (minimum,) = re.findall(r"^Minimum: (.+)\.$", note, re.MULTILINE)
+        assert minimum == t.minimum
+        if t.name != "windows-x86_64":  # the page says what CPython needs there
+            assert documented[t.wheel] == minimum, t.name
+    assert platforms.target("linux-x86_64").minimum == "glibc 2.17"
+
+
 def test_a_library_for_another_platform_fails_the_check(tmp_path):
     """The check is what build-dist relies on: a library of the wrong platform stops it."""
     path = platforms.build_library(platforms.target("linux-x86_64"), str(tmp_path))
