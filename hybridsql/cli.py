@@ -17,7 +17,7 @@ from dataclasses import asdict
 import click
 
 from hybridsql import __version__, _native, terminal
-from hybridsql.discovery import left_out_line
+from hybridsql.discovery import MAX_FILE_BYTES, left_out_line
 from hybridsql.errors import HybridSQLError, IndexingError
 from hybridsql.memory import SECTORS, MemorySearch
 from hybridsql.options import click_options
@@ -175,7 +175,15 @@ def path():
     help="after indexing, keep the index in step with DIR (saves, renames, deletes) until "
     "Ctrl-C or SIGTERM; a line per batch of changes, then a summary",
 )
-def index(folder, db, embedder, as_json, globs, gitignore, watch):
+@click.option(
+    "--max-file-bytes",
+    type=click.IntRange(min=1),
+    default=MAX_FILE_BYTES,
+    show_default=True,
+    metavar="BYTES",
+    help="leave out files larger than this (the run says which), also while --watch runs",
+)
+def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes):
     """Index the markdown under DIR, or the files --glob chooses.
 
     What .gitignore files leave out stays out, and the run says what it left out. Only
@@ -189,11 +197,18 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch):
     report = IndexReport()
     bar = terminal.Bar(report)
     if watch:
-        return watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar)
+        return watch_index(
+            folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+        )
     with open_index(db, embedder, "create") as idx:
         try:
             idx.index_folder(
-                folder, progress=bar, report=report, globs=globs or None, gitignore=gitignore
+                folder,
+                max_file_bytes,
+                progress=bar,
+                report=report,
+                globs=globs or None,
+                gitignore=gitignore,
             )
         finally:
             bar.close()
@@ -202,7 +217,9 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch):
     show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
 
 
-def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) -> None:
+def watch_index(
+    folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+) -> None:
     """``index --watch``: the first run's report as without --watch, one per batch of changes,
     and a summary once SIGINT or SIGTERM stops it (between two files: each is committed)."""
     import signal
@@ -248,6 +265,7 @@ def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) ->
                     on_ready=ready,
                     on_batch=batch,
                     on_failure=failed,
+                    max_file_bytes=max_file_bytes,
                 )
             finally:
                 bar.close()

@@ -23,6 +23,7 @@ from hybridsql.chunking import chunk_markdown
 from hybridsql.discovery import (
     DEFAULT_GLOBS,
     FOLDER_NOT_READ,
+    MAX_FILE_BYTES,
     UNREADABLE,
     Progress,
     discover,
@@ -47,7 +48,6 @@ from hybridsql.search import (
     document_profile,
 )
 
-MAX_FILE_BYTES = 20 * 1024 * 1024
 EMBED_BATCH = 64  # chunks embedded together, across small files
 READ_AHEAD = 16  # files read and chunked ahead of the one being embedded, at most
 # A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
