@@ -38,7 +38,7 @@ from hybridsql.discovery import (
 from hybridsql.embed import Embedder, LocalProvider, resolve_provider
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
-from hybridsql.schema import check_index, ensure_schema, has_fts, whole
+from hybridsql.schema import check_index, ensure_schema, has_fts, whole, without_native
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -48,6 +48,7 @@ from hybridsql.search import (
     document_profile,
 )
 
+VECTOR_INDEX_LOADED = "select 1 from pragma_module_list where name = 'vector_index'"
 EMBED_BATCH = 64  # chunks embedded together, across small files
 READ_AHEAD = 16  # files read and chunked ahead of the one being embedded, at most
 # A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
@@ -361,6 +362,8 @@ class HybridIndex:
         without being read."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
+        if not self.conn.execute(VECTOR_INDEX_LOADED).fetchall():  # an index made before
+            raise without_native("no such module: vector_index")
         started = time.monotonic()
         root = os.path.abspath(root)
         # Names are stored as contents are: undecodable bytes (lone surrogates from os.walk)
