@@ -68,14 +68,14 @@ def _time_limit(conn, ms):
     embed() of a long text) takes few. At the limit the connection is interrupted: SQLite stops
     at its next step, and embed() before its next window."""
     with _datasette_time_limit(conn, ms):
-        deadline = Deadline(conn, ms / 1000)
+        deadline, outer = Deadline(conn, ms / 1000), getattr(_query, "deadline", None)
         _query.deadline = deadline
         deadline.timer.start()
         try:
             yield
         finally:
             deadline.finish()
-            _query.deadline = None
+            _query.deadline = outer
 
 
 # Datasette runs every query it times inside sqlite_timelimit (datasette/database.py), the one
@@ -86,7 +86,7 @@ datasette.database.sqlite_timelimit = _time_limit
 @hookimpl
 def prepare_connection(conn):
     load(conn)  # where it falls back to Python, it says so once
-    # The model loads on the first embed() call.
+    # The model loads on the first embed() call, inside that query's time limit.
     register_embed(conn, default_embedder, interrupted=_interrupted)
 
 

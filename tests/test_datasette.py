@@ -76,6 +76,9 @@ def served(example_db, tmp_path_factory):
         store.supersede(old.id, "Deploys are frozen from 2026-11-27 to 12-02")
         store.add("Billing deploys on Tuesdays only", "billing", "procedural")
     with datasette_serve(path, log=path + ".log") as base:
+        # The model loads on the first embed() of the process, inside that query's time limit:
+        # the search page, which has none, loads it first, however busy the machine.
+        get(page(base, q="warm"))
         yield base, path
 
 
@@ -236,8 +239,10 @@ def test_a_query_that_embeds_long_texts_stops_at_datasettes_time_limit(tmp_path)
         def query(sql: str) -> tuple[float, int, dict]:
             return timed_json(f"{base}/plain.json?sql={urllib.parse.quote(sql)}&_shape=array")
 
-        _, status, answer = query("select length(embed('deploy')) as n")  # the model loads
-        assert status == 200 and answer == [{"n": 384 * 4}]
+        # The model loads at the first embed(), inside that query's limit: on a busy machine
+        # it may take longer and the query is interrupted; the next finds the model loaded.
+        warm = [query("select length(embed('deploy')) as n") for _ in range(2)]
+        assert warm[-1][1:] == (200, [{"n": 384 * 4}])
         seconds, _, _ = query(LONG_TEXTS.format(rows=1))
         bound = max(0.5, seconds)  # what one embed() of such a text takes here, now
         for rows in (20, 100):
