@@ -11,7 +11,8 @@ HYBRIDSQL_REPLICATION_WRITER_CHECKPOINTS=64 makes them checkpoint every 64 pages
 last close, as hybridsql did before, to measure what that costs (docs/reliability.md).
 
 The kill test runs once per seed: HYBRIDSQL_REPLICATION_SEEDS of them (3 in the suite, a few
-hundred in the long run), the first HYBRIDSQL_REPLICATION_SEED when given.
+hundred in the long run), the first HYBRIDSQL_REPLICATION_SEED when given, each on a database
+of the next page size of HYBRIDSQL_REPLICATION_PAGE_SIZES (4, 32 and 64 KiB in turn).
 """
 
 import contextlib
