@@ -16,12 +16,14 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
+import tempfile
 
 NO_COMPILER = """
-hybridsql: no C compiler was found ({compiler!r}), and there is no prebuilt wheel for this
-platform or pip did not choose one.
+hybridsql: no working C compiler was found ({compiler!r}), and there is no prebuilt wheel for
+this platform or pip did not choose one.
 
 Prebuilt wheels (no compiler needed, any CPython >= 3.10) exist for: Linux x86_64 and aarch64
 (glibc >= 2.17, and musl), macOS x86_64 (10.13+) and arm64 (11.0+), Windows x86_64. Upgrade pip
@@ -32,17 +34,32 @@ Prebuilt wheels (no compiler needed, any CPython >= 3.10) exist for: Linux x86_6
 
 
 def missing_compiler():
-    """The C compiler a build would run, where it is not on PATH (unix only); else None."""
+    """The C compiler a build would run, where it is not on PATH or compiles nothing (unix
+    only: ``CC=false`` is on PATH); else None."""
     if sys.platform == "win32" or os.environ.get("HYBRIDSQL_LIBRARY"):
         return None
-    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[0]
-    return None if shutil.which(cc) else cc
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    if not shutil.which(cc[0]):
+        return cc[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "probe.c")
+        with open(source, "w") as f:
+            f.write("int probe(void) { return 0; }\n")
+        done = subprocess.run(
+            [*cc, "-c", source, "-o", os.path.join(tmp, "probe.o")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+    return None if done.returncode == 0 else " ".join(cc)
 
 
 # Before setuptools prints anything, so that the message is the first thing a user reads.
 BUILDS = {"build", "build_ext", "bdist_wheel", "install", "develop", "editable_wheel"}
-if BUILDS & set(sys.argv[1:]) and missing_compiler():
-    sys.exit(NO_COMPILER.format(compiler=missing_compiler()))
+if BUILDS & set(sys.argv[1:]):
+    missing = missing_compiler()
+    if missing:
+        sys.exit(NO_COMPILER.format(compiler=missing))
 
 from setuptools import Extension, setup  # noqa: E402 (after the check above)
 from setuptools.command.bdist_wheel import bdist_wheel  # noqa: E402

@@ -17,7 +17,7 @@ from dataclasses import asdict
 import click
 
 from hybridsql import __version__, _native, terminal
-from hybridsql.discovery import left_out_line
+from hybridsql.discovery import MAX_FILE_BYTES, left_out_line
 from hybridsql.errors import DatabaseError, HybridSQLError, IndexingError
 from hybridsql.memory import SECTORS, TIERS, MemorySearch
 from hybridsql.options import click_options
@@ -229,7 +229,15 @@ def model_command(into, out):
     help="after indexing, keep the index in step with DIR (saves, renames, deletes) until "
     "Ctrl-C or SIGTERM; a line per batch of changes, then a summary",
 )
-def index(folder, db, embedder, as_json, globs, gitignore, watch):
+@click.option(
+    "--max-file-bytes",
+    type=click.IntRange(min=1),
+    default=MAX_FILE_BYTES,
+    show_default=True,
+    metavar="BYTES",
+    help="leave out files larger than this (the run says which), also while --watch runs",
+)
+def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes):
     """Index the markdown under DIR, or the files --glob chooses.
 
     What .gitignore files leave out stays out, and the run says what it left out. Only
@@ -243,11 +251,18 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch):
     report = IndexReport()
     bar = terminal.Bar(report)
     if watch:
-        return watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar)
+        return watch_index(
+            folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+        )
     with open_index(db, embedder, "create") as idx:
         try:
             idx.index_folder(
-                folder, progress=bar, report=report, globs=globs or None, gitignore=gitignore
+                folder,
+                max_file_bytes,
+                progress=bar,
+                report=report,
+                globs=globs or None,
+                gitignore=gitignore,
             )
         finally:
             bar.close()
@@ -256,7 +271,9 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch):
     show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
 
 
-def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) -> None:
+def watch_index(
+    folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+) -> None:
     """``index --watch``: the first run's report as without --watch, one per batch of changes,
     and a summary once SIGINT or SIGTERM stops it (between two files: each is committed)."""
     import signal
@@ -302,6 +319,7 @@ def watch_index(folder, db, embedder, as_json, globs, gitignore, report, bar) ->
                     on_ready=ready,
                     on_batch=batch,
                     on_failure=failed,
+                    max_file_bytes=max_file_bytes,
                 )
             finally:
                 bar.close()
@@ -619,6 +637,27 @@ def context(store, memory_id):
 # -- the MCP server -----------------------------------------------------------------------------
 
 
+def pip_install(extra: str) -> str:
+    """The pip command that adds ``extra`` to this hybridsql where it came from: the source
+    folder it runs from (a checkout, built in place), the folder it was installed from, else
+    PyPI."""
+    import importlib.metadata
+    import urllib.parse
+
+    source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.exists(os.path.join(source, "csrc", "hybridsql.c")):
+        return f"pip install -e '{source}[{extra}]'"
+    try:
+        found = importlib.metadata.distribution("hybridsql").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        found = None
+    origin = json.loads(found) if found else {}
+    if "dir_info" in origin and origin["url"].startswith("file://"):
+        folder = urllib.parse.unquote(urllib.parse.urlparse(origin["url"]).path)
+        return f"pip install '{folder}[{extra}]'"
+    return f"pip install 'hybridsql[{extra}]'"
+
+
 @cli.command(
     epilog=example(
         "hybridsql mcp --db mem.db --memory-dir ~/agent-memory --project tide",
@@ -673,7 +712,7 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
         from hybridsql.mcp_server import serve
     except ImportError as e:
         raise HybridSQLError(
-            f"the MCP server needs the mcp extra: pip install 'hybridsql[mcp]' ({e})"
+            f"the MCP server needs the mcp extra: {pip_install('mcp')} ({e})"
         ) from e
     if http is not None:
         from hybridsql.mcp_http import serve_http

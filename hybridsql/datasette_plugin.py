@@ -1,14 +1,18 @@
 """The Datasette plugin: every hybridsql function, and embed(), in every Datasette query, and a
 search page per database at /DATABASE/-/hybridsql that searches as `hybridsql search` does,
-read-only."""
+read-only. Each Datasette query's time limit interrupts its connection when it passes."""
 
 import asyncio
+import contextlib
 import functools
 import importlib.resources
+import threading
 import time
 
 import apsw
+import datasette.database
 from datasette import hookimpl
+from datasette.utils import tilde_decode
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
@@ -23,13 +27,72 @@ from hybridsql.search import MODES, SearchOptions, explain_sql
 KINDS = ("documents", "memories")
 
 
+class Deadline:
+    """A Datasette query's time limit, kept by a timer that interrupts its connection."""
+
+    def __init__(self, conn, seconds: float):
+        self.conn = conn
+        self.passed = False
+        self.running = True
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(seconds, self.interrupt)
+        self.timer.daemon = True
+
+    def interrupt(self) -> None:
+        with self.lock:
+            if self.running:  # not once the query is over: the next one would be interrupted
+                self.passed = True
+                self.conn.interrupt()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.running = False
+        self.timer.cancel()
+
+
+_query = threading.local()  # .deadline: the Deadline of the query this thread runs, if any
+
+
+def _interrupted() -> bool:
+    """Whether the query this thread runs has passed its time limit (embed() asks)."""
+    deadline = getattr(_query, "deadline", None)
+    return deadline is not None and deadline.passed
+
+
+_datasette_time_limit = datasette.database.sqlite_timelimit
+
+
+@contextlib.contextmanager
+def _time_limit(conn, ms):
+    """Datasette's time limit, kept also where its progress handler cannot: Datasette checks the
+    time every 1,000 SQLite steps, and a statement that spends seconds inside a function (an
+    embed() of a long text) takes few. At the limit the connection is interrupted: SQLite stops
+    at its next step, and embed() before its next window."""
+    with _datasette_time_limit(conn, ms):
+        deadline, outer = Deadline(conn, ms / 1000), getattr(_query, "deadline", None)
+        _query.deadline = deadline
+        deadline.timer.start()
+        try:
+            yield
+        finally:
+            deadline.finish()
+            _query.deadline = outer
+
+
+# Datasette runs every query it times inside sqlite_timelimit (datasette/database.py), the one
+# place where a query's connection and its limit meet.
+datasette.database.sqlite_timelimit = _time_limit
+
+
 @hookimpl
 def prepare_connection(conn):
-    # As the sqlite-utils plugin: the extension's embed() for the local model, else Python's.
+    # As the sqlite-utils plugin: the extension's embed() for the local model (it stops between
+    # windows when the time limit interrupts the connection), else Python's, which asks
+    # _interrupted. Either model loads on the first embed() call, inside that query's limit.
     if load(conn) == "extension" and local_by_default():
         prepare_sql_embed()
     else:
-        register_embed(conn, default_embedder)
+        register_embed(conn, default_embedder, interrupted=_interrupted)
 
 
 @hookimpl
@@ -105,12 +168,14 @@ def _marked(snippet: str) -> Markup:
 async def search_page(datasette, request):
     """The search page. Datasette's permissions hold as on its own pages: the database's
     (``view-database``, then ``view-instance``) before anything is read, and every table the
-    search read (``view-table`` first) before anything is shown; else 403."""
-    database = request.url_vars["database"]
+    search read (``view-table`` first) before anything is shown; else 403. The URL names the
+    database as Datasette's own links do: its route, tilde-encoded (``team~2Enotes``)."""
+    route = tilde_decode(request.url_vars["database"])
     try:
-        db = datasette.get_database(database)
+        db = datasette.get_database(route=route)
     except KeyError:
-        return Response.html(f"no database called {escape(database)}", status=404)
+        return Response.html(f"no database called {escape(route)}", status=404)
+    database = db.name
     await datasette.ensure_permissions(
         request.actor, [("view-database", database), "view-instance"]
     )

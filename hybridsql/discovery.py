@@ -23,6 +23,9 @@ DEFAULT_GLOBS = ("*.md", "*.markdown")
 # one too; .git is not counted as left out, since every repository has one.
 SKIP_DIRS = {"node_modules", "__pycache__"}
 MAX_GITIGNORE_BYTES = 1024 * 1024
+# A file larger than this is left out of an index, and the run says so: `hybridsql index
+# --max-file-bytes`, index_folder(max_file_bytes=...), watch_folder(max_file_bytes=...).
+MAX_FILE_BYTES = 20 * 1024 * 1024
 SHOWN_EXTENSIONS = 5  # the left-out line names the commonest extensions, then "others"
 
 

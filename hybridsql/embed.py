@@ -15,17 +15,18 @@ import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import apsw
 
 from .errors import EmbeddingError
-from .local_model import LocalProvider
+from .local_model import LocalProvider, _local_available
 
 # Names of the modules split from this one, still importable from it.
 from .local_model import cache_dir as cache_dir  # noqa: E402, I001
 from .providers import EmbeddingProvider, LLMProvider, OpenAIProvider, resolve_provider
+from .threads import _STOP, _Interrupted
 from .windows import READABLE as READABLE
 from .windows import encode_windows as encode_windows
 from .windows import readable_share as readable_share
@@ -271,13 +272,24 @@ class Embedder:
             self._lru.popitem(last=False)
 
 
-def register_embed(conn, embedder) -> None:
+def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None) -> None:
     """Register ``embed(text)`` -> float32 BLOB (NULL for NULL) on an apsw or sqlite3 connection.
 
     ``embedder`` is an Embedder, or a function that makes one when ``embed`` is first called.
     Nothing is embedded or loaded until then.
+
+    ``interrupted`` tells whether the statement running embed() has been interrupted
+    (``interrupt()`` on the connection); an apsw connection's own ``is_interrupted`` where not
+    given. The local model checks it before each window of the text: an interrupted call returns
+    at once, caching nothing, and SQLite ends the statement with its interrupt error. So a time
+    limit that interrupts the connection (Datasette's, as the Datasette plugin sets it up) waits
+    for one window, not for the whole text.
     """
     made = embedder if isinstance(embedder, Embedder) else None
+    if interrupted is None and isinstance(conn, apsw.Connection):
+
+        def interrupted() -> bool:
+            return conn.is_interrupted
 
     def embed(text):
         nonlocal made
@@ -286,9 +298,18 @@ def register_embed(conn, embedder) -> None:
         if not isinstance(text, str):
             kind = _SQL_TYPES.get(type(text), type(text).__name__)
             raise TypeError(f"embed(): 1st argument must be text, got {kind}")
+        if interrupted is not None and interrupted():
+            return None  # never seen: SQLite fails the statement as interrupted
         if made is None:
             made = embedder()
-        return made.embed_one(text).astype("<f4").tobytes()
+        stopping = _STOP.set(interrupted)
+        try:
+            vector = made.embed_one(text)
+        except _Interrupted:
+            return None
+        finally:
+            _STOP.reset(stopping)
+        return vector.astype("<f4").tobytes()
 
     if isinstance(conn, apsw.Connection):
         conn.create_scalar_function("embed", embed, 1)
@@ -297,8 +318,13 @@ def register_embed(conn, embedder) -> None:
 
 
 def default_embedder() -> Embedder:
-    """An Embedder on the provider of ``$HYBRIDSQL_EMBEDDER`` (default auto: the local model)."""
-    provider = resolve_provider(None)
+    """An Embedder on the provider of ``$HYBRIDSQL_EMBEDDER`` (default auto: the local model).
+    Where there is none, SQL embed() fails with one line; it does not say, as a search does,
+    that it runs keyword-only."""
+    import os
+
+    auto = (os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower() == "auto"
+    provider = None if auto and not _local_available() else resolve_provider(None)
     if provider is None:
         raise EmbeddingError(
             "embed(): no embedding provider: pip install 'hybridsql[local]'"

@@ -23,6 +23,7 @@ from hybridsql.chunking import chunk_markdown
 from hybridsql.discovery import (
     DEFAULT_GLOBS,
     FOLDER_NOT_READ,
+    MAX_FILE_BYTES,
     UNREADABLE,
     Progress,
     discover,
@@ -39,7 +40,7 @@ from hybridsql.engine import prepare_sql_embed, runs_locally
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.locking import one_call_at_a_time
-from hybridsql.schema import check_index, ensure_schema, has_fts, whole
+from hybridsql.schema import check_index, ensure_schema, has_fts, whole, without_native
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -49,7 +50,7 @@ from hybridsql.search import (
     document_profile,
 )
 
-MAX_FILE_BYTES = 20 * 1024 * 1024
+VECTOR_INDEX_LOADED = "select 1 from pragma_module_list where name = 'vector_index'"
 EMBED_BATCH = 64  # chunks embedded together, across small files
 READ_AHEAD = 16  # files read and chunked ahead of the one being embedded, at most
 # A chunk's most tokens when the embedder reads more at once (or there is none); otherwise its
@@ -366,6 +367,8 @@ class HybridIndex:
         without being read."""
         if not os.path.isdir(root):
             raise IndexingError(f"{root} is not a folder")
+        if not self.conn.execute(VECTOR_INDEX_LOADED).fetchall():  # an index made before
+            raise without_native("no such module: vector_index")
         if self.embedder is not None and runs_locally(self.embedder.provider):
             prepare_sql_embed()  # the model file SQL embed() runs, in any client, from now on
         started = time.monotonic()

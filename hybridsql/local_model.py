@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .chunking import count_tokens as estimate_tokens
-from .threads import _cores, _spread
+from .threads import _STOP, _cores, _Interrupted, _spread
 from .windows import _PREFIX_CHARS, READABLE, encode_windows, readable_share
 
 if TYPE_CHECKING:
@@ -243,10 +243,14 @@ class LocalProvider:
         windows = encode_windows(tokenizer, list(texts), self.max_windows)
         flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
         order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
-        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        stop = _STOP.get()
+        size = self.batch_size if stop is None else 1  # one window a run: a stop waits for one
+        batches = [order[s : s + size] for s in range(0, len(order), size)]
         pooled = [None] * len(batches)  # each batch's windows: summed hidden states, tokens
 
         def run(b: int) -> None:
+            if stop is not None and stop():
+                raise _Interrupted
             rows = batches[b]
             width = max(len(flat[j][1].ids) for j in rows)
             ids = np.zeros((len(rows), width), dtype=np.int64)

@@ -462,8 +462,12 @@ def serve_http(
 async def run(app: Gate, sock, projects: Projects) -> None:
     # Half the descriptors for clients' connections (the index cache takes at most a third).
     total = descriptor_limit() // 2
+
+    def keyed(headers) -> bool:
+        return app.grant(dict(headers).get(b"authorization", b"")) is not None
+
     config = uvicorn.Config(
-        app, log_level="warning", timeout_graceful_shutdown=5, http=limited_protocol(total)
+        app, log_level="warning", timeout_graceful_shutdown=5, http=limited_protocol(total, keyed)
     )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default

@@ -260,6 +260,21 @@ PARTS = _parts(TABLES)
 FTS_PARTS = _parts(FTS)
 
 
+def without_native(detail: str) -> IndexingError:
+    """The error of a write that needs vector_index on a connection without it, saying why the
+    native extension is missing where that is known (``detail``: SQLite's error)."""
+    try:
+        from hybridsql.extension import loadable_path
+
+        loadable_path()
+    except ExtensionError as missing:
+        return IndexingError(f"writing an index needs hybridsql's native extension: {missing}")
+    return IndexingError(
+        "writing an index needs hybridsql's native extension, which this connection"
+        f" has not loaded ({detail})"
+    )
+
+
 def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
     """Creates the schema if missing, or upgrades an older one, in one transaction; returns
     whether FTS5 is available in this SQLite. Needs the native extension (vector_index).
@@ -292,18 +307,7 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
             conn.execute(TABLES)
         except apsw.SQLError as e:
             if "vector_index" in str(e):
-                try:
-                    from hybridsql.extension import loadable_path
-
-                    loadable_path()
-                except ExtensionError as missing:
-                    raise IndexingError(
-                        f"writing an index needs hybridsql's native extension: {missing}"
-                    ) from e
-                raise IndexingError(
-                    "writing an index needs hybridsql's native extension, which this connection"
-                    f" has not loaded ({e})"
-                ) from e
+                raise without_native(str(e)) from e
             raise
         try:
             conn.execute(FTS)

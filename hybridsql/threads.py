@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+from collections.abc import Callable
+
+# What the local model checks before each window it runs, where SQL embed() is asked to stop when
+# its statement is interrupted (embed.register_embed sets it around the call; None elsewhere).
+_STOP: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "_STOP", default=None
+)
+
+
+class _Interrupted(Exception):
+    """The statement that called embed() was interrupted: no vector, and nothing cached."""
 
 
 def _cores() -> int:

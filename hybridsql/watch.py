@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from watchfiles._rust_notify import RustNotify  # documented: watchfiles' "Rust backend"
 
-from hybridsql.discovery import SKIP_DIRS, glob_spec
+from hybridsql.discovery import MAX_FILE_BYTES, SKIP_DIRS, glob_spec
 from hybridsql.index import HybridIndex, IndexReport, Progress
 
 STEP_MS = 200  # a batch is sent once no event has come for this long
@@ -126,9 +126,11 @@ def watch_folder(
     on_ready=None,
     on_batch=None,
     on_failure=None,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> WatchReport:
-    """Indexes ``root`` (as index_folder does, with ``progress``, ``report``, ``globs`` and
-    ``gitignore``), then keeps the index in step with it until ``stop`` is set.
+    """Indexes ``root`` (as index_folder does, with ``progress``, ``report``, ``globs``,
+    ``gitignore`` and ``max_file_bytes``, the largest file it indexes), then keeps the index in
+    step with it until ``stop`` is set.
 
     The watcher starts before the first run, so nothing changed during it is missed.
     ``on_ready(report)`` is called after the first run, ``on_batch(report)`` after each batch
@@ -145,7 +147,12 @@ def watch_folder(
     with RustNotify([root], False, False, 0, True, True) as watcher:
         try:
             first = index.index_folder(
-                root, progress=progress, report=report, globs=globs, gitignore=gitignore
+                root,
+                max_file_bytes,
+                progress=progress,
+                report=report,
+                globs=globs,
+                gitignore=gitignore,
             )
             if on_ready is not None:
                 on_ready(first)
@@ -160,7 +167,9 @@ def watch_folder(
                     continue
                 batch = IndexReport()
                 try:
-                    index.index_folder(root, progress=progress, report=batch, changed=changed)
+                    index.index_folder(
+                        root, max_file_bytes, progress=progress, report=batch, changed=changed
+                    )
                 except HybridSQLError as e:
                     watched.failures += 1
                     if on_failure is not None:

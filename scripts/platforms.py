@@ -33,6 +33,21 @@ class Target:
     wheel: str  # the wheel's platform tag
     library: str  # the library's file name on that platform
 
+    @property
+    def minimum(self) -> str:
+        """The oldest OS the library is built for, read from the build's own target (zig's
+        triple; musl's version from the wheel tag): what the archive's note and the checks say,
+        as docs/platforms.md does."""
+        arch, _, system = self.zig.partition("-")
+        if system.startswith("linux-gnu."):
+            return "glibc " + system.removeprefix("linux-gnu.")
+        if system == "linux-musl":
+            major, minor = re.fullmatch(r"musllinux_(\d+)_(\d+)_\w+", self.wheel).groups()
+            return f"musl {major}.{minor}"
+        if system.startswith("macos."):
+            return "macOS " + system.removeprefix("macos.")
+        return "Windows"
+
 
 TARGETS = (
     Target("linux-x86_64", "x86_64-linux-gnu.2.17", "manylinux2014_x86_64", "hybridsql.so"),
@@ -56,6 +71,37 @@ FLAGS = [
     "-s",
 ]
 FLAGS += [f'-DHYBRIDSQL_VERSION="{package_version()}"']
+
+
+# The model file embed() finds beside the library (hybridsql/engine.py's name for it).
+MODEL_FILE = "all-MiniLM-L6-v2-int8.hsmodel"
+ARCHIVE_NOTE = """hybridsql {version}: the SQLite loadable extension for {platform}, alone.
+Built from commit {commit} by scripts/build-dist (zig cc -target {zig}).
+Minimum: {minimum}.
+
+In the sqlite3 shell (SQLite adds the file's suffix):
+    sqlite3 mem.db ".load ./hybridsql" "select hybridsql_version(), hybridsql_simd()"
+From any SQLite binding that loads extensions, load the file {library} in this folder.
+For embed(text), put the release's {model} in this folder (or name it with $HYBRIDSQL_MODEL, or
+select hybridsql_model('PATH')):
+    sqlite3 mem.db ".load ./hybridsql" "select length(embed('deploy freeze'))"
+For Python, install the wheel instead: pip install hybridsql.
+
+hybridsql is licensed under the Apache License 2.0: the full text is in LICENSE.
+"""
+
+
+def archive_note(t: Target, version: str, commit: str) -> str:
+    """The README.txt of ``t``'s archive (the library alone, with its licence)."""
+    return ARCHIVE_NOTE.format(
+        version=version,
+        platform=t.name,
+        commit=commit,
+        zig=t.zig,
+        minimum=t.minimum,
+        library=t.library,
+        model=MODEL_FILE,
+    )
 
 
 def target(name: str) -> Target:
@@ -231,15 +277,15 @@ def _macho_version(packed: int) -> str:
     return f"{major}.{minor}" + (f".{patch}" if patch else "")
 
 
-# What each target's library must say of itself, beside the exports.
+# What each target's library must say of itself, beside the exports and its minimum OS.
 EXPECTED = {
-    "linux-x86_64": ("ELF", "x86_64", "glibc 2.17"),
-    "linux-aarch64": ("ELF", "aarch64", "glibc 2.17"),
-    "musllinux-x86_64": ("ELF", "x86_64", "musl"),
-    "musllinux-aarch64": ("ELF", "aarch64", "musl"),
-    "macos-x86_64": ("Mach-O", "x86_64", "macOS 10.13"),
-    "macos-arm64": ("Mach-O", "aarch64", "macOS 11.0"),
-    "windows-x86_64": ("PE", "x86_64", "Windows"),
+    "linux-x86_64": ("ELF", "x86_64"),
+    "linux-aarch64": ("ELF", "aarch64"),
+    "musllinux-x86_64": ("ELF", "x86_64"),
+    "musllinux-aarch64": ("ELF", "aarch64"),
+    "macos-x86_64": ("Mach-O", "x86_64"),
+    "macos-arm64": ("Mach-O", "aarch64"),
+    "windows-x86_64": ("PE", "x86_64"),
 }
 
 # The only libraries a Windows DLL may import: the OS's own and the universal C runtime.
@@ -252,7 +298,9 @@ def check_library(t: Target, path: str) -> Library:
     and nothing else). Returns what it read."""
     lib = inspect_library(path)
     problems = []
-    fmt, arch, min_os = EXPECTED[t.name]
+    fmt, arch = EXPECTED[t.name]
+    # A library names its C library, not the musl version it needs.
+    min_os = "musl" if t.minimum.startswith("musl ") else t.minimum
     if lib.format != fmt or lib.arch != arch:
         problems.append(f"is {lib.format} for {lib.arch}, expected {fmt} for {arch}")
     # glibc: the newest symbol version it needs may be older than the baseline, not newer.

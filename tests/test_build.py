@@ -3,6 +3,7 @@ cross-compiles for each release platform (scripts/platforms.py), and the sdist."
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,17 +22,27 @@ import platforms  # noqa: E402 (scripts/ is not a package)
 EXPORTS = platforms.exports()
 
 
-def test_a_build_without_a_compiler_says_so_first(tmp_path):
-    """No compiler on PATH: one message naming the platforms with wheels and what to install,
-    before setuptools prints anything, and no traceback."""
+@pytest.mark.parametrize(
+    ("cc", "named"),
+    [(None, "gcc"), ("false", "false"), ("gcc -fno-such-flag", "gcc -fno-such-flag")],
+)
+def test_a_build_without_a_compiler_says_so_first(tmp_path, cc, named):
+    """No compiler on PATH, or one that compiles nothing (``CC=false``, which is on PATH): one
+    message naming the platforms with wheels and what to install, before setuptools prints
+    anything, and no traceback."""
     bare = tmp_path / "bin"
     bare.mkdir()
     os.symlink(sys.executable, bare / "python")
+    env = {"PATH": str(bare), "HOME": str(tmp_path)}
+    if cc is not None:
+        for program in ("false", "gcc"):
+            os.symlink(shutil.which(program), bare / program)
+        env["CC"] = cc
     proc = subprocess.run(
         [str(bare / "python"), "setup.py", "bdist_wheel"],
         check=False,
         cwd=ROOT,
-        env={"PATH": str(bare), "HOME": str(tmp_path)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -40,7 +51,8 @@ def test_a_build_without_a_compiler_says_so_first(tmp_path):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == (
-        "hybridsql: no C compiler was found ('gcc'), and there is no prebuilt wheel for this"
+        f"hybridsql: no working C compiler was found ({named!r}), and there is no prebuilt wheel"
+        " for"
     )
     assert "Linux x86_64 and aarch64" in proc.stderr and "Windows x86_64" in proc.stderr
     assert "apt-get install gcc" in proc.stderr and "Traceback" not in proc.stderr
@@ -99,6 +111,23 @@ def test_each_platform_library_is_built_and_checked(target, tmp_path):
     else:
         assert lib.needs == needs
     assert lib.exports == EXPORTS
+
+
+def test_each_archives_note_names_the_minimum_os_docs_platforms_names():
+    """The note in each library's archive says the oldest OS the build targets (zig's triple),
+    as docs/platforms.md's table does: glibc 2.17 for Linux, not the newest glibc symbol the
+    x86_64 library happens to use (2.14)."""
+    with open(os.path.join(ROOT, "docs", "platforms.md"), encoding="utf-8") as f:
+        rows = re.findall(r"^\| [^|]+ \| `(\w+)` \| ([^|]+) \|", f.read(), re.MULTILINE)
+    documented = dict(rows)
+    assert len(documented) == len(platforms.TARGETS)
+    for t in platforms.TARGETS:
+        note = platforms.archive_note(t, "0.1.0", "abc1234")
+        (minimum,) = re.findall(r"^Minimum: (.+)\.$", note, re.MULTILINE)
+        assert minimum == t.minimum
+        if t.name != "windows-x86_64":  # the page says what CPython needs there
+            assert documented[t.wheel] == minimum, t.name
+    assert platforms.target("linux-x86_64").minimum == "glibc 2.17"
 
 
 def test_a_library_for_another_platform_fails_the_check(tmp_path):

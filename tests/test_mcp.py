@@ -2,11 +2,15 @@
 launches the installed ``hybridsql mcp ...`` and calls every tool, while and after the server
 indexes its memory folder in the background."""
 
+import importlib.metadata
 import json
 import os
 import re
 import select
+import shutil
 import subprocess
+import sys
+import urllib.parse
 
 import anyio
 import pytest
@@ -523,3 +527,42 @@ def test_a_memory_deleted_before_is_hard_deleted_by_the_tool(raw, tmp_path):
     with HybridIndex(str(tmp_path / "raw.db"), embedder="none") as index:
         held = index.conn.execute("select count(*) from chunks where text like '%hunter2%'").get
     assert first["id"] == 1 and held == 0
+
+
+WITHOUT_MCP = (
+    "import sys\n"
+    "sys.modules['mcp'] = None\n"
+    "from hybridsql.cli import main\n"
+    "sys.exit(main(['mcp', '--db', 'mem.db']))\n"
+)
+
+
+def without_mcp(cwd) -> str:
+    """The last line `hybridsql mcp` says where the mcp extra is not installed."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MCP], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1, done.stderr
+    return done.stderr.splitlines()[-1]
+
+
+def test_without_the_mcp_extra_the_hint_installs_it_where_hybridsql_came_from(tmp_path):
+    """Run from a checkout's source folder, the hint installs the extra there, built in place
+    (PyPI's hybridsql would be another copy, or none); installed from a folder, from that
+    folder; from a wheel, from PyPI."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(os.path.join(ROOT, "hybridsql"), checkout / "hybridsql")
+    shutil.copytree(os.path.join(ROOT, "csrc"), checkout / "csrc")
+    line = without_mcp(checkout)
+    assert f"the MCP server needs the mcp extra: pip install -e '{checkout}[mcp]' (" in line
+    package = os.path.dirname(os.path.dirname(hybridsql.__file__))
+    found = importlib.metadata.distribution("hybridsql").read_text("direct_url.json")
+    origin = json.loads(found) if found else {}
+    if os.path.exists(os.path.join(package, "csrc", "hybridsql.c")):  # installed with -e
+        wanted = f"pip install -e '{package}[mcp]'"
+    elif "dir_info" in origin:
+        folder = urllib.parse.unquote(urllib.parse.urlparse(origin["url"]).path)
+        wanted = f"pip install '{folder}[mcp]'"
+    else:
+        wanted = "pip install 'hybridsql[mcp]'"
+    assert f"the MCP server needs the mcp extra: {wanted} (" in without_mcp(tmp_path)

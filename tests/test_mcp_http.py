@@ -3,8 +3,10 @@ the SDK's streamable HTTP client and by raw HTTP requests (httpx2, which the SDK
 
 import contextlib
 import json
+import multiprocessing
 import os
 import re
+import selectors
 import socket
 import subprocess
 import time
@@ -772,8 +774,10 @@ def test_slow_clients_cannot_hold_the_server(tmp_path):
             for s in slow:
                 s.close()
     log = (tmp_path / "server.log").read_text().splitlines()
-    refused = [line for line in log if "refused: 64 connections already open" in line]
-    assert refused == ["hybridsql mcp: 127.0.1.1: refused: 64 connections already open"]
+    refused = [line for line in log if "64 connections without a key already open" in line]
+    assert refused == [
+        "hybridsql mcp: 127.0.1.1: closed: 64 connections without a key already open"
+    ]
     slowed = [line for line in log if "no whole request within 10 s" in line]
     ours = [line for line in log if line.startswith("hybridsql mcp: ")]
     assert 1 <= len(slowed) <= 21 and len(ours) < 30
@@ -820,3 +824,73 @@ def test_arguments_the_schema_does_not_allow_are_refused_over_http_too(tmp_path)
         assert (
             index.conn.execute("select count(*) from chunks where text like '%hunter2%'").get == 0
         )
+
+
+HALF_REQUEST = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+
+
+def reopening(port: int, count: int, stop, opened) -> None:
+    """``count`` connections to ``port`` from 127.0.0.1, each sending half a request and waiting;
+    each one the server closes is opened again at once, until ``stop`` is set. Runs in a process
+    of its own, so that the keyed client's times are the server's, not this loop's."""
+
+    def open_one() -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", port))
+        selector.register(s, selectors.EVENT_WRITE)
+        opened.value += 1
+
+    with selectors.DefaultSelector() as selector:
+        for _ in range(count):
+            open_one()
+        while not stop.is_set():
+            for key, events in selector.select(timeout=0.1):
+                s = key.fileobj
+                connected = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                if events & selectors.EVENT_WRITE and connected:
+                    with contextlib.suppress(OSError):
+                        s.send(HALF_REQUEST)
+                    selector.modify(s, selectors.EVENT_READ)
+                    continue
+                selector.unregister(s)  # closed by the server (or refused): again
+                s.close()
+                open_one()
+        for key in list(selector.get_map().values()):
+            key.fileobj.close()
+
+
+def test_clients_without_a_key_cannot_lock_out_a_keyed_one_on_their_address(tmp_path):
+    """200 half-sent connections from 127.0.0.1, each opened again as the server closes it: a
+    client with the key on the same address gets its answers (it got 3 of 50 while the
+    per-address bound counted connections before their key was read)."""
+    env = {"HYBRIDSQL_TOKEN": TOKEN}
+    with server(
+        tmp_path, "--data-dir", str(tmp_path / "data"), "--embedder", "none", env=env
+    ) as base:
+        processes = multiprocessing.get_context("fork")
+        stop, opened = processes.Event(), processes.Value("l", 0)
+        port = int(base.rsplit(":", 1)[1])
+        flood = processes.Process(target=reopening, args=(port, 200, stop, opened), daemon=True)
+        flood.start()
+        times, answered = [], 0
+        try:
+            time.sleep(1)  # the flood at its height: the server closes and it reopens
+            headers = dict(ACCEPT, Authorization=f"Bearer {TOKEN}")
+            for _ in range(50):
+                t = time.monotonic()
+                with contextlib.suppress(httpx2.TransportError):
+                    r = httpx2.post(base + "/mcp/a", json=INITIALIZE, headers=headers, timeout=10)
+                    answered += r.status_code == 200
+                times.append(time.monotonic() - t)
+        finally:
+            stop.set()
+            flood.join()
+        times.sort()
+        p95 = times[int(len(times) * 0.95) - 1]
+        print(f"answered {answered} of 50, p95 {p95:.3f} s, {opened.value} connections opened")
+        assert answered >= 49 and opened.value > 200
+        # The issue's bound is 1 s (0.34 to 0.71 s measured alone on a shared 2-core machine);
+        # twice that here, so that other work on the machine does not fail the test.
+        assert p95 < 2.0, times

@@ -11,7 +11,8 @@ HYBRIDSQL_REPLICATION_WRITER_CHECKPOINTS=64 makes them checkpoint every 64 pages
 last close, as hybridsql did before, to measure what that costs (docs/reliability.md).
 
 The kill test runs once per seed: HYBRIDSQL_REPLICATION_SEEDS of them (3 in the suite, a few
-hundred in the long run), the first HYBRIDSQL_REPLICATION_SEED when given.
+hundred in the long run), the first HYBRIDSQL_REPLICATION_SEED when given, each on a database
+of the next page size of HYBRIDSQL_REPLICATION_PAGE_SIZES (4, 32 and 64 KiB in turn).
 """
 
 import contextlib
@@ -40,6 +41,12 @@ SEEDS = [SEED] + [
     random.Random(SEED + n).randrange(1 << 30)
     for n in range(1, int(os.environ.get("HYBRIDSQL_REPLICATION_SEEDS", "3")))
 ]
+# The database's page size, in turn from seed to seed (users choose theirs).
+PAGE_SIZES = [
+    int(size)
+    for size in os.environ.get("HYBRIDSQL_REPLICATION_PAGE_SIZES", "4096,32768,65536").split(",")
+]
+RUNS = [(seed, PAGE_SIZES[n % len(PAGE_SIZES)]) for n, seed in enumerate(SEEDS)]
 KILLS = int(os.environ.get("HYBRIDSQL_REPLICATION_KILLS", "8"))
 DEADLINE = 120  # seconds: far more than any wait takes on a loaded machine, and never waited out
 WRITER_CHECKPOINTS = int(os.environ.get("HYBRIDSQL_REPLICATION_WRITER_CHECKPOINTS", "0"))
@@ -144,15 +151,27 @@ def semantic_answers(db, queries):
         return [[(r.id, r.score) for r in idx.search(q, mode="semantic", limit=8)] for q in queries]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path, seed):
-    print(f"seed {seed} (HYBRIDSQL_REPLICATION_SEED={seed} repeats this run)")
+def with_page_size(db: str, page_size: int) -> None:
+    """Makes ``db`` an empty index whose pages are ``page_size`` bytes."""
+    conn = apsw.Connection(db)
+    conn.execute(f"pragma page_size = {page_size}")
+    conn.execute("vacuum")  # an empty file takes the size with its first write
+    conn.close()
+    with HybridIndex(db, embedder=HashProvider()) as idx:
+        assert idx.conn.execute("pragma page_size").fetchall() == [(page_size,)]
+
+
+@pytest.mark.parametrize(("seed", "page_size"), RUNS)
+def test_killed_writers_and_litestream_lose_no_acknowledged_write(tmp_path, seed, page_size):
+    print(
+        f"seed {seed}, {page_size}-byte pages (HYBRIDSQL_REPLICATION_SEED={seed}"
+        f" HYBRIDSQL_REPLICATION_PAGE_SIZES={page_size} repeats this run)"
+    )
     rng = random.Random(seed)
     db, log, folder = str(tmp_path / "mem.db"), str(tmp_path / "acks.log"), tmp_path / "notes"
     folder.mkdir()
     url = "file://" + str(tmp_path / "replica")
-    with HybridIndex(db, embedder=HashProvider()):
-        pass  # the schema exists before Litestream starts
+    with_page_size(db, page_size)  # the schema exists before Litestream starts
     specs = {"m1": "memory", "m2": "memory", "f1": "file"}
     incarnations = dict.fromkeys(specs, 0)
 
@@ -310,8 +329,11 @@ def test_writers_leave_a_replicated_files_checkpoints_to_litestream(tmp_path):
         conn.close()
 
 
+@pytest.mark.parametrize("page_size", [4096, 32768, 65536])
 @pytest.mark.parametrize("writer", ["hybridsql", "another program"])
-def test_what_is_written_while_litestream_is_stopped_reaches_the_replica(tmp_path, writer):
+def test_what_is_written_while_litestream_is_stopped_reaches_the_replica(
+    tmp_path, writer, page_size
+):
     """The cause of the damaged replicas, step by step. Litestream copies the -wal file and
     stops; writes go on (rows changed and added), past 1000 pages. Another program's SQLite
     then checkpoints, and its next write starts the -wal file over. Litestream 0.5.17, started
@@ -328,15 +350,16 @@ def test_what_is_written_while_litestream_is_stopped_reaches_the_replica(tmp_pat
         assert run.returncode == 0, run.stderr
         return [line for line in run.stderr.splitlines() if line.startswith("hybridsql:")]
 
-    HybridIndex(db, embedder="none").close()
+    with_page_size(db, page_size)
     conn = connect(db) if writer == "hybridsql" else apsw.Connection(db)
     conn.execute("create table t(id integer primary key, x); create table u(y)")
 
-    def insert(first, last):  # 50 rows of 4 kB a transaction: some 50 pages of the -wal file
+    def insert(first, last):  # 50 rows of about a page a transaction: 50 pages of the -wal file
         for start in range(first, last, 50):
             with conn:
                 for i in range(start, start + 50):
-                    conn.execute("insert into t values (?, ?)", (i, f"{i:04d}" * 1000))
+                    row = f"{i:04d}" * (page_size // 4 - 24)
+                    conn.execute("insert into t values (?, ?)", (i, row))
 
     insert(0, 500)
     assert sync() == []  # Litestream has copied some 500 pages, and stops

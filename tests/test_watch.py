@@ -52,9 +52,9 @@ class Watching:
     """``hybridsql index FOLDER --db DB --watch --json`` in a subprocess; a thread reads its
     JSON lines (the first run's report, one per batch, the summary)."""
 
-    def __init__(self, folder, db, embedder="none", env=None):
+    def __init__(self, folder, db, embedder="none", env=None, args=()):
         self.process = subprocess.Popen(
-            [HYBRIDSQL, "index", str(folder), "--db", db, "--embedder", embedder, "--watch"],
+            [HYBRIDSQL, "index", str(folder), "--db", db, "--embedder", embedder, "--watch", *args],
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -123,6 +123,29 @@ def test_an_atomic_save_is_indexed_and_its_temporary_file_never_is(tmp_path, not
     assert summary["batches"] == len(batches) >= 2
     assert summary["files_indexed"] == sum(b["files_indexed"] for b in batches) == 2
     assert err.splitlines() == [f"hybridsql: watching {notes} (Ctrl-C to stop)"]
+
+
+def test_the_per_file_size_cap_is_an_option_that_the_watch_keeps(tmp_path, notes):
+    """--max-file-bytes: a file over it is left out of the first run, with its reason, and of
+    every batch of the watch; one under it is indexed (the cap was 20 MiB, fixed)."""
+    (notes / "big.md").write_text("# Big\n\n" + "bulky words " * 20 + "\n")
+    db = str(tmp_path / "mem.db")
+    watching = Watching(notes, db, args=("--max-file-bytes", "100"))
+    try:
+        assert watching.first["files_indexed"] == 3
+        big = (notes / "big.md").stat().st_size
+        assert watching.first["skipped"] == [["big.md", f"larger than 100 bytes ({big})"]]
+        (notes / "later.md").write_text("# Later\n\n" + "grown words " * 20 + "\n")
+        (notes / "small.md").write_text("# Small\n\nsmall enough\n")
+        until(lambda: "small.md" in indexed(db), "small.md in the index")
+        assert sorted(indexed(db)) == ["a.md", "small.md", "team/x.md", "team/y.md"]
+        status, batches, _, err = watching.stop()
+    finally:
+        watching.kill()
+    assert status == 0, err
+    skipped = [entry for batch in batches for entry in batch["skipped"]]
+    later = (notes / "later.md").stat().st_size
+    assert ["later.md", f"larger than 100 bytes ({later})"] in skipped
 
 
 def test_a_moved_folder_is_not_embedded_again_and_a_delete_leaves(
