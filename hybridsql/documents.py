@@ -454,7 +454,10 @@ class Collection:
 
 
 class _QueryEmbedder:
-    """What Searcher asks of an embedder, from a collection's embed_query."""
+    """What Searcher asks of an embedder, from a collection's embed_query (no provider of
+    hybridsql's own, so the query is embedded by embed_query, never by SQL embed())."""
+
+    provider = None
 
     def __init__(self, model_id, embed_query, vector) -> None:
         self.model_id, self.embed_query, self.vector = model_id, embed_query, vector
