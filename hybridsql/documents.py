@@ -337,7 +337,8 @@ class Collection:
         params: dict = {"collection_root": self.root}
         filters = ""
         if where is not None or not self.alone():
-            filters = f"cf.root = :collection_root and {filter_sql(where, params, 'cf')}"
+            cond = filter_sql(where, params, "cf")
+            filters = f"cf.root = :collection_root and {cond}"
         return Profile(
             kind="document",
             join="join files cf on cf.id = c.file_id"
@@ -404,14 +405,14 @@ class Collection:
         searcher = self.index.searcher
         if searcher.native:
             some = where is not None or not self.alone()
+            restrict = ""
+            if some:
+                restrict = (
+                    f" and v.chunk_id in (select c.id from chunks c where c.file_id in ({ids_sql}))"
+                )
             rows = self.conn.execute(
                 "select v.chunk_id, v.score from vectors v where v.vector match :q and v.k = :k"
-                " and v.model_id = :model and v.kind = 'document'"
-                + (
-                    f" and v.chunk_id in (select c.id from chunks c where c.file_id in ({ids_sql}))"
-                    if some
-                    else ""
-                ),
+                " and v.model_id = :model and v.kind = 'document'" + restrict,
                 {**params, "q": blob, "k": k, "model": self.model_id}
                 if some
                 else {"q": blob, "k": k, "model": self.model_id},

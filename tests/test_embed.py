@@ -672,7 +672,7 @@ def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
     """An interrupt while the local model reads a long text's 8 windows stops it before the next
     window, not after the eighth: the statement fails as interrupted, the windows left are not
     run, and no vector is cached (apsw's interrupt; Datasette's time limit in test_datasette)."""
-    session, tokenizer = embed._load_local()
+    session, tokenizer = local_model._load_local()
     conn = apsw.Connection(":memory:")
     windows = []
 
@@ -685,7 +685,7 @@ def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
                 conn.interrupt()
             return session.run(outputs, feeds)
 
-    monkeypatch.setattr(embed, "_local_model", (Session(), tokenizer))
+    monkeypatch.setattr(local_model, "_local_model", (Session(), tokenizer))
     register_embed(conn, Embedder(LocalProvider(threads=1), conn))
     with pytest.raises(apsw.InterruptError):
         conn.execute("select embed(?)", ("deploy " * 100_000,)).fetchall()
