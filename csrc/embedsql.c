@@ -31,7 +31,8 @@
 **    BLOB copied and checked once per process and content: every connection, in any thread,
 **    shares it.  Models stay until the process exits (a connection may hold one any time).
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
-**    ones have no way to ask) and stops with the error "embed(): interrupted" (SQLITE_INTERRUPT).
+**    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
+**    "interrupted"), as any interrupted statement does.
 */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr */
@@ -511,7 +512,8 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (rc != HS_MODEL_OK) {
     sqlite3_free(out);
     if (rc == HS_MODEL_STOPPED) {
-      sqlite3_result_error(ctx, "embed(): interrupted", -1);
+      /* SQLite's own interrupt, text and all: a client (Datasette's time limit) tells an
+      ** interrupted statement by it. */
       sqlite3_result_error_code(ctx, SQLITE_INTERRUPT);
     } else {
       sqlite3_result_error_nomem(ctx);

@@ -300,7 +300,7 @@ def test_the_readmes_nearest_chunks_example_finds_them_after_the_chunks_are_cut_
         statement
         for body in (body for _, _, body in blocks("README.md") if body.startswith("sqlite> "))
         for statement, _ in transcript(body)
-        if "v.vector match" in statement
+        if "v.vector match (select vector from vectors" in statement
     ]
     folder = tmp_path / "examples"
     shutil.copytree(os.path.join(ROOT, "examples", "memory"), folder)

@@ -241,7 +241,7 @@ def test_an_interrupt_stops_a_long_embed_between_windows(model_file):
     conn = hybridsql.connect(":memory:")
     conn.create_scalar_function("interrupt_now", lambda: conn.interrupt() or 1, 0)
     long = "the deploy was rolled back " * 2000  # eight windows
-    with pytest.raises(apsw.InterruptError, match="^embed\\(\\): interrupted$"):
+    with pytest.raises(apsw.InterruptError, match="^interrupted$"):
         conn.execute("select interrupt_now(), embed(?)", (long,)).fetchall()
     assert conn.execute("select length(embed(?))", (long,)).fetchone() == (1536,)
 
