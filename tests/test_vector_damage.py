@@ -918,15 +918,17 @@ def test_the_fallback_reader_answers_a_row_only_where_its_location_says(hybrid, 
         reader_topk(hybrid, math_)
 
 
-SIMD_PATHS = ["generic"] + (
+# HYBRIDSQL_SIMD forces generic or sse2; any other value leaves the CPU's own path (avx2, neon)
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+SIMD_PATHS = ["generic"] + (["sse2", "avx2"] if X86 else [platform.machine()])
     ["sse2", "avx2"] if platform.machine().lower() in ("x86_64", "amd64") else []
 )
 
 
 @pytest.mark.parametrize("simd", SIMD_PATHS)
 def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
-    """Each SIMD path's checksum (a process forced onto it, HYBRIDSQL_SIMD; avx2 falls back to
-    sse2 where the CPU lacks it) is the one hybridsql.vectors computes in numpy, for blocks of
+    """Each SIMD path's checksum (a process forced onto it, HYBRIDSQL_SIMD; the CPU's own path
+    otherwise, which is sse2 on an x86-64 without AVX2) is the one hybridsql.vectors computes in numpy, for blocks of
     every fill, numeric metadata and partition values of every type: so a file written on one
     path reads on every other, and the fallback reader checks it."""
     from hybridsql.vectors import block_checksum
