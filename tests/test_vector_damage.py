@@ -921,8 +921,6 @@ def test_the_fallback_reader_answers_a_row_only_where_its_location_says(hybrid, 
 # HYBRIDSQL_SIMD forces generic or sse2; any other value leaves the CPU's own path (avx2, neon)
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 SIMD_PATHS = ["generic"] + (["sse2", "avx2"] if X86 else [platform.machine()])
-    ["sse2", "avx2"] if platform.machine().lower() in ("x86_64", "amd64") else []
-)
 
 
 @pytest.mark.parametrize("simd", SIMD_PATHS)
