@@ -314,6 +314,15 @@ class VectorReader:
     def topk(self, query: bytes, k: int, where: dict | None = None, ids=None) -> list:
         """The k rows most like ``query`` (a float32 blob) as [[id, score], ...], best first and
         ties by id, among the rows of partition ``where`` whose id is in ``ids`` (all when None)."""
+        # One snapshot for the blocks, their rows and the answers' locations: a writer's commit
+        # between two of these reads would look like damage.
+        self.conn.execute("savepoint hybridsql_topk")
+        try:
+            return self._topk(query, k, where, ids)
+        finally:
+            self.conn.execute("release hybridsql_topk")
+
+    def _topk(self, query: bytes, k: int, where: dict | None, ids) -> list:
         q = np.frombuffer(query, dtype="<f4")
         chosen = self._selected(where or {})
         for dims, _ in chosen:
