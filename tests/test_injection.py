@@ -283,6 +283,8 @@ REVIEWED = {
         "self._name('blocks')": "quoted(): a quoted identifier",
         "self._name('vectors')": "quoted(): a quoted identifier",
         "self._name('codes')": "quoted(): a quoted identifier",
+        "self._name('info')": "quoted(): a quoted identifier",
+        "cols": "', p<int>' for each partition column, i a range index",
         "group": "SQL built here from quoted names and ints",
         "4 * dims": "an int (dims is len() of the query)",
         "dims": "an int (len() of the query)",

@@ -10,6 +10,7 @@ answers as before afterwards.
 
 import importlib.util
 import os
+import platform
 import random
 import re
 import shutil
@@ -215,6 +216,8 @@ def test_damaged_codes_vectors_and_rowids(tmp_path, damage, sql, message, integr
 # -- issue 34, item 2: damage that leaves every row its length ------------------------------
 
 V = "vectors: block 1 is damaged: "
+B2 = "vectors: block 2 is damaged: "
+B3 = "vectors: block 3 is damaged: "
 SUM = "its records, count or partition do not match its checksum"
 DOCS = "and model_id = 'm' and kind = 'document'"
 VKNN = "select rowid, score from vectors where vector match ? and k = 3 " + DOCS
@@ -826,3 +829,133 @@ def test_shadow_rows_changed_behind_the_tables_back(tmp_path):
         source = harness.Source(rng=random.Random(seed))
         damaged += bool(harness.check(template, str(tmp_path / "work.db"), source))
     assert damaged >= seeds // 4  # the changes reach the statements, not only the file
+
+
+# -- issue 34, item 2: the same damage met by the numpy and pure-Python backends ---------------
+
+READER_DAMAGE = [
+    ("update vectors_codes set data = zeroblob(length(data)) where id = 1", V + SUM),
+    ("update vectors_codes set data = randomblob(length(data)) where id = 2", B2 + SUM),
+    ("update vectors_blocks set count = 10 where id = 1", V + SUM),
+    ("update vectors_blocks set p1 = 'memory' where id = 1", V + SUM),
+    ("update vectors_blocks set count = 0 where id = 3", B3 + "it holds 0 rows in room for 255"),
+    (
+        "update vectors_blocks set count = 300 where id = 3",
+        B3 + "it holds 300 rows in room for 255",
+    ),
+    (
+        "update vectors_blocks set capacity = 999 where id = 3",
+        B3 + "it has room for 999 rows, not 1 to 256",
+    ),
+    ("update vectors_blocks set dims = 0 where id = 1", V + "it has 0 dimensions, not 1 to 65536"),
+    (
+        "update vectors_blocks set dims = 3 where id = 1",
+        V + "its codes row has 102000 bytes, not 6120",
+    ),
+    (
+        "update vectors_blocks set count = 'ten' where id = 1",
+        V + "its count is of type text, not integer",
+    ),
+    (
+        "update vectors_codes set data = data || x'0000000000000000' where id = 1",
+        V + "its codes row has 102008 bytes, not 102000",
+    ),
+    ("delete from vectors_codes where id = 1", V + "its codes row is missing"),
+    (
+        "update vectors_vectors set data = data || x'00000000' where id = 256",
+        V + "its vectors row 256 has 4612 bytes, not a whole number of 384-dimension vectors",
+    ),
+    (
+        "update vectors_vectors set data = substr(data, 1, 3072) where id = 257",
+        V + "its vectors row 257 has 3072 bytes, its row 256 has 4608",
+    ),
+    ("delete from vectors_vectors where id = 257", V + "its vectors row 257 is missing"),
+]
+
+
+def reader_topk(path, math_, where=None):
+    from hybridsql.vectors import VectorReader
+
+    conn = apsw.Connection(str(path))
+    return VectorReader(conn, "vectors", math_=math_).topk(QUERY, 3, where)
+
+
+@pytest.mark.parametrize("math_", ["numpy", "python"])
+@pytest.mark.parametrize("damage,message", READER_DAMAGE, ids=[d[0] for d in READER_DAMAGE])
+def test_the_fallback_reader_refuses_a_damaged_block(hybrid, math_, damage, message):
+    """VectorReader (where the extension cannot load) checks what the extension checks of a
+    block it reads: its row's numbers, its codes and vectors rows' lengths, its checksum
+    (format 3). Before, it answered rowid 0 or random rowids from zeroed or random records,
+    from the rows left when the count was lowered, without a moved block, or failed in numpy."""
+    intact = reader_topk(hybrid, math_)
+    plain = apsw.Connection(str(hybrid))
+    plain.execute(damage)
+    plain.close()
+    with pytest.raises(hybridsql.DatabaseError, match="^" + re.escape(message) + "$"):
+        reader_topk(hybrid, math_)
+    assert len(intact) == 3
+
+
+@pytest.mark.parametrize("math_", ["numpy", "python"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "delete from vectors_rowids where id = ?",
+        "update vectors_rowids set slot = 200 where id = ?",
+    ],
+)
+def test_the_fallback_reader_answers_a_row_only_where_its_location_says(hybrid, math_, damage):
+    rowid, block, slot = best(hybrid)
+    assert reader_topk(hybrid, math_)[0][0] == rowid
+    plain = apsw.Connection(str(hybrid))
+    plain.execute(damage, (rowid,))
+    plain.close()
+    message = (
+        f"vectors: block {block} is damaged: row {rowid} is in its slot {slot}, its location says"
+        " otherwise"
+    )
+    with pytest.raises(hybridsql.DatabaseError, match="^" + re.escape(message) + "$"):
+        reader_topk(hybrid, math_)
+
+
+# HYBRIDSQL_SIMD forces generic or sse2; any other value leaves the CPU's own path (avx2, neon)
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+SIMD_PATHS = ["generic"] + (["sse2", "avx2"] if X86 else [platform.machine()])
+
+
+@pytest.mark.parametrize("simd", SIMD_PATHS)
+def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
+    """Each SIMD path's checksum (a process forced onto it, HYBRIDSQL_SIMD; the CPU's own path
+    otherwise, which is sse2 on an x86-64 without AVX2) is the one hybridsql.vectors computes in numpy, for blocks of
+    every fill, numeric metadata and partition values of every type: so a file written on one
+    path reads on every other, and the fallback reader checks it."""
+    from hybridsql.vectors import block_checksum
+
+    path = tmp_path / "simd.db"
+    script = (
+        "import sys, numpy as np, hybridsql\n"
+        "conn = hybridsql.connect(sys.argv[1], backend='extension')\n"
+        "conn.execute('create virtual table t using vector_index(e float[], p text partition key,"
+        " q real partition key, m integer, r real, s text)')\n"
+        "rng = np.random.default_rng(2)\n"
+        "parts = [('a', 2.5), ('é', 3), (None, None), ('', -1)]\n"
+        "with conn:\n"
+        "    for i in range(1, 2400):\n"
+        "        d = (5, 67, 300, 8)[i % 4]\n"
+        "        conn.execute('insert into t(rowid, e, p, q, m, r, s) values (?, ?, ?, ?, ?, ?, ?)',"
+        " (i, rng.standard_normal(d).astype('<f4').tobytes(), *parts[i % 4], i, i / 3, 'x'))\n"
+        "    conn.execute('delete from t where rowid % 7 = 0')\n"
+        "    conn.execute('update t set m = -1 where rowid % 5 = 0')\n"
+    )
+    env = {**os.environ, "HYBRIDSQL_SIMD": simd}
+    subprocess.run([sys.executable, "-c", script, str(path)], env=env, check=True, timeout=120)
+    conn = apsw.Connection(str(path))
+    rows = conn.execute(
+        "select b.id, dims, capacity, count, p0, p1, nonce, c.data from t_blocks b"
+        " join t_codes c using (id)"
+    ).fetchall()
+    assert len(rows) >= 8 and all(len(r[-1]) % 256 for r in rows)  # a shorter last chunk too
+    for block_id, dims, capacity, count, p, q, nonce, codes in rows:
+        assert block_checksum(block_id, dims, capacity, count, [p, q], codes) == nonce, block_id
+    conn.close()
+    assert connect(path).execute("pragma integrity_check").fetchall() == [("ok",)]
