@@ -231,6 +231,7 @@ def test_connections_and_threads_share_one_mapping(model_file):
         text=True,
         check=True,
         env={**os.environ, "HYBRIDSQL_MODEL": ""},
+        cwd=os.path.dirname(model_file),  # not the checkout, whose hybridsql/ may have no library
     ).stdout.split()
     assert out[0] == out[1] and int(out[0]) >= 1
 

@@ -948,7 +948,10 @@ def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
         "    conn.execute('update t set m = -1 where rowid % 5 = 0')\n"
     )
     env = {**os.environ, "HYBRIDSQL_SIMD": simd}
-    subprocess.run([sys.executable, "-c", script, str(path)], env=env, check=True, timeout=120)
+    # From the file's folder, not the checkout, whose hybridsql/ may have no library.
+    subprocess.run(
+        [sys.executable, "-c", script, str(path)], env=env, check=True, timeout=120, cwd=path.parent
+    )
     conn = apsw.Connection(str(path))
     rows = conn.execute(
         "select b.id, dims, capacity, count, p0, p1, nonce, c.data from t_blocks b"
