@@ -8,6 +8,7 @@ import os
 import platform
 import pty
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -179,6 +180,13 @@ def check_fts(conn):
         )
     assert conn.execute(words).fetchall() == fresh.execute(words).fetchall()
     fresh.close()
+
+
+# A command the tests stop with Ctrl-C (SIGINT) must hear it, also where this process was
+# started with SIGINT ignored (a background job of a shell script): ignored, it would pass to
+# every child as ignored, while a handled signal is reset to its default by exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def letter_counts(text):
