@@ -243,8 +243,10 @@ def test_a_query_that_embeds_long_texts_stops_at_datasettes_time_limit(tmp_path)
         # it may take longer and the query is interrupted; the next finds the model loaded.
         warm = [query("select length(embed('deploy')) as n") for _ in range(2)]
         assert warm[-1][1:] == (200, [{"n": 384 * 4}])
-        seconds, _, _ = query(LONG_TEXTS.format(rows=1))
-        bound = max(0.5, seconds)  # what one embed() of such a text takes here, now
+        # What one embed() of such a text takes here, now: the slowest of three, so that a load
+        # that comes and goes is measured where it is.
+        seconds = max(query(LONG_TEXTS.format(rows=1))[0] for _ in range(3))
+        bound = max(0.5, seconds)
         for rows in (20, 100):
             elapsed, status, answer = query(LONG_TEXTS.format(rows=rows))
             assert status == 400 and "SQL query took too long" in answer["error"]
