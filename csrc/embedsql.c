@@ -467,8 +467,12 @@ static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
 }
 
 #if defined(SQLITE_CORE)
-/* Compiled into a program with its SQLite (the fuzzers), whose library may predate 3.41. */
-#define stop_if_interrupted 0
+/* Compiled into a program with its SQLite (the fuzzers), whose library may predate 3.41:
+** never stopped. */
+static int stop_if_interrupted(void *db) {
+  (void)db;
+  return 0;
+}
 #else
 static int stop_if_interrupted(void *db) { return sqlite3_is_interrupted((sqlite3 *)db); }
 #endif
