@@ -36,7 +36,15 @@ from hybridsql.replication import litestream_path, points
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has no Windows build")
 
-SEED = int(os.environ.get("HYBRIDSQL_REPLICATION_SEED", random.randrange(1 << 30)))
+# A new seed each run, the same in every pytest-xdist worker of one run (each collects the tests
+# itself, and all must collect the same ones): taken from the run's id that xdist shares.
+RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+SEED = int(
+    os.environ.get(
+        "HYBRIDSQL_REPLICATION_SEED",
+        int(RUN_ID, 16) % (1 << 30) if RUN_ID else random.randrange(1 << 30),
+    )
+)
 SEEDS = [SEED] + [
     random.Random(SEED + n).randrange(1 << 30)
     for n in range(1, int(os.environ.get("HYBRIDSQL_REPLICATION_SEEDS", "3")))
