@@ -4443,6 +4443,7 @@ static int vx_knn(VxTab *t, VxCur *cur, KnnArgs *a) {
     int fresh;
     if ((rc = block_records(t, r, &h, &buf, &fresh))) break; /* damage first, then the query's */
     if (r->dims != d) {
+      if (fresh) pool_put(&t->cache.pool, buf); /* read for the cache, which does not take it */
       rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
                    " compared with have %lld", t->name, d, r->dims);
       break;

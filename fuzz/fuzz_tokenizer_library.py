@@ -3,7 +3,7 @@
 fuzz_tokenizer.c looks for memory errors; this one for a different answer. Each input is read
 as byte 0: the windows (1 to 8), then the text as bytes, which Python reads with
 errors="replace" (as tests/test_tokenizer.py does). The C ids must be encode_windows' ids
-(hybridsql/embed.py, LocalProvider's tokenizer), [CLS] and [SEP] left out, window by window,
+(hybridsql/windows.py, with LocalProvider's tokenizer), [CLS] and [SEP] left out, window by window,
 and hs_readable_share must be readable_share of the same tokens.
 
 Run it: see fuzz/README.md.
@@ -16,7 +16,8 @@ import atheris
 
 with atheris.instrument_imports(include=["hybridsql"]):
     from hybridsql import _native
-    from hybridsql.embed import _TOKENIZER, _tokenizer, encode_windows, readable_share
+    from hybridsql.local_model import _TOKENIZER, _tokenizer
+    from hybridsql.windows import encode_windows, readable_share
 
 WINDOW = 254  # ids of the text in a window: LocalProvider.window less [CLS] and [SEP]
 
