@@ -165,7 +165,7 @@ class Collection:
         embed_query: Callable[[str], Sequence] | None = None,
         model_id: str | None = None,
     ) -> None:
-        from hybridsql.index import transaction
+        from hybridsql.index import insert_chunks, transaction
 
         if not isinstance(name, str) or not name:
             raise QueryError(f"a collection's name must be non-empty text, not {name!r}")
@@ -177,6 +177,7 @@ class Collection:
         self.embed_query = embed_query
         self.model_id = model_id
         self._transaction = transaction
+        self._insert_chunks = insert_chunks
         if not index.readonly:
             with transaction(self.conn):
                 self.conn.execute(METADATA_TABLE)
@@ -224,11 +225,10 @@ class Collection:
                 "insert into document_metadata(file_id, metadata) values (?, ?)",
                 [(file0 + n, meta) for n, meta in enumerate(blobs)],
             )
-            conn.executemany(
-                "insert into chunks(id, kind, file_id, path, start_line, end_line, heading, text,"
-                " created_at) values (?, 'document', ?, ?, 1, ?, '', ?, ?)",
+            self._insert_chunks(
+                conn,
                 [
-                    (chunk0 + n, file0 + n, ids[n], t.count("\n") + 1, t, now)
+                    (chunk0 + n, "document", file0 + n, ids[n], 1, t.count("\n") + 1, "", t, now)
                     for n, t in enumerate(texts)
                 ],
             )
