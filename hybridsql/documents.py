@@ -33,6 +33,8 @@ create trigger if not exists document_metadata_delete after delete on files begi
 end;
 """
 ROOT = "collection:"
+# json.dumps(m, ensure_ascii=False, default=str), its encoder made once, not once a document
+_METADATA_JSON = json.JSONEncoder(ensure_ascii=False, default=str).encode
 OPS = ("=", "!=", ">", ">=", "<", "<=", "in", "nin", "like", "exists", "contains", "text", "empty")
 _COMPARE = {"=": "=", "!=": "!=", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -201,7 +203,7 @@ class Collection:
                 raise QueryError(f"a document's text must be text, not {type(t).__name__}")
         if len(set(ids)) != len(ids):
             raise QueryError("the ids of one call must differ")
-        blobs = [json.dumps(m or {}, ensure_ascii=False, default=str) for m in metadatas]
+        blobs = [_METADATA_JSON(m or {}) for m in metadatas]
         vectors = self._vectors(texts, vectors)
         import hashlib
         import time
