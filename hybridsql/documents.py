@@ -150,6 +150,26 @@ def filter_sql(tree: Cond | Logic | None, params: dict, files: str = "f") -> str
     return walk(tree)
 
 
+_PACKERS: dict = {}  # struct.Struct("<Nf") by N
+
+
+def _float32(row: Sequence) -> bytes:
+    """A list of floats as little-endian float32 bytes, each value rounded as a C cast rounds it.
+
+    struct packs a list three times faster than array('f') reads one; a value that struct
+    refuses (beyond float32's range, or not a number) goes through array as it always did, so
+    that the store answers it as before (vector_index refuses the infinity, array the text)."""
+    import struct
+    from array import array
+
+    n = len(row)
+    packer = _PACKERS.get(n) or _PACKERS.setdefault(n, struct.Struct(f"<{n}f"))
+    try:
+        return packer.pack(*row)
+    except (OverflowError, struct.error):
+        return array("f", row).tobytes()  # native order: little-endian on every host we run on
+
+
 @one_call_at_a_time
 class Collection:
     """The documents of one collection in an open HybridIndex.
@@ -246,18 +266,11 @@ class Collection:
         """Each text's vector as float32 bytes: those given, else embed_documents'."""
         if given is None and (self.embed_documents is None or not texts):
             return None
-        from array import array
-
         made = given if given is not None else self.embed_documents(texts)  # type: ignore[misc]
         rows = list(made)
         if len(rows) != len(texts):
             raise QueryError(f"the embeddings gave {len(rows)} vectors for {len(texts)} texts")
-        # array's float32 is the native order, little-endian on every host hybridsql runs on;
-        # a numpy row is taken as it is, a list of floats without numpy's conversion.
-        return [
-            r.astype("<f4").tobytes() if hasattr(r, "astype") else array("f", r).tobytes()
-            for r in rows
-        ]
+        return [r.astype("<f4").tobytes() if hasattr(r, "astype") else _float32(r) for r in rows]
 
     def delete(self, ids: Sequence[str] | None = None, where: Cond | Logic | None = None) -> int:
         """Deletes the documents with these ids (missing ones are no error), or those the filter

@@ -303,3 +303,35 @@ def test_a_call_of_many_answers_as_calls_of_one(tmp_path, mode):
         assert found[0] == found[1] and found[0], query
     for store in stores:
         store.close()
+
+
+def test_vectors_given_as_lists_are_stored_as_array_stored_them(tmp_path):
+    """A vector given as a list of numbers is packed into the float32 bytes that array('f')
+    made of it, value for value (rounding, subnormals, -0.0, ints, bools, numpy scalars); values
+    that do not fit are refused with the errors they had (vector_index's, array's)."""
+    from array import array
+
+    import apsw
+    import numpy as np
+
+    from hybridsql.documents import Collection, _float32
+
+    rng = np.random.default_rng(3)
+    edges = [0.0, -0.0, 1e-45, -1e-46, 1.401298464324817e-45, 3.4028234663852886e38, 1, True]
+    edges += [np.float32(0.1), np.float64(1 / 3), 2**-149, 3.4028235e38 * 0.9999999]
+    rows = [edges] + [
+        list(rng.standard_normal(384) * 10.0 ** rng.integers(-40, 38)) for _ in range(50)
+    ]
+    for row in rows:
+        assert _float32(row) == array("f", row).tobytes()
+    store = HybridSQLVectorStore(str(tmp_path / "v.db"))
+    collection = Collection(store.index, "v", model_id="m")
+    collection.add(["a"], [{}], ["a"], vectors=[edges])
+    assert collection.vectors(["a"])["a"].tobytes() == array("f", edges).tobytes()
+    message = r"vectors: the vector of row \d+ has a non-finite value at index 0"
+    for beyond in (3.5e38, float("inf")):
+        with pytest.raises(apsw.SQLError, match=message):
+            collection.add(["b"], [{}], ["b"], vectors=[[beyond, 0.0]])
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        collection.add(["b"], [{}], ["b"], vectors=[["1", 0.0]])
+    store.close()
