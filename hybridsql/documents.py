@@ -233,9 +233,15 @@ class Collection:
         sums = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
         conn = self.conn
         with self._transaction(conn):
-            conn.executemany(
-                "delete from files where root = ? and path = ?", [(self.root, i) for i in ids]
-            )
+            # Many ids to a statement, as insert_chunks does: the deletes fire FTS5's triggers.
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                conn.execute(
+                    "delete from files where root = ? and path in ("
+                    + ", ".join(["?"] * len(part))
+                    + ")",
+                    [self.root, *part],
+                )
             # Ids given here, under the write lock, so that each table's rows go in at once.
             file0 = conn.execute("select coalesce(max(id), 0) + 1 from files").fetchone()[0]
             chunk0 = conn.execute("select coalesce(max(id), 0) + 1 from chunks").fetchone()[0]

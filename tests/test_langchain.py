@@ -270,18 +270,16 @@ def test_add_texts_makes_one_fts5_segment_a_call_not_one_a_document(tmp_path):
 
 @pytest.mark.parametrize("mode", ["hybrid", "keyword"])
 def test_a_call_of_many_answers_as_calls_of_one(tmp_path, mode):
-    """The same documents added in one call and one a call: the same full-text tables (words,
-    trigram rows, chunk_keys) and the same answers, scores included, to every query."""
+    """The same documents added in one call and one a call, then half of them replaced (their
+    ids given again with other texts): the same full-text tables (words, trigram rows,
+    chunk_keys) and the same answers, scores included, to every query."""
     from conftest import check_fts
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     embedding = DeterministicFakeEmbedding(size=16)
-    stores = []
-    for name, per_call in (("bulk", 300), ("one", 1)):
-        store = HybridSQLVectorStore(str(tmp_path / f"{name}.db"), embedding)
-        fts_writes(store, BULK, per_call)
-        check_fts(store.index.conn)
-        stores.append(store)
+    stores = [
+        HybridSQLVectorStore(str(tmp_path / f"{name}.db"), embedding) for name in ("bulk", "one")
+    ]
     same = [
         "select id, text from chunks order by id",
         "select * from chunk_keys order by chunk_id",
@@ -290,17 +288,22 @@ def test_a_call_of_many_answers_as_calls_of_one(tmp_path, mode):
         "select f.path, m.metadata from files f join document_metadata m on m.file_id = f.id",
         "select chunk_id, vector from vectors order by chunk_id",
     ]
-    for sql in same:
-        a, b = (s.index.conn.execute(sql).fetchall() for s in stores)
-        assert a == b and a, sql
-    for query in ("deploy", "café", "缓存", "回滚", "alpha gamma", "résumé kappa 7"):
-        found = [
-            [(d.id, score) for d, score in s.hybrid_search_with_score(query, k=20)]
-            if mode == "hybrid"
-            else [d.id for d in s.keyword_search(query, k=20)]
-            for s in stores
-        ]
-        assert found[0] == found[1] and found[0], query
+    for texts in (BULK, BULK[150:]):
+        for store, per_call in zip(stores, (len(texts), 1), strict=True):
+            fts_writes(store, texts, per_call)
+            check_fts(store.index.conn)
+        for sql in same:
+            a, b = (s.index.conn.execute(sql).fetchall() for s in stores)
+            assert a == b and a, sql
+        for query in ("deploy", "café", "缓存", "回滚", "alpha gamma", "résumé kappa 7"):
+            found = [
+                [(d.id, score) for d, score in s.hybrid_search_with_score(query, k=20)]
+                if mode == "hybrid"
+                else [d.id for d in s.keyword_search(query, k=20)]
+                for s in stores
+            ]
+            assert found[0] == found[1] and found[0], query
+    assert stores[0].collection.count() == 300
     for store in stores:
         store.close()
 
