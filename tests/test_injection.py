@@ -185,6 +185,7 @@ REVIEWED = {
         "bind(_value(node.value, node.key))": "a :fN parameter name from bind()",
         "node.key": "a refused filter's field in an error message, not SQL",
         "node.op": "a refused filter's operator in an error message, not SQL",
+        '", ".join(["?"] * len(part))': "one ? placeholder for each id of a statement",
     },
     # Error messages that read like SQL ("create an index with ..."): never executed.
     "extension.py": {
