@@ -605,30 +605,24 @@ class HybridIndex:
                 (root, rel, sha, size, mtime),
             )
             file_id = conn.last_insert_rowid()
-            for i, chunk in enumerate(chunks):
-                conn.execute(
-                    "insert into chunks(kind, file_id, path, start_line, end_line, heading, text,"
-                    " created_at) values ('document', ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        file_id,
-                        rel,
-                        chunk.start_line,
-                        chunk.end_line,
-                        chunk.heading,
-                        chunk.text,
-                        mtime,
-                    ),
+            first = conn.execute("select coalesce(max(id), 0) + 1 from chunks").fetchone()[0]
+            insert_chunks(
+                conn,
+                [
+                    (first + i, "document", file_id, rel, c.start_line, c.end_line, c.heading)
+                    + (c.text, mtime)
+                    for i, c in enumerate(chunks)
+                ],
+            )
+            if vectors:
+                conn.executemany(
+                    "insert into vectors(chunk_id, vector, model_id, kind)"
+                    " values (?, ?, ?, 'document')",
+                    [
+                        (first + i, vectors[i].astype("<f4").tobytes(), self.embedder.model_id)
+                        for i in range(len(chunks))
+                    ],
                 )
-                if vectors:
-                    conn.execute(
-                        "insert into vectors(chunk_id, vector, model_id, kind)"
-                        " values (?, ?, ?, 'document')",
-                        (
-                            conn.last_insert_rowid(),
-                            vectors[i].astype("<f4").tobytes(),
-                            self.embedder.model_id,
-                        ),
-                    )
 
     def embed_missing(
         self, batch: int = EMBED_BATCH, progress: Callable[[int], object] | None = None
@@ -674,6 +668,35 @@ def same_stat(root: str, rel: str, known) -> bool:
     except OSError:
         return False
     return (info.st_size, info.st_mtime) == known[2]
+
+
+# The columns of a chunks row that insert_chunks takes, in order.
+CHUNK_COLUMNS = (
+    "id",
+    "kind",
+    "file_id",
+    "path",
+    "start_line",
+    "end_line",
+    "heading",
+    "text",
+    "created_at",
+)
+
+
+def insert_chunks(conn: apsw.Connection, rows: list) -> None:
+    """Inserts rows of ``chunks`` (tuples of CHUNK_COLUMNS' values), many in one statement.
+
+    A statement whose rows fire triggers opens a statement savepoint, and FTS5 writes the terms
+    it holds in memory to a new segment of its index at each savepoint: one statement a row made
+    a segment a chunk, merged again and again. One statement for many rows makes one."""
+    width = len(CHUNK_COLUMNS)
+    per = max(1, min(500, conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    head = f"insert into chunks({', '.join(CHUNK_COLUMNS)}) values "
+    one = "(" + ", ".join(["?"] * width) + ")"
+    for start in range(0, len(rows), per):
+        part = rows[start : start + per]
+        conn.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
 
 
 class transaction:

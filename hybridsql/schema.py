@@ -138,7 +138,19 @@ end;
 # compares a range's ends by code point). A query with any of them goes to the trigram tables
 # (search/keywords.py, keyword_plan), which hold only the chunks that have one.
 CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
-_HAS_CJK = f"glob '*[{CJK}]*'"
+
+
+def _has_cjk(text: str) -> str:
+    """The SQL test of whether the column ``text`` holds a CJK character, with built-in functions
+    only (any client may write chunks). The GLOB decodes and tests each character against the
+    class; it ran longer than FTS5's tokenizer on English text. So text whose length in
+    characters is its length in bytes is answered first, without it: every character of such text
+    was read from one byte (ASCII, or a byte that starts no sequence), so none is CJK, and there
+    is no NUL before its end (length() stops at one, as GLOB does). Any other text gets the GLOB,
+    as before: the answer is the same for every value, malformed UTF-8 included."""
+    one_byte_each = f"length(cast({text} as text)) = length(cast({text} as blob))"
+    return f"(not {one_byte_each} and {text} glob '*[{CJK}]*')"
+
 
 # Full-text indexes, one pair for each kind of chunk, so that a search of documents or of memories
 # reads only that kind's words, and scores them with that kind's statistics. Each is an
@@ -156,9 +168,9 @@ _HAS_CJK = f"glob '*[{CJK}]*'"
 FTS = f"""
 create view if not exists memory_chunks as select id, text from chunks where kind = 'memory';
 create view if not exists document_cjk_chunks as
-  select id, text from chunks where kind = 'document' and text {_HAS_CJK};
+  select id, text from chunks where kind = 'document' and {_has_cjk("text")};
 create view if not exists memory_cjk_chunks as
-  select id, text from chunks where kind = 'memory' and text {_HAS_CJK};
+  select id, text from chunks where kind = 'memory' and {_has_cjk("text")};
 create virtual table if not exists chunks_fts using fts5(
   text, content="chunks", content_rowid="id", tokenize='porter unicode61 remove_diacritics 2'
 );
@@ -175,36 +187,36 @@ create virtual table if not exists memories_trigram using fts5(
 create trigger if not exists chunks_fts_insert after insert on chunks begin
   insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
   insert into chunks_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'document' and new.text {_HAS_CJK};
+    select new.id, new.text where new.kind = 'document' and {_has_cjk("new.text")};
   insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
   insert into memories_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'memory' and new.text {_HAS_CJK};
+    select new.id, new.text where new.kind = 'memory' and {_has_cjk("new.text")};
 end;
 create trigger if not exists chunks_fts_delete after delete on chunks begin
   insert into chunks_fts(chunks_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'document';
   insert into chunks_trigram(chunks_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'document' and old.text {_HAS_CJK};
+    select 'delete', old.id, old.text where old.kind = 'document' and {_has_cjk("old.text")};
   insert into memories_fts(memories_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'memory';
   insert into memories_trigram(memories_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'memory' and old.text {_HAS_CJK};
+    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_cjk("old.text")};
 end;
 create trigger if not exists chunks_fts_update after update of text, kind on chunks begin
   insert into chunks_fts(chunks_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'document';
   insert into chunks_trigram(chunks_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'document' and old.text {_HAS_CJK};
+    select 'delete', old.id, old.text where old.kind = 'document' and {_has_cjk("old.text")};
   insert into memories_fts(memories_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'memory';
   insert into memories_trigram(memories_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'memory' and old.text {_HAS_CJK};
+    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_cjk("old.text")};
   insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
   insert into chunks_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'document' and new.text {_HAS_CJK};
+    select new.id, new.text where new.kind = 'document' and {_has_cjk("new.text")};
   insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
   insert into memories_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'memory' and new.text {_HAS_CJK};
+    select new.id, new.text where new.kind = 'memory' and {_has_cjk("new.text")};
 end;
 """
 

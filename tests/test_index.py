@@ -162,6 +162,37 @@ def test_keyword_only_without_a_provider(tmp_path, memory_dir):
         assert "memory/2026-08-19.md" in [r.path for r in found]
 
 
+def test_a_files_chunks_go_in_by_one_statement_not_one_each(tmp_path):
+    """A file's chunks are inserted many to a statement: FTS5 writes what it holds in memory as
+    a new segment at each statement's savepoint, so a statement a chunk wrote a segment a chunk
+    (and merged them again and again). The index is whole, each chunk where its section is."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    words = "deploy cache rollback gateway ledger harbor invoice parcel tide worker".split()
+    sections = [
+        f"# Section {i}\n\n" + " ".join(words[(i + j) % 10] for j in range(120)) + f" s{i}\n"
+        for i in range(150)
+    ]
+    (folder / "long.md").write_text("\n".join(sections))
+    with HybridIndex(str(tmp_path / "k.db"), embedder="none") as idx:
+        writes = []
+        idx.conn.set_profile(
+            lambda sql, _ns: (
+                writes.append(sql)
+                if sql.startswith("REPLACE INTO 'main'.'chunks_fts_data'")
+                else None
+            )
+        )
+        idx.index_folder(str(folder))
+        idx.conn.set_profile(None)
+        rows = idx.conn.execute("select heading, text from chunks order by id").fetchall()
+        assert len(rows) >= 150 and len(writes) < len(rows) / 5
+        for i in (0, 77, 149):
+            found = [r.heading for r in idx.search(f"s{i}", mode="keyword")]
+            assert found == [f"Section {i}"]
+        consistent(idx.conn)
+
+
 def test_cli_index_is_quiet_json_when_piped(tmp_path, memory_dir):
     db = str(tmp_path / "cli.db")
     out = run_hybridsql("index", str(memory_dir), "--db", db, "--embedder", "none")

@@ -185,6 +185,7 @@ REVIEWED = {
         "bind(_value(node.value, node.key))": "a :fN parameter name from bind()",
         "node.key": "a refused filter's field in an error message, not SQL",
         "node.op": "a refused filter's operator in an error message, not SQL",
+        '", ".join(["?"] * len(part))': "one ? placeholder for each id of a statement",
     },
     # Error messages that read like SQL ("create an index with ..."): never executed.
     "extension.py": {
@@ -198,6 +199,7 @@ REVIEWED = {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",
     },
+    "index.py": {"', '.join(CHUNK_COLUMNS)": "the column names of CHUNK_COLUMNS, a constant"},
     "mcp_http.py": {"text": "the refused --http value in an error message (HOST:PORT), not SQL"},
     "replication.py": {
         "table": "an FTS5 table's name read from the restored file's schema, quoted as an "
@@ -270,6 +272,9 @@ REVIEWED = {
     },
     "schema.py": {
         "insert": "_upgrade_from_1's own constant text",
+        '_has_cjk("text")': "the CJK test of the column text: code's SQL and the CJK class",
+        '_has_cjk("new.text")': "the CJK test of new.text: code's SQL and the CJK class",
+        '_has_cjk("old.text")': "the CJK test of old.text: code's SQL and the CJK class",
         "path": "a database's file name in an error message, not SQL",
         "table": "each name of FTS_TABLES, a module constant",
     },

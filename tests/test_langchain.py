@@ -210,3 +210,131 @@ async def test_concurrent_async_calls_share_one_store(tmp_path):
     assert list(done[:40]) == [[str(i)] for i in range(40)]
     assert store.collection.count() == 40
     store.close()
+
+
+def test_new_ids_are_uuid4s_as_uuid_writes_them(tmp_path):
+    """The ids add_texts makes read back as version 4 UUIDs written as str(uuid.uuid4()) writes
+    them, and differ."""
+    import uuid
+
+    from hybridsql.langchain import new_ids
+
+    ids = new_ids(2000)
+    assert len(set(ids)) == 2000 and new_ids(0) == []
+    for i in ids:
+        u = uuid.UUID(i)
+        assert (str(u), u.version, u.variant) == (i, 4, uuid.RFC_4122)
+    store = HybridSQLVectorStore(str(tmp_path / "ids.db"))
+    made = store.add_texts(["one", "two", "three"], ids=["given", None, ""])
+    assert made[0] == "given" and all(uuid.UUID(i).version == 4 for i in made[1:])
+    assert [d.id for d in store.get_by_ids(made)] == made
+    store.close()
+
+
+# Documents for the bulk write's tests: English, accented, CJK (the trigram tables) and mixed.
+BULK = [
+    f"{i} {w} "
+    + ["deploy cache", "café naïve résumé", "缓存 部署 设置", "rollback 「回滚」 now"][i % 4]
+    for i, w in enumerate(
+        ("alpha beta gamma delta epsilon zeta eta theta iota kappa " * 30).split()
+    )
+]
+
+
+def fts_writes(store, texts, per_call):
+    """How many pages FTS5 writes to chunks_fts's index while ``texts`` are added, ``per_call``
+    a call."""
+    writes = []
+
+    def profile(sql, _ns):
+        if sql.startswith("REPLACE INTO 'main'.'chunks_fts_data'"):
+            writes.append(sql)
+
+    conn = store.index.conn
+    conn.set_profile(profile)
+    for s in range(0, len(texts), per_call):
+        store.add_texts(texts[s : s + per_call], ids=[str(i) for i in range(s, s + per_call)])
+    conn.set_profile(None)
+    return len(writes)
+
+
+def test_add_texts_makes_one_fts5_segment_a_call_not_one_a_document(tmp_path):
+    """A call's chunks go in by few statements: FTS5, which writes what it holds in memory as a
+    new segment at each statement's savepoint, wrote a segment a document (and merged them
+    again and again) when each chunk was a statement of its own."""
+    store = HybridSQLVectorStore(str(tmp_path / "bulk.db"))
+    assert len(BULK) == 300
+    assert fts_writes(store, BULK, 300) < 30
+    store.close()
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword"])
+def test_a_call_of_many_answers_as_calls_of_one(tmp_path, mode):
+    """The same documents added in one call and one a call, then half of them replaced (their
+    ids given again with other texts): the same full-text tables (words, trigram rows,
+    chunk_keys) and the same answers, scores included, to every query."""
+    from conftest import check_fts
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    embedding = DeterministicFakeEmbedding(size=16)
+    stores = [
+        HybridSQLVectorStore(str(tmp_path / f"{name}.db"), embedding) for name in ("bulk", "one")
+    ]
+    same = [
+        "select id, text from chunks order by id",
+        "select * from chunk_keys order by chunk_id",
+        "select rowid from chunks_trigram order by rowid",
+        "select count(*) from chunks_trigram where chunks_trigram match '部署'",
+        "select f.path, m.metadata from files f join document_metadata m on m.file_id = f.id",
+        "select chunk_id, vector from vectors order by chunk_id",
+    ]
+    for texts in (BULK, BULK[150:]):
+        for store, per_call in zip(stores, (len(texts), 1), strict=True):
+            fts_writes(store, texts, per_call)
+            check_fts(store.index.conn)
+        for sql in same:
+            a, b = (s.index.conn.execute(sql).fetchall() for s in stores)
+            assert a == b and a, sql
+        for query in ("deploy", "café", "缓存", "回滚", "alpha gamma", "résumé kappa 7"):
+            found = [
+                [(d.id, score) for d, score in s.hybrid_search_with_score(query, k=20)]
+                if mode == "hybrid"
+                else [d.id for d in s.keyword_search(query, k=20)]
+                for s in stores
+            ]
+            assert found[0] == found[1] and found[0], query
+    assert stores[0].collection.count() == 300
+    for store in stores:
+        store.close()
+
+
+def test_vectors_given_as_lists_are_stored_as_array_stored_them(tmp_path):
+    """A vector given as a list of numbers is packed into the float32 bytes that array('f')
+    made of it, value for value (rounding, subnormals, -0.0, ints, bools, numpy scalars); values
+    that do not fit are refused with the errors they had (vector_index's, array's)."""
+    from array import array
+
+    import apsw
+    import numpy as np
+
+    from hybridsql.documents import Collection, _float32
+
+    rng = np.random.default_rng(3)
+    edges = [0.0, -0.0, 1e-45, -1e-46, 1.401298464324817e-45, 3.4028234663852886e38, 1, True]
+    edges += [np.float32(0.1), np.float64(1 / 3), 2**-149, 3.4028235e38 * 0.9999999]
+    rows = [edges] + [
+        list(rng.standard_normal(384) * 10.0 ** rng.integers(-40, 38)) for _ in range(50)
+    ]
+    for row in rows:
+        assert _float32(row) == array("f", row).tobytes()
+    store = HybridSQLVectorStore(str(tmp_path / "v.db"))
+    collection = Collection(store.index, "v", model_id="m")
+    collection.add(["a"], [{}], ["a"], vectors=[edges])
+    assert collection.vectors(["a"])["a"].tobytes() == array("f", edges).tobytes()
+    message = r"vectors: the vector of row \d+ has a non-finite value at index 0"
+    for beyond in (3.5e38, float("inf")):
+        with pytest.raises(apsw.SQLError, match=message):
+            collection.add(["b"], [{}], ["b"], vectors=[[beyond, 0.0]])
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        collection.add(["b"], [{}], ["b"], vectors=[["1", 0.0]])
+    store.close()

@@ -14,6 +14,7 @@ import pytest
 from conftest import SHELL, check_fts, letter_counts, run_sqlite3
 
 import hybridsql
+from hybridsql import schema
 from hybridsql.index import HybridIndex
 from hybridsql.memory import MemoryStore
 from hybridsql.schema import CJK, FTS_TABLES, SCHEMA_VERSION, schema_version
@@ -130,6 +131,68 @@ select c from n where (c < 55296 or c > 57343) and char(c) glob '*[{CJK}]*'"""
     )
     assert [line == "1" for line in shell.stdout.split()] == expected
     conn.close()
+
+
+# Values that the shortcut before the GLOB must answer as the GLOB does: ASCII, NUL before or
+# after CJK, lone and stray lead and continuation bytes, overlong and too long sequences (SQLite
+# reads C3 80 80 as U+3000), a lead byte closing the text, surrogates, U+FFFD and U+FFFE.
+EDGE_BYTES = [
+    b"",
+    b"plain ascii",
+    b"a\x00\xe4\xb8\xad",
+    b"\xe4\xb8\xad\x00a",
+    b"\xe4\xb8\xad",
+    b"\xe4",
+    b"\xe4a",
+    b"a\xe4",
+    b"\xb8\xad",
+    b"\xc3\x80\x80",
+    b"\xc3\x80",
+    b"\xf0\x80\xb8\xad",
+    b"\xe0\x80\x80",
+    b"\xed\xa0\x80",
+    b"\xef\xbf\xbd",
+    b"\xef\xbf\xbe",
+    b"\xef\xbc\xa1",
+    "caf\u00e9 \u2019quoted\u2019 \u2014 \u03b1".encode(),
+    "\uac00 Hangul".encode(),
+    b"\xff\xfe",
+]
+
+
+def test_the_shortcut_before_the_glob_answers_as_the_glob_does(tmp_path):
+    """The schema's CJK test skips the GLOB for text whose characters are its bytes; for every
+    value, text or blob, well-formed UTF-8 or not, it answers what the GLOB alone answers, in
+    apsw and in the stock sqlite3 shell (the triggers' clients)."""
+    rng = random.Random(7)
+    pool = [b"a", b" ", b"\x00", b"\x80", b"\xad", b"\xb8", b"\xbf", b"\xc3", b"\xe3"]
+    pool += [b"\xe4", b"\xef", b"\xf0", b"\xff", "\u4e2d".encode(), "\u00e9".encode()]
+    values = EDGE_BYTES + [
+        b"".join(rng.choice(pool) for _ in range(rng.randrange(1, 8))) for _ in range(3000)
+    ]
+    values += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 6))) for _ in range(3000)]
+    has_cjk = schema._has_cjk("x")
+    glob = f"x glob '*[{CJK}]*'"
+    assert has_cjk.endswith(f" and {glob})")
+    path = str(tmp_path / "values.db")
+    conn = hybridsql.connect(path)
+    conn.execute("create table t(n integer primary key, b blob)")
+    conn.executemany("insert into t(b) values (?)", [(v,) for v in values])
+    # each value as text (its bytes read as UTF-8) and as a blob
+    compare = (
+        f"select {glob}, {has_cjk} from (select n, cast(b as text) x from t"
+        " union all select -n, b from t) order by n"
+    )
+    rows = conn.execute(compare).fetchall()
+    conn.close()
+    assert len(rows) == 2 * len(values)
+    assert [r[0] for r in rows] == [r[1] for r in rows]
+    assert 0 < sum(r[0] for r in rows) < len(rows)  # the sample holds both answers
+    if SHELL is not None:
+        shell = run_sqlite3(path, compare)
+        assert shell.returncode == 0, shell.stderr
+        answers = [tuple(int(a) for a in line.split("|")) for line in shell.stdout.split()]
+        assert answers == rows
 
 
 def queries(conn, rng: random.Random) -> list:
