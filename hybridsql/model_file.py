@@ -459,4 +459,3 @@ def read_model_file(path) -> tuple:
         arrays[name] = array.reshape(dims)
         at = _aligned(at + size)
     return header, arrays
-

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import apsw
 import numpy as np
+import onnx_reference
 import pytest
 
-import onnx_reference
 from hybridsql import embed, local_model, providers, windows
 from hybridsql.embed import (
     Embedder,

@@ -19,11 +19,11 @@ import pytest
 from conftest import HYBRIDSQL, ROOT, read_scifact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx_reference import OnnxModel
 
 from hybridsql import _native, model_file
 from hybridsql.errors import EmbeddingError
 from hybridsql.local_model import _TOKENIZER, LocalProvider, _tokenizer
-from onnx_reference import OnnxModel
 
 REMAKE = "make it again with `hybridsql model --out FILE`"
 AGREEMENT = 0.99999
@@ -306,7 +306,10 @@ def test_local_provider_indexes_with_the_engine(model, expected):
         assert vector.tobytes() == model.embed(TEXTS[name]), name
     assert_agree(dict(zip(names, got, strict=True)), expected)
     one = LocalProvider(max_windows=1).embed([TEXTS[n] for n in FEW])
-    assert_agree(dict(zip(FEW, one, strict=True)), dict(zip(FEW, OnnxModel(1).embed([TEXTS[n] for n in FEW]), strict=True)))
+    assert_agree(
+        dict(zip(FEW, one, strict=True)),
+        dict(zip(FEW, OnnxModel(1).embed([TEXTS[n] for n in FEW]), strict=True)),
+    )
 
 
 def has_avx512() -> bool:
