@@ -68,27 +68,36 @@ def _load_local():
     """The engine on the model file the extension would find ($HYBRIDSQL_MODEL, the file beside
     the library, else the one in the cache folder), opened once per process. Where there is none
     in the cache folder, or the one there was written by another version, it is written there
-    from the installed ONNX model (as ``hybridsql model`` does); an EmbeddingError with the
-    engine's one line where the file cannot be used."""
+    from the installed ONNX model (as ``hybridsql model`` does), or made in memory where the
+    cache folder cannot be written; an EmbeddingError with the engine's one line where the file
+    cannot be used."""
     from . import engine
     from .errors import EmbeddingError
 
     with _local_lock:
-        if _local_model:
-            return _local_model[0]
-        path = engine.found_model()
-        ours = path == engine.model_path()
-        if ours and not path.is_file():
-            engine.write_model()
-        try:
-            model = _open(path)
-        except (EmbeddingError, ValueError, OSError) as e:  # ValueError: mmap of an empty file
-            if not (ours and engine.can_write()):
-                raise _refused(path, e) from e
-            engine.write_model()  # a file of another version, or a partial one
-            model = _open(path)
-        _local_model.append(model)
-        return model
+        if not _local_model:
+            path = engine.found_model()
+            try:
+                model = _open(path)
+            except (EmbeddingError, ValueError, OSError) as e:  # ValueError: an empty file
+                if not (path == engine.model_path() and engine.can_write()):
+                    raise _refused(path, e) from e
+                model = _written(path)  # none yet, one of another version, or a partial one
+            _local_model.append(model)
+        return _local_model[0]
+
+
+def _written(path: Path):
+    """The model written at ``path`` and opened; made in memory where it cannot be written."""
+    from . import _native, engine
+    from .errors import EmbeddingError
+    from .model_file import model_bytes
+
+    try:
+        engine.write_model(path)
+    except EmbeddingError:  # a cache folder that cannot be written
+        return _native.Model(model_bytes())
+    return _open(path)
 
 
 def _refused(path: Path, e: Exception):

@@ -80,3 +80,12 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
         "darwin": Path.home() / "Library" / "Caches" / "hybridsql",
     }
     assert embed.cache_dir() == platform_dir.get(sys.platform, tmp_path / "xdg" / "hybridsql")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_passed_over(tmp_path):
+    """The model is then made in memory for this process: the same vectors."""
+    good = run({"HYBRIDSQL_CACHE_DIR": str(tmp_path / "cache")})
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    done = run({"HYBRIDSQL_CACHE_DIR": str(blocked / "cache")})
+    assert (done.returncode, done.stdout) == (0, good.stdout), done.stderr
