@@ -247,6 +247,56 @@ def test_model_loads_lazily_and_once(tmp_path):
     assert out.stdout == "True\n"
 
 
+# A process that makes onnxruntime and tokenizers unimportable, then runs the hybridsql command
+# with its arguments: what an install without them (the local extra now, musl) does.
+WITHOUT_ONNX = """
+import importlib.abc, json, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("onnxruntime", "tokenizers"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+if sys.argv[1] == "blocked":
+    sys.meta_path.insert(0, Blocked())
+from hybridsql.cli import main
+
+sys.argv = ["hybridsql", *sys.argv[2:]]
+try:
+    main()
+finally:
+    print(json.dumps(sorted({"onnxruntime", "tokenizers"} & set(sys.modules))), file=sys.stderr)
+"""
+
+
+def test_index_and_hybrid_search_need_no_onnxruntime(memory_dir, tmp_path):
+    """The local model indexes and searches with onnxruntime and tokenizers unimportable, and
+    ranks as where they are installed: the same results, the same vector scores."""
+    env = {**os.environ, "HYBRIDSQL_CACHE_DIR": os.environ["HYBRIDSQL_CACHE_DIR"]}
+    found = {}
+    for way in ("blocked", "installed"):
+        db = str(tmp_path / f"{way}.db")
+        for args in (
+            ["index", str(memory_dir), "--db", db],
+            ["search", "tabs or spaces?", "--db", db],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", WITHOUT_ONNX, way, *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stderr.splitlines()[-1] == "[]", done.stderr  # neither was imported
+        result = json.loads(done.stdout)
+        assert (result["mode"], result["notes"]) == ("hybrid", [])
+        found[way] = [(r["path"], r["start_line"], r["vector_score"]) for r in result["results"]]
+    assert found["blocked"] == found["installed"]
+    assert len(found["blocked"]) >= 3 and all(score > 0 for *_, score in found["blocked"])
+
+
 # resolve_provider
 
 
