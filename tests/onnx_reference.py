@@ -37,6 +37,13 @@ def session():
     )
 
 
+@functools.cache
+def tokenizer_once():
+    """The tokenizers library's tokenizer of the model, read once (a query's embedding is timed
+    against the engine's)."""
+    return _tokenizer()
+
+
 class OnnxModel:
     """What LocalProvider computed on onnxruntime before the C engine: windows batched by
     length, ``batch_size`` a run, a batch on each of ``threads`` threads at once; the mean over
@@ -50,7 +57,7 @@ class OnnxModel:
         self.threads = threads
 
     def embed(self, texts: list) -> np.ndarray:
-        run, tokenizer = session(), _tokenizer()
+        run, tokenizer = session(), tokenizer_once()
         windows = encode_windows(tokenizer, list(texts), self.max_windows)
         flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
         order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
