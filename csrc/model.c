@@ -15,7 +15,7 @@
 **      x = LayerNorm(x + GELU(u) W2 + b2), GELU(u) = u * 0.5 * (1 + erf(u / sqrt(2))).
 **   3. A text's vector: the mean of x over every token of its windows, L2-normalised.
 **
-** A text is read as LocalProvider (hybridsql/embed.py) reads it: its word pieces in windows of
+** A text is read in the windows of hybridsql/windows.py: its word pieces in windows of
 ** 254 between [CLS] and [SEP], at most 8 windows; the zero vector when under half of its pieces
 ** are readable (hs_readable_share).
 **
@@ -57,10 +57,10 @@
 #define HS_ID_BYTES 40
 #define HS_WINDOW 256    /* tokens a window, [CLS] and [SEP] included */
 #define HS_MAX_WINDOWS 8 /* the rest of a longer text is not read */
-#define HS_READABLE 0.5  /* embed.py's READABLE */
+#define HS_READABLE 0.5  /* READABLE of hybridsql/windows.py */
 #define HS_TILE 16       /* output columns a matmul tile of AVX2, NEON or portable C computes */
 #define HS_BLOCK 32      /* the file's blocks of columns (dims and ffn are multiples) */
-#define HS_REMAKE "make it again with `python -m hybridsql.model_file FILE`"
+#define HS_REMAKE "make it again with `hybridsql model --out FILE`"
 
 static const char MAGIC[16] = "hybridsql model";
 
@@ -690,7 +690,7 @@ HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
   if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
     return refuse(NULL, err, errcap,
                   "not a hybridsql model file (it does not start with \"hybridsql model\"): name the file "
-                  "that `python -m hybridsql.model_file FILE` writes");
+                  "that `hybridsql model` writes");
   uint32_t version = u32_at(p + 16);
   if (version != HS_FORMAT)
     return refuse(NULL, err, errcap,

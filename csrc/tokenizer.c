@@ -19,7 +19,7 @@
 **      piece fits at some point.
 **   5. Windows: LocalProvider reads 256 tokens a window, [CLS] and [SEP] among them, so a window
 **      holds HS_WINDOW_PIECES ids of the text; hs_tokenize gives those of the first `most`.
-**   6. What is read: encode_windows (hybridsql/embed.py) tokenizes a prefix of 512 characters a
+**   6. What is read: encode_windows (hybridsql/windows.py) tokenizes a prefix of 512 characters a
 **      window, cut before the first space, tab, line break or U+4E00..U+9FFF among the 256
 **      characters from there (else there), then a prefix twice as long while the ids do not fill
 **      more than `most` windows and the text goes on, up to 4096 characters a window.  This reads
@@ -34,9 +34,9 @@
 #include "unicode_tables.h"
 
 #define HS_WINDOW_PIECES 254 /* LocalProvider.window less [CLS] and [SEP] */
-#define HS_PREFIX_CHARS 4096 /* embed.py _PREFIX_CHARS */
-#define HS_FIRST_CHARS 512   /* embed.py _FIRST_CHARS */
-#define HS_CUT_REACH 256     /* how far embed.py _cut looks for a break */
+#define HS_PREFIX_CHARS 4096 /* windows.py _PREFIX_CHARS */
+#define HS_FIRST_CHARS 512   /* windows.py _FIRST_CHARS */
+#define HS_CUT_REACH 256     /* how far windows.py _cut looks for a break */
 #define HS_WORD_CHARS 100    /* tokenizer.json's max_input_chars_per_word */
 
 /* tokenizer.json's added tokens, in the order of its list. */
@@ -186,7 +186,7 @@ static int32_t walk(const HsVocab *v, int32_t from, const char *p, size_t n) {
   return from;
 }
 
-/* readable_share's verdict on a piece (embed.py): not counted for [CLS] [SEP] [PAD]; not
+/* readable_share's verdict on a piece (windows.py): not counted for [CLS] [SEP] [PAD]; not
 ** readable for [UNK], for one character of _CJK_CHAR, for a "##" piece of at most 4 characters. */
 static uint8_t share_of(const char *piece, size_t n) {
   size_t chars = 0, i;
@@ -433,7 +433,7 @@ static void tokenize(const HsVocab *v, const uint8_t *text, int64_t len, Out *o)
 /* ------------------------------------------------------------------------------------------ */
 /* What is read (requirements 5 and 6) */
 
-/* The bytes of embed.py's _cut(text, at); *whole when that is the whole text. */
+/* The bytes of windows.py's _cut(text, at); *whole when that is the whole text. */
 static int64_t cut(const uint8_t *text, int64_t len, int64_t at, int *whole) {
   int64_t pos = 0, chars = 0, mark;
   int k;

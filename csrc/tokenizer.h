@@ -25,13 +25,13 @@ int32_t hs_vocab_id(const HsVocab *v, const char *piece); /* -1 if absent: [CLS]
 /* The word-piece ids of a UTF-8 text (len bytes; invalid bytes as the tokenizers library
 ** reads Python's str of them, see the tests), no [CLS]/[SEP], exactly as tokenizer.json's
 ** BertNormalizer + BertPreTokenizer + WordPiece; read no more of the text than LocalProvider
-** reads for `most` windows (hybridsql/embed.py encode_windows: at most _PREFIX_CHARS
+** reads for `most` windows (hybridsql/windows.py encode_windows: at most _PREFIX_CHARS
 ** characters a window, cut as _cut cuts), and stop once cap ids are written.  Returns the
 ** number written; -1 on no memory. */
 int64_t hs_tokenize(const HsVocab *v, const char *text, int64_t len, int most, int32_t *ids,
                     int64_t cap);
 
-/* embed.py's readable_share over these ids. */
+/* windows.py's readable_share over these ids. */
 double hs_readable_share(const HsVocab *v, const int32_t *ids, int64_t n);
 
 #endif

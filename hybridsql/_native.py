@@ -123,14 +123,20 @@ class Vocab:
 
 class Model:
     """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
-    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them."""
+    ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
+    ``data`` is bytes (copied) or an mmap of the file (used in place, kept open)."""
 
-    def __init__(self, data: bytes):
+    def __init__(self, data):
+        import mmap
+
         from hybridsql.errors import EmbeddingError
 
         ffi, lib = _open()
-        self._data = ffi.new("char[]", len(data))  # malloc's alignment, which the engine needs
-        ffi.memmove(self._data, data, len(data))
+        if isinstance(data, mmap.mmap):  # a page's alignment, which the engine needs
+            self._data = ffi.from_buffer("char[]", data)
+        else:
+            self._data = ffi.new("char[]", len(data))  # malloc's alignment
+            ffi.memmove(self._data, data, len(data))
         err = ffi.new("char[]", 512)
         model = lib.hs_model_open(self._data, len(data), err, len(err))
         if model == ffi.NULL:

@@ -70,16 +70,22 @@ def local_by_default() -> bool:
     return (os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower() in ("auto", "local")
 
 
+def found_model() -> Path:
+    """The model file the extension finds outside a database: ``$HYBRIDSQL_MODEL``, else the
+    file beside the library, else model_path() (which may not exist yet)."""
+    from hybridsql import _native
+
+    if os.environ.get("HYBRIDSQL_MODEL"):
+        return Path(os.environ["HYBRIDSQL_MODEL"])
+    beside = Path(_native.PATH).with_name(MODEL_FILE)
+    return beside if beside.is_file() else model_path()
+
+
 def ensure_model() -> None:
     """Writes the model file to model_path() where the extension would find none of its own
     (no $HYBRIDSQL_MODEL, none beside the library or in the cache folder) and this install can
     make it: what an index run with the local model, and the plugins, do once per machine."""
-    from hybridsql import _native
-
-    beside = Path(_native.PATH).with_name(MODEL_FILE)
-    if os.environ.get("HYBRIDSQL_MODEL") or beside.is_file() or model_path().is_file():
-        return
-    if can_write():
+    if found_model() == model_path() and not model_path().is_file() and can_write():
         write_model()
 
 

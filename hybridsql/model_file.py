@@ -31,7 +31,6 @@ checks that the graph does, and that its activation is erf's GELU.
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -460,22 +459,3 @@ def read_model_file(path) -> tuple:
         arrays[name] = array.reshape(dims)
         at = _aligned(at + size)
     return header, arrays
-
-
-def main(argv=None) -> int:
-    """python -m hybridsql.model_file OUT: write the installed model's file at OUT."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m hybridsql.model_file OUT.hsmodel", file=sys.stderr)
-        return 2
-    try:
-        path = write_model_file(argv[0])
-    except (EmbeddingError, ImportError, OSError) as e:
-        print(f"hybridsql: {e}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Work spread over threads: a batch of windows on each core at once (LocalProvider.embed)."""
+"""Work spread over threads: a text on each core at once (LocalProvider.embed)."""
 
 from __future__ import annotations
 

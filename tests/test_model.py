@@ -1,7 +1,7 @@
 """The embedding engine (csrc/model.c) and its model file (hybridsql/model_file.py): the file
 the converter writes reads back as the ONNX graph's weights; hs_model_open refuses a truncated,
 foreign, damaged or other-version file with one line that says what to do, and never crashes
-on a header it cannot use; the vectors agree with onnxruntime's (LocalProvider) at cosine
+on a header it cannot use; the vectors agree with onnxruntime's (tests/onnx_reference.py) at cosine
 >= 0.99999 on real texts (short, long, multi-window, CJK, unreadable: the zero vector) on every
 SIMD path; stop() is asked between windows."""
 
@@ -16,15 +16,16 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import ROOT, read_scifact
+from conftest import HYBRIDSQL, ROOT, read_scifact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx_reference import OnnxModel
 
 from hybridsql import _native, model_file
 from hybridsql.errors import EmbeddingError
 from hybridsql.local_model import _TOKENIZER, LocalProvider, _tokenizer
 
-REMAKE = "make it again with `python -m hybridsql.model_file FILE`"
+REMAKE = "make it again with `hybridsql model --out FILE`"
 AGREEMENT = 0.99999
 
 
@@ -103,17 +104,16 @@ def test_the_converter_refuses_a_graph_it_does_not_know(tmp_path):
     other.write_bytes(b"\x08\x07\x12\x07pytorch")  # a ModelProto with no graph
     with pytest.raises(EmbeddingError, match=re.escape(f"{other} is not the MiniLM int8 graph")):
         model_file.model_bytes(other)
-    assert model_file.main([str(tmp_path / "x"), "extra"]) == 2
 
 
-def test_python_m_writes_the_file(tmp_path):
+def test_hybridsql_model_writes_the_file(tmp_path):
     out = tmp_path / "m.hsmodel"
     done = subprocess.run(
-        [sys.executable, "-m", "hybridsql.model_file", str(out)],
+        [HYBRIDSQL, "model", "--out", str(out)],
         check=False,
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out) and _native.Model(out.read_bytes()).dims == 384
@@ -138,7 +138,7 @@ def test_a_foreign_file_is_refused_with_one_line(model_bytes):
     onnx = model_file.default_onnx().read_bytes()
     foreign = (
         'not a hybridsql model file (it does not start with "hybridsql model"): name the file '
-        "that `python -m hybridsql.model_file FILE` writes"
+        "that `hybridsql model` writes"
     )
     assert refusal(onnx) == foreign
     assert refusal(b"\x89PNG\r\n\x1a\n" + bytes(200)) == foreign
@@ -238,9 +238,9 @@ FEW = ["query", "empty", "rsa key", "tests/data/cjk/zh/部署流程.md", "over 8
 
 @pytest.fixture(scope="module")
 def expected():
-    """onnxruntime's vectors (LocalProvider), by name."""
+    """onnxruntime's vectors (the tests' oracle), by name."""
     names = list(TEXTS)
-    vectors = LocalProvider().embed([TEXTS[n] for n in names])
+    vectors = OnnxModel().embed([TEXTS[n] for n in names])
     return dict(zip(names, vectors, strict=True))
 
 
@@ -295,6 +295,21 @@ def assert_agree(got: dict, expected: dict) -> None:
 def test_vectors_agree_with_onnxruntime_on_the_best_path(model, expected):
     got = {n: np.frombuffer(model.embed(t), dtype=np.float32) for n, t in TEXTS.items()}
     assert_agree(got, expected)
+
+
+def test_local_provider_indexes_with_the_engine(model, expected):
+    """What an index run stores is what the engine (SQL embed()) computes, to the bit, in any
+    window count: onnxruntime's vectors within the agreement."""
+    names = [n for n in TEXTS if n != "over 8 windows"] + ["over 8 windows"]
+    got = LocalProvider(threads=2).embed([TEXTS[n] for n in names])
+    for name, vector in zip(names, got, strict=True):
+        assert vector.tobytes() == model.embed(TEXTS[name]), name
+    assert_agree(dict(zip(names, got, strict=True)), expected)
+    one = LocalProvider(max_windows=1).embed([TEXTS[n] for n in FEW])
+    assert_agree(
+        dict(zip(FEW, one, strict=True)),
+        dict(zip(FEW, OnnxModel(1).embed([TEXTS[n] for n in FEW]), strict=True)),
+    )
 
 
 def has_avx512() -> bool:

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, read_scifact
+from conftest import HYBRIDSQL, ROOT, read_scifact
 
 import hybridsql
 
@@ -89,15 +89,16 @@ def shells():
         yield found
 
 
-def run(shell, script, simd=None):
-    """Runs ``script`` in a shell after .load; the rows of each statement, as parsed JSON."""
+def run(shell, script, simd=None, db=":memory:"):
+    """Runs ``script`` in a shell after .load on ``db``; the rows of each statement, as parsed
+    JSON."""
     argv, env, library = shell
     env = {**os.environ, **env}
     env.pop("HYBRIDSQL_SIMD", None)
     if simd:
         env["HYBRIDSQL_SIMD"] = simd
     proc = subprocess.run(
-        [*argv, "-bail", "-json", "-cmd", f".load {library}", ":memory:"],
+        [*argv, "-bail", "-json", "-cmd", f".load {library}", db],
         input=script,
         capture_output=True,
         text=True,
@@ -336,3 +337,40 @@ def test_embed_gives_the_native_vector(shells, beside, name):
         assert a.shape == b.shape == (384,), text[:40]
         assert np.abs(a - b).max() <= 1e-5, text[:40]
     assert engine.MODEL_FILE in os.listdir(os.path.dirname(library))
+
+
+# What Alpine runs: the musl libraries, in musl-linked shells, with nothing of Python. An index
+# made by `hybridsql index` has its vectors written again by the library's embed() of each chunk,
+# then the hybrid statement of `hybridsql search --explain` runs from the query's text.
+REINDEX = """
+delete from vectors;
+insert into vectors(chunk_id, vector, model_id, kind)
+  select id, embed(text), 'all-MiniLM-L6-v2-int8', kind from chunks;
+select chunk_id, hex(vector) as v from vectors order by chunk_id;
+"""
+
+
+def test_musl_indexes_and_searches_with_the_library_alone(shells, beside, example_db, tmp_path):
+    """onnxruntime has no musllinux wheel; the local model needs none: the musl library embeds
+    every chunk as the Python index did (its LocalProvider, within 1e-5 a component), and the
+    hybrid statement from a text then gives the CLI's top 10. On x86_64, Alpine's common case:
+    under qemu the aarch64 shell would take minutes for the index's 93 chunks, and its vectors
+    are test_embed_gives_the_native_vector's."""
+    name = "musllinux-x86_64"
+    db = str(tmp_path / "musl.db")
+    shutil.copyfile(example_db, db)
+    conn = hybridsql.connect(db)
+    stored = dict(conn.execute("select chunk_id, vector from vectors order by chunk_id"))
+    conn.close()
+    args = [HYBRIDSQL, "search", "rolling back a deploy", "--db", db, "--per-file", "0"]
+    args += ["--now", "2026-11-22", "-n", "10"]
+    found = subprocess.run([*args, "--json"], capture_output=True, text=True, check=True)
+    ids = [r["id"] for r in json.loads(found.stdout)["results"]]
+    statement = subprocess.run([*args, "--explain"], capture_output=True, text=True, check=True)
+    argv, env, library = shells[name]
+    vectors, rows = run((argv, {**env, **beside}, library), REINDEX + statement.stdout, db=db)
+    assert [r["chunk_id"] for r in vectors] == list(stored) and len(stored) > 50
+    for r in vectors:
+        mine = np.frombuffer(bytes.fromhex(r["v"]), dtype="<f4")
+        assert np.abs(mine - np.frombuffer(stored[r["chunk_id"]], dtype="<f4")).max() <= 1e-5
+    assert [r["id"] for r in rows] == ids and len(ids) == 10
