@@ -40,6 +40,8 @@ from hybridsql.embed import LocalProvider
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 MARKDOWN = os.path.join(SHARED, "markdown")
+# issue 33's target: the cosine of every text's two vectors at least this
+TARGET = 0.99999
 SCIFACT = [os.path.join(SHARED, "scifact"), os.path.join(HERE, "..", "tests", "data", "scifact")]
 
 
@@ -62,23 +64,25 @@ def scifact(folders: list, name: str, count: int) -> list:
             if os.path.exists(os.path.join(folder, path)):
                 with opener(os.path.join(folder, path), "rt", encoding="utf-8") as f:
                     records = [json.loads(line) for line in itertools.islice(f, count)]
-                if name == "corpus":
-                    return [f"{r['title']}\n{r['text']}" for r in records]
+                if name == "corpus":  # as bench/scifact.py indexes a document
+                    return [(f"{r['title']}\n{r['text']}").strip() for r in records]
                 return [r["text"] for r in records]
     sys.exit(f"no SciFact {name} in {folders}: name the folder with --scifact")
 
 
 def agreement(model, onnx: LocalProvider, texts: list) -> tuple:
-    """(cosines of the texts both sides embed, texts zero on one side only)."""
+    """(cosines of the texts both sides embed, texts zero on one side only, the engine's
+    vectors, onnxruntime's, the index in ``texts`` of each cosine)."""
     ours = np.array([np.frombuffer(model.embed(t), np.float32) for t in texts])
-    theirs = onnx.embed(texts)
-    cosines, odd = [], 0
-    for a, b in zip(ours, theirs, strict=True):
+    theirs = np.asarray(onnx.embed(texts), np.float32)
+    cosines, odd, where = [], 0, []
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         if not a.any() or not b.any():
             odd += a.any() != b.any()
             continue
         cosines.append(float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b)))
-    return cosines, odd
+        where.append(i)
+    return cosines, odd, ours, theirs, where
 
 
 def p50_ms(call, texts: list, repeat: int) -> float:
@@ -125,6 +129,15 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200, help="SciFact documents (of 5183)")
     parser.add_argument("--queries", type=int, default=300, help="SciFact queries (of 1109)")
     parser.add_argument("--repeat", type=int, default=3, help="timings of each query")
+    parser.add_argument(
+        "--agreement-only", action="store_true", help="no timings: the agreement table only"
+    )
+    parser.add_argument("--worst", type=int, default=0, help="print the N texts of lowest cosine")
+    parser.add_argument(
+        "--save",
+        help="write both engines' SciFact vectors to this .npz (bench/scifact.py --engines reads"
+        " it)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
@@ -136,22 +149,45 @@ def main() -> None:
     docs, queries = scifact(folders, "corpus", args.docs), scifact(folders, "queries", args.queries)
     print(f"simd {_native.simd_path()}; model file {len(data):,} bytes; {os.cpu_count()} CPUs\n")
 
-    print("| texts | count | min cosine | median cosine | zero on one side only |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        f"| texts | count | min cosine | median cosine | below {TARGET} | zero on one side only |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     onnx = LocalProvider(threads=2)
-    every = []
-    for name, texts in (
-        (f"markdown chunks ({args.files} files)", chunks),
-        ("SciFact documents", docs),
-        ("SciFact queries", queries),
+    every, worst, saved = [], [], {}
+    for key, name, texts in (
+        ("markdown", f"markdown chunks ({args.files} files)", chunks),
+        ("docs", "SciFact documents", docs),
+        ("queries", "SciFact queries", queries),
     ):
-        cosines, odd = agreement(model, onnx, texts)
+        cosines, odd, ours, theirs, where = agreement(model, onnx, texts)
         every += cosines
+        worst += [(c, name, texts[i]) for c, i in zip(cosines, where, strict=True)]
+        saved.update({f"{key}_engine": ours, f"{key}_onnx": theirs})
+        below = sum(c < TARGET for c in cosines)
         print(
             f"| {name} | {len(texts)} | {min(cosines):.7f} | {statistics.median(cosines):.7f} |"
-            f" {odd} |"
+            f" {below} | {odd} |",
+            flush=True,
         )
-    print(f"| all | {len(every)} | {min(every):.7f} | {statistics.median(every):.7f} | |\n")
+    below = sum(c < TARGET for c in every)
+    print(
+        f"| all | {len(every)} | {min(every):.7f} | {statistics.median(every):.7f} | {below} | |\n"
+    )
+    if args.worst:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(
+            os.path.join(HERE, "..", "hybridsql", "data", "tokenizer.json")
+        )
+        tokenizer.no_truncation()
+    for cosine, name, text in sorted(worst, key=lambda w: w[0])[: args.worst]:
+        tokens = len(tokenizer.encode(text, add_special_tokens=False).ids)
+        print(f"{cosine:.9f} {name}, {len(text)} characters, {tokens} tokens: {text[:100]!r}")
+    if args.save:
+        np.savez(args.save, **{k: v for k, v in saved.items() if not k.startswith("markdown")})
+    if args.agreement_only:
+        return
 
     one = LocalProvider(threads=1)
     ours = p50_ms(model.embed, queries, args.repeat)
