@@ -170,6 +170,7 @@ def main() -> None:
         if key != "markdown":
             saved.update({f"{key}_engine": ours, f"{key}_onnx": theirs})
         if args.save and key == "queries":
+            os.makedirs(os.path.dirname(os.path.abspath(args.save)), exist_ok=True)
             np.savez(args.save, **saved)
         below = sum(c < TARGET for c in cosines)
         print(

@@ -19,8 +19,8 @@
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined behaviour):
 ** accepted or refused, never both: a refusal is one line (no newline), also when cut short by a
 ** small buffer, and misaligned bytes are refused; an accepted model has the header's dims and
-** id, embeds a text and the empty text, and a vector of finite values is no longer than 1;
-** hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
+** id, embeds a text, the empty text and a text of three windows, and a vector of finite values
+** is no longer than 1; hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
 ** is hs_model_open's line after "hybridsql_model(): the model BLOB: " (or "... the model file
 ** PATH: "), and embed() of an accepted model gives the bytes hs_model_embed gives.
 **
@@ -43,7 +43,9 @@
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
 #define ACCEPTED_IN_SQL 64
-#define TEXT "how do I roll back a deploy freeze"
+/* Special tokens, marks, CJK: the tokenizer's paths over the model's (perhaps mutated) pieces */
+#define TEXT "how do I roll back a deploy freeze? [MASK] [PAD]x caf\xc3\xa9 \xe9\x83\xa8 ##s"
+#define LONG_PIECES 600 /* a text of 600 one-letter words: three windows */
 #define ERR 1024 /* embedsql.c's HS_PATH: the loader's line fits it */
 
 static sqlite3 *db;
@@ -103,11 +105,18 @@ static void embed_checked(const HsModel *m, float *out) {
   }
   /* 1, or less where the mean is so small that the normalisation's floor (1e-12) divides */
   if (finite && sqrt(norm) > 1 + 1e-3) fail("a vector longer than 1", NULL);
-  float *empty = malloc(sizeof(float) * (size_t)dims);
-  if (!empty) fail("no memory", NULL);
-  if (hs_model_embed(m, "", 0, empty, NULL, NULL) != HS_MODEL_OK)
+  float *other = malloc(sizeof(float) * (size_t)dims);
+  char long_text[2 * LONG_PIECES];
+  if (!other) fail("no memory", NULL);
+  if (hs_model_embed(m, "", 0, other, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed the empty text", NULL);
-  free(empty);
+  for (int i = 0; i < LONG_PIECES; i++) {
+    long_text[2 * i] = (char)('a' + i % 26);
+    long_text[2 * i + 1] = ' ';
+  }
+  if (hs_model_embed(m, long_text, sizeof long_text, other, NULL, NULL) != HS_MODEL_OK)
+    fail("an accepted model does not embed a text of three windows", NULL);
+  free(other);
 }
 
 /* hybridsql_model(value) on the connection: NULL when accepted, else its error (copied). */
