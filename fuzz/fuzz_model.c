@@ -19,14 +19,16 @@
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined behaviour):
 ** accepted or refused, never both: a refusal is one line (no newline), also when cut short by a
 ** small buffer, and misaligned bytes are refused; an accepted model has the header's dims and
-** id, embeds a text, the empty text and a text of three windows, and a vector of finite values
+** id, embeds a text, the empty text and a text of two windows, and a vector of finite values
 ** is no longer than 1; hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
 ** is hs_model_open's line after "hybridsql_model(): the model BLOB: " (or "... the model file
 ** PATH: "), and embed() of an accepted model gives the bytes hs_model_embed gives.
 **
-** A model SQL accepts stays in the process (Requirement 14 of embedsql.c: never freed, shared
-** by every connection), so SQL sees only the first ACCEPTED_IN_SQL inputs the loader accepts
-** (and every one it refuses): the rest would grow the process without end.
+** Only the first IN_SQL inputs the loader accepts go through SQL (every input it refuses
+** does): a model SQL accepts stays in the process (Requirement 14 of embedsql.c: never freed,
+** shared by every connection), so that every accepted input would grow the process without
+** end.  Only the first LONG embed the text of two windows: a full window's attention, every
+** comparison traced for coverage, costs about 0.3 s, where the rest of an input costs 1 ms.
 **
 ** Build and run: see fuzz/README.md.
 */
@@ -42,17 +44,18 @@
 
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
-#define ACCEPTED_IN_SQL 64
+#define IN_SQL 64
+#define LONG 8
 /* Special tokens, marks, CJK: the tokenizer's paths over the model's (perhaps mutated) pieces */
 #define TEXT "how do I roll back a deploy freeze? [MASK] [PAD]x caf\xc3\xa9 \xe9\x83\xa8 ##s"
-#define LONG_PIECES 600 /* a text of 600 one-letter words: three windows */
+#define LONG_PIECES 300 /* a text of 300 one-letter words: two windows, the first full */
 #define ERR 1024 /* embedsql.c's HS_PATH: the loader's line fits it */
 
 static sqlite3 *db;
 static sqlite3_stmt *choose; /* select hybridsql_model(?1) */
 static sqlite3_stmt *run;    /* select embed(?1) */
 static char folder[64];       /* where the files go */
-static unsigned accepted_in_sql, files;
+static unsigned accepted, files;
 
 static void fail(const char *what, const char *detail) {
   fprintf(stderr, "fuzz_model: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -92,8 +95,9 @@ static void check_line(const char *err, size_t cap) {
   if (strchr(err, '\n')) fail("a refusal of two lines", err);
 }
 
-/* The model's vector of TEXT into out (dims floats), checked; the empty text too. */
-static void embed_checked(const HsModel *m, float *out) {
+/* The model's vector of TEXT into out (dims floats), checked; the empty text too, and
+** where asked, a text of two windows. */
+static void embed_checked(const HsModel *m, float *out, int two_windows) {
   int dims = hs_model_dims(m);
   if (hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), out, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed", NULL);
@@ -114,8 +118,8 @@ static void embed_checked(const HsModel *m, float *out) {
     long_text[2 * i] = (char)('a' + i % 26);
     long_text[2 * i + 1] = ' ';
   }
-  if (hs_model_embed(m, long_text, sizeof long_text, other, NULL, NULL) != HS_MODEL_OK)
-    fail("an accepted model does not embed a text of three windows", NULL);
+  if (two_windows && hs_model_embed(m, long_text, sizeof long_text, other, NULL, NULL) != HS_MODEL_OK)
+    fail("an accepted model does not embed a text of two windows", NULL);
   free(other);
 }
 
@@ -219,12 +223,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (strncmp(hs_model_id(m), (const char *)p + 40, 40) != 0) fail("id not the header's", NULL);
     vector = malloc(sizeof(float) * (size_t)dims);
     if (!vector) fail("no memory", NULL);
-    embed_checked(m, vector);
+    embed_checked(m, vector, accepted < LONG);
   }
-  if (!m || accepted_in_sql < ACCEPTED_IN_SQL) {
-    accepted_in_sql += m != NULL;
-    through_sql(p, n, err, vector, dims);
-  }
+  if (!m || accepted < IN_SQL) through_sql(p, n, err, vector, dims);
+  accepted += m != NULL;
   free(vector);
   hs_model_free(m);
   free(p);
