@@ -45,6 +45,7 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 MARKDOWN = os.path.join(SHARED, "markdown")
 # issue 33's target: the cosine of every text's two vectors at least this
 TARGET = 0.99999
+BATCH = 256  # texts between two progress lines
 SCIFACT = [os.path.join(SHARED, "scifact"), os.path.join(HERE, "..", "tests", "data", "scifact")]
 
 
@@ -73,19 +74,32 @@ def scifact(folders: list, name: str, count: int) -> list:
     sys.exit(f"no SciFact {name} in {folders}: name the folder with --scifact")
 
 
-def agreement(model, onnx: LocalProvider, texts: list) -> tuple:
+def agreement(model, onnx: LocalProvider, texts: list, name: str) -> tuple:
     """(cosines of the texts both sides embed, texts zero on one side only, the engine's
-    vectors, onnxruntime's, the index in ``texts`` of each cosine)."""
-    with ThreadPoolExecutor(2) as pool:  # onnxruntime's side runs on two threads too
-        ours = np.array([np.frombuffer(v, np.float32) for v in pool.map(model.embed, texts)])
-    theirs = np.asarray(onnx.embed(texts), np.float32)
+    vectors, onnxruntime's, the index in ``texts`` of each cosine). Every BATCH texts, a line
+    on stderr says how far it got: a run cut short still tells what it measured."""
+    ours, theirs = np.zeros((0, model.dims), np.float32), np.zeros((0, model.dims), np.float32)
     cosines, odd, where = [], 0, []
-    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        if not a.any() or not b.any():
-            odd += a.any() != b.any()
-            continue
-        cosines.append(float(a @ b) / float(np.linalg.norm(a) * np.linalg.norm(b)))
-        where.append(i)
+    with ThreadPoolExecutor(2) as pool:  # onnxruntime's side runs on two threads too
+        for start in range(0, len(texts), BATCH):
+            batch = texts[start : start + BATCH]
+            a = np.array([np.frombuffer(v, np.float32) for v in pool.map(model.embed, batch)])
+            b = np.asarray(onnx.embed(batch), np.float32)
+            ours, theirs = np.concatenate([ours, a]), np.concatenate([theirs, b])
+            for i in range(start, start + len(batch)):
+                x, y = ours[i], theirs[i]
+                if not x.any() or not y.any():
+                    odd += x.any() != y.any()
+                    continue
+                cosines.append(float(x @ y) / float(np.linalg.norm(x) * np.linalg.norm(y)))
+                where.append(i)
+            print(
+                f"{name}: {start + len(batch)} of {len(texts)},"
+                f" min cosine {min(cosines, default=1):.7f},"
+                f" {sum(c < TARGET for c in cosines)} below {TARGET}, {odd} zero on one side",
+                file=sys.stderr,
+                flush=True,
+            )
     return cosines, odd, ours, theirs, where
 
 
@@ -164,7 +178,9 @@ def main() -> None:
         ("queries", "SciFact queries", queries),
         ("markdown", f"markdown chunks ({args.files} files)", chunks),
     ):
-        cosines, odd, ours, theirs, where = agreement(model, onnx, texts)
+        if not texts:
+            continue
+        cosines, odd, ours, theirs, where = agreement(model, onnx, texts, name)
         every += cosines
         worst += [(c, name, texts[i]) for c, i in zip(cosines, where, strict=True)]
         if key != "markdown":
