@@ -150,6 +150,12 @@ def main() -> None:
     parser.add_argument(
         "--agreement-only", action="store_true", help="no timings: the agreement table only"
     )
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="every Nth markdown chunk only: a sample spread over the whole corpus",
+    )
     parser.add_argument("--worst", type=int, default=0, help="print the N texts of lowest cosine")
     parser.add_argument(
         "--save",
@@ -162,7 +168,7 @@ def main() -> None:
         path = model_file.write_model_file(os.path.join(folder, "minilm.hsmodel"))
         data = path.read_bytes()
     model = _native.Model(data)
-    chunks = markdown_chunks(args.corpus, args.files)
+    chunks = markdown_chunks(args.corpus, args.files)[:: args.every]
     folders = [args.scifact] if args.scifact else SCIFACT
     docs, queries = scifact(folders, "corpus", args.docs), scifact(folders, "queries", args.queries)
     print(f"simd {_native.simd_path()}; model file {len(data):,} bytes; {os.cpu_count()} CPUs\n")
@@ -176,7 +182,7 @@ def main() -> None:
     for key, name, texts in (  # SciFact first: its vectors are saved as soon as they are made
         ("docs", "SciFact documents", docs),
         ("queries", "SciFact queries", queries),
-        ("markdown", f"markdown chunks ({args.files} files)", chunks),
+        ("markdown", f"markdown chunks ({args.files} files, every {args.every})", chunks),
     ):
         if not texts:
             continue
