@@ -156,6 +156,7 @@ def main() -> None:
         default=1,
         help="every Nth markdown chunk only: a sample spread over the whole corpus",
     )
+    parser.add_argument("--start", type=int, default=0, help="with --every: the first chunk")
     parser.add_argument("--worst", type=int, default=0, help="print the N texts of lowest cosine")
     parser.add_argument(
         "--save",
@@ -168,7 +169,7 @@ def main() -> None:
         path = model_file.write_model_file(os.path.join(folder, "minilm.hsmodel"))
         data = path.read_bytes()
     model = _native.Model(data)
-    chunks = markdown_chunks(args.corpus, args.files)[:: args.every]
+    chunks = markdown_chunks(args.corpus, args.files)[args.start :: args.every]
     folders = [args.scifact] if args.scifact else SCIFACT
     docs, queries = scifact(folders, "corpus", args.docs), scifact(folders, "queries", args.queries)
     print(f"simd {_native.simd_path()}; model file {len(data):,} bytes; {os.cpu_count()} CPUs\n")
@@ -182,7 +183,11 @@ def main() -> None:
     for key, name, texts in (  # SciFact first: its vectors are saved as soon as they are made
         ("docs", "SciFact documents", docs),
         ("queries", "SciFact queries", queries),
-        ("markdown", f"markdown chunks ({args.files} files, every {args.every})", chunks),
+        (
+            "markdown",
+            f"markdown chunks ({args.files} files, every {args.every} from {args.start})",
+            chunks,
+        ),
     ):
         if not texts:
             continue
