@@ -4,12 +4,16 @@
     python bench/scifact.py --split train --sweep   # the tuning grid, on train
     python bench/scifact.py --dated         # dated copies: decay on and off
     python bench/scifact.py --embedding truncated   # how a long abstract reaches its vector
+    python bench/scifact.py --engines bench/results/scifact-vectors.npz  # C engine vs onnxruntime
 
 The first run builds bench/results/scifact-windows.db (title + abstract per document, embedded
 with the local model: about 15 minutes on 2 cores); later runs reuse it. ``--embedding``: each
 abstract one chunk read in windows (the default), one chunk cut at the model's first 256 tokens
 (as before windows), or cut into chunks of the window searched one result per document
-(group_by_file), each in its own file.
+(group_by_file), each in its own file. ``--engines`` reads the SciFact vectors of the C engine
+(csrc/model.c) and of onnxruntime that ``bench/embed_engine.py --save`` wrote, indexes the
+corpus with each, and compares the same searches: nDCG@10 of each, and the share of queries
+whose top 10 is the same ids in the same order.
 """
 
 import argparse
@@ -21,6 +25,7 @@ import shutil
 import sys
 import time
 
+import numpy as np
 from measures import ndcg_at_10
 
 from hybridsql.chunking import chunk_markdown
@@ -125,6 +130,74 @@ def open_index(embedding: str = "windows") -> HybridIndex:
     return idx
 
 
+class Stored:
+    """A provider that answers with vectors made before (text -> float32 vector): an index
+    built with it, and its queries, have exactly one engine's vectors."""
+
+    dims = 384
+
+    def __init__(self, model_id: str, vectors: dict):
+        self.model_id, self.vectors = model_id, vectors
+
+    def embed(self, texts):
+        return np.array([self.vectors[t] for t in texts], dtype=np.float32)
+
+
+def compare_engines(saved: str, split: str) -> None:
+    """The C engine's index against onnxruntime's: nDCG@10 of each configuration on ``split``
+    and the share of queries (every query, and the judged ones) with the same top 10."""
+    vectors = np.load(saved)
+    corpus, queries = load_jsonl("corpus.jsonl"), load_jsonl("queries.jsonl")
+    texts = [(d["title"] + "\n" + d["text"]).strip() for d in corpus]
+    asked = [q["text"] for q in queries]
+    if len(vectors["docs_engine"]) != len(texts) or len(vectors["queries_engine"]) != len(asked):
+        sys.exit(
+            f"{saved} has {len(vectors['docs_engine'])} documents and"
+            f" {len(vectors['queries_engine'])} queries, SciFact {len(texts)} and {len(asked)}:"
+            " write it with bench/embed_engine.py --docs 100000 --queries 100000 --save"
+        )
+    qrels = load_qrels(split)
+    indexes = {}
+    for side in ("engine", "onnx"):
+        known = dict(zip(texts, vectors[f"docs_{side}"], strict=True))
+        known.update(zip(asked, vectors[f"queries_{side}"], strict=True))
+        path = os.path.join(HERE, "results", f"scifact-{side}.db")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.remove(path)
+        indexes[side] = HybridIndex(path, embedder=Stored(f"scifact-{side}", known))
+        build(indexes[side])
+    print(f"SciFact, the C engine's vectors against onnxruntime's; nDCG@10 on the {split} split")
+    print(f" ({len(qrels)} judged queries), the same top 10 over all {len(queries)} queries\n")
+    print("| configuration | nDCG@10 engine | nDCG@10 onnxruntime | same top 10 (all) |"
+          " same top 10 (judged) |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: |")
+    opts = {"min_score": 0.0, "limit": 10, "candidate_pool": 100, "half_life_days": 30.0}
+    for name in ("hybrid, default", "vector (MiniLM cosine)"):
+        options = {**opts, **CONFIGS[name]}
+        scores = {side: [] for side in indexes}
+        same, same_judged = 0, 0
+        for q in queries:
+            top = {
+                side: [r.path for r in idx.search(q["text"], **options)]
+                for side, idx in indexes.items()
+            }
+            same += top["engine"] == top["onnx"]
+            if q["_id"] in qrels:
+                same_judged += top["engine"] == top["onnx"]
+                for side in indexes:
+                    scores[side].append(ndcg_at_10(top[side], qrels[q["_id"]]))
+        engine, onnx = (sum(scores[s]) / len(scores[s]) for s in ("engine", "onnx"))
+        print(
+            f"| {name} | {engine:.4f} | {onnx:.4f} | {same}/{len(queries)}"
+            f" ({100 * same / len(queries):.1f} %) | {same_judged}/{len(scores['engine'])}"
+            f" ({100 * same_judged / len(scores['engine']):.1f} %) |",
+            flush=True,
+        )
+    for idx in indexes.values():
+        idx.close()
+
+
 def dated_path(doc_id: str) -> str:
     """``<id>/YYYY-MM-DD.md``: a file name temporal_decay() reads, a day from 1 to 365 days
     before NOW picked by the id's hash, so the dates spread evenly over the year."""
@@ -176,8 +249,17 @@ def main():
         " hybrid search with decay on and off",
     )
     parser.add_argument("--embedding", default="windows", choices=list(EMBEDDINGS))
+    parser.add_argument(
+        "--engines",
+        metavar="NPZ",
+        help="the C engine against onnxruntime, from the vectors bench/embed_engine.py --save"
+        " wrote",
+    )
     args = parser.parse_args()
     require_data()
+    if args.engines:
+        compare_engines(args.engines, args.split)
+        return
     idx = open_index(args.embedding)
     queries, qrels = load_jsonl("queries.jsonl"), load_qrels(args.split)
     configs = dict(CONFIGS)

@@ -259,8 +259,14 @@ static const Model *model_from_file(const char *path, const char *where, char *e
   return found;
 }
 
-/* The model of a BLOB's n bytes, copied and checked once per process and content. */
+/* The model of a BLOB's n bytes, copied and checked once per process and content.  SQLite
+** gives an empty BLOB as NULL, which memcmp and memcpy may not be passed even for no bytes. */
 static const Model *model_from_blob(const void *blob, size_t n, const char *where, char *err) {
+  if (!blob && n) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return 0;
+  }
+  if (!blob) blob = "";
   models_lock();
   const Model *found = 0;
   for (Model *x = models; x && !found; x = x->next) {

@@ -3,8 +3,10 @@
 # coverage, ASan and UBSan, linked with the harness (instrumented by the sanitizers only, so its
 # input decoding costs little) and the system libsqlite3; and fuzz/build/fuzz_tokenizer:
 # csrc/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the model
-# file stores it. Needs clang and libsqlite3-dev. UBSan's checks are recoverable only so that
-# fuzz/ubsan.supp can name known bugs; run.sh halts on every other report.
+# file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model.c and the SQL ways
+# to it (hybridsql_model() of a BLOB or a file) of csrc/embedsql.c, linked as fuzz_sql is. Needs
+# clang and libsqlite3-dev. UBSan's checks are recoverable only so that fuzz/ubsan.supp can name
+# known bugs; run.sh halts on every other report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p fuzz/build
@@ -19,6 +21,10 @@ clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/buil
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o fuzz/build/hybridsql.o \
   fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
   -o fuzz/build/fuzz_sql
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_model.c -o fuzz/build/fuzz_model.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_model.o fuzz/build/hybridsql.o \
+  fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
+  -o fuzz/build/fuzz_model
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
   -o fuzz/build/fuzz_tokenizer.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o fuzz/build/tokenizer.o \

@@ -375,7 +375,15 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
     pieces = vocab.count(0)
     if pieces != shape["vocab"]:
         raise EmbeddingError(f"{tokenizer_json} has {pieces} pieces, the model {shape['vocab']}")
-    arrays["vocab"] = np.frombuffer(vocab, dtype="u1")
+    return pack(shape, arrays, vocab, label=str(path))
+
+
+def pack(shape: dict, arrays: dict, vocab: bytes, model_id: str = MODEL_ID, label="") -> bytes:
+    """A model file's bytes: the header of ``shape`` (dims, layers, heads, ffn, vocab,
+    positions, types, eps), the sections of ``arrays`` (by the names of sections(), weight
+    matrices as [in][out]) and the vocabulary blob ``vocab``, then the checksum. ``label`` names
+    the source in errors."""
+    arrays = {**arrays, "vocab": np.frombuffer(vocab, dtype="u1")}
     layout = sections(
         **{k: v for k, v in shape.items() if k not in ("heads", "eps")}, vocab_bytes=len(vocab)
     )
@@ -383,7 +391,7 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
     for name, dtype, dims in layout:
         array = np.ascontiguousarray(arrays[name], dtype=dtype)
         if array.shape != dims or (_is_matrix(name) and dims[1] % BLOCK):
-            raise EmbeddingError(f"{path}: {name} has shape {array.shape}, expected {dims}")
+            raise EmbeddingError(f"{label}: {name} has shape {array.shape}, expected {dims}")
         out += (blocked(array) if _is_matrix(name) else array).tobytes()
         out += bytes(_aligned(len(out)) - len(out))
     header = _HEADER.pack(
@@ -392,7 +400,7 @@ def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
         HEADER_BYTES,
         len(out),
         0,
-        MODEL_ID.encode(),
+        model_id.encode(),
         shape["dims"],
         shape["layers"],
         shape["heads"],

@@ -129,6 +129,32 @@ def test_a_bad_model_file_is_one_line_never_a_vector(model_file, tmp_path, name)
         conn.execute("select hybridsql_model(?)", (str(path),)).fetchall()
 
 
+def test_an_empty_blob_is_refused_as_a_truncated_model(tmp_path):
+    """SQLite hands an empty BLOB over as a NULL pointer: it is refused as a file of 0 bytes,
+    by hybridsql_model() and from the table hybridsql_model alike. (The C once passed that NULL
+    to memcmp and memcpy: undefined behaviour, which CI's sanitizer build halts on; found by
+    fuzz/fuzz_model.c.)"""
+    truncated = (
+        "the model file is truncated (0 bytes, not even a header): make it again with"
+        " `python -m hybridsql.model_file FILE`"
+    )
+    conn = hybridsql.connect(":memory:")
+    message = f"hybridsql_model(): the model BLOB: {truncated}"
+    with pytest.raises(apsw.SQLError, match="^" + re.escape(message) + "$"):
+        conn.execute("select hybridsql_model(x'')").fetchall()
+    db = str(tmp_path / "empty-model.db")
+    env = empty_cache(tmp_path)
+    shell(
+        "create table hybridsql_model(model blob)",
+        "insert into hybridsql_model values (x'')",
+        db=db,
+    )
+    assert shell("select embed('x')", db=db, env=env) == (
+        "",
+        f"Error: stepping, embed(): the model in the table hybridsql_model: {truncated}",
+    )
+
+
 def test_hybridsql_model_names_the_file_or_its_bytes(model_file, tmp_path):
     """One SQL call names the model for the connection, by path or by its bytes; a view or a
     trigger cannot call it (it reads any file it is given)."""

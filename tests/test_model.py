@@ -126,6 +126,20 @@ def test_the_converter_refuses_a_graph_it_does_not_know(tmp_path):
         model_file.model_bytes(other)
 
 
+def test_the_fuzzers_seeds_are_model_files_the_engine_runs():
+    """fuzz/fuzz_model.c's seeds (its control byte, then a small model of the real format,
+    written by fuzz/model_seed.py) open and embed: a seed the loader refused would leave every
+    check behind the header unfuzzed. A change of the format must write them again."""
+    seeds = sorted(glob.glob(os.path.join(ROOT, "fuzz", "corpus", "model", "tiny-*")))
+    assert len(seeds) == 2
+    for seed in seeds:
+        with open(seed, "rb") as f:
+            model = _native.Model(f.read()[1:])
+        assert (model.model_id, model.dims) == ("tiny-fuzz-seed", 32)
+        vector = np.frombuffer(model.embed("how do I roll back a deploy freeze"), np.float32)
+        assert abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+
+
 def test_hybridsql_model_writes_the_file(tmp_path):
     out = tmp_path / "m.hsmodel"
     done = subprocess.run(
