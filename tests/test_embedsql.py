@@ -136,7 +136,7 @@ def test_an_empty_blob_is_refused_as_a_truncated_model(tmp_path):
     fuzz/fuzz_model.c.)"""
     truncated = (
         "the model file is truncated (0 bytes, not even a header): make it again with"
-        " `python -m hybridsql.model_file FILE`"
+        " `hybridsql model --out FILE`"
     )
     conn = hybridsql.connect(":memory:")
     message = f"hybridsql_model(): the model BLOB: {truncated}"
