@@ -5,6 +5,7 @@
     python bench/cold_start.py model           # where a hybrid search's time goes; the model's load
     python bench/cold_start.py vectors 1000000 # a new connection's first k-nearest query, 1M x 384
     python bench/cold_start.py connect         # a new process's first hybridsql.connect()
+    python bench/cold_start.py embed           # a new process's first SQL embed(): the model ready
 
 ``commands`` (the default) times ``hybridsql --version``, ``--help``, a keyword search and a hybrid
 search, each in 15 new processes taken in turn, on an index of two notes, and one query embedding by
@@ -17,7 +18,10 @@ after round, a warm query, the first query of a new connection with SQLite's def
 memory-mapped reads, and the first query of a new process as `hybridsql.connect` opens it.
 ``connect`` times ``import hybridsql`` and its first ``hybridsql.connect()`` of a file in new
 processes (the target is 5 ms; apsw's own import is timed apart), and sqlite-vec's open and load
-where it is installed.
+where it is installed. ``embed`` times, in new processes with a connection open, the first SQL
+``embed()`` (the model file found, mapped and opened, then one query embedded) against the second
+(one query embedded), and the resident memory the first adds (issue 33: the model ready in
+<= 20 ms, <= 40 MB resident added).
 """
 
 import os
@@ -336,6 +340,48 @@ def connect() -> None:
             print(f"{name} (median of {RUNS} new processes): {parts} ms")
 
 
+EMBED_STEPS = r"""
+import json, time, hybridsql
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+conn = hybridsql.connect(":memory:")
+conn.execute("select 1").fetchall()
+before, start = rss(), time.perf_counter()
+conn.execute("select embed('deploy freeze')").fetchall()
+first, added = time.perf_counter() - start, rss() - before
+start = time.perf_counter()
+conn.execute("select embed('a second query')").fetchall()
+print(json.dumps([first, time.perf_counter() - start, added]))
+"""
+
+
+def embed_sql() -> None:
+    import json
+
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", EMBED_STEPS],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=tempfile.gettempdir(),  # not a checkout, whose hybridsql/ may be unbuilt
+            ).stdout
+        )
+        for _ in range(RUNS)
+    ]
+    first, second, added = ([run[i] for run in runs] for i in range(3))
+    print(f"first embed() of a new process: {median_ms(first)}")
+    print(f"second embed(): {median_ms(second)}")
+    print(
+        f"the model ready (first less second): "
+        f"{(statistics.median(first) - statistics.median(second)) * 1000:.1f} ms;"
+        f" resident memory the first adds: {statistics.median(added):.1f} MB"
+        f" (median of {RUNS} new processes)"
+    )
+
+
 def main() -> None:
     args = sys.argv[1:]
     which = args[0] if args else "commands"
@@ -347,8 +393,10 @@ def main() -> None:
         vectors(int(args[1]) if len(args) > 1 else 1_000_000)
     elif which == "connect":
         connect()
+    elif which == "embed":
+        embed_sql()
     else:
-        raise SystemExit(f"unknown part {which!r}: commands, model, vectors or connect")
+        raise SystemExit(f"unknown part {which!r}: commands, model, vectors, connect or embed")
 
 
 if __name__ == "__main__":
