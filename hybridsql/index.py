@@ -605,7 +605,7 @@ class HybridIndex:
                 (root, rel, sha, size, mtime),
             )
             file_id = conn.last_insert_rowid()
-            first = conn.execute("select coalesce(max(id), 0) + 1 from chunks").fetchone()[0]
+            first = conn.execute("select coalesce(max(id), 0) + 1 from chunks").get
             insert_chunks(
                 conn,
                 [
