@@ -40,7 +40,7 @@ from hybridsql.engine import prepare_sql_embed, runs_locally
 from hybridsql.errors import IndexingError
 from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.locking import one_call_at_a_time
-from hybridsql.schema import check_index, ensure_schema, has_fts, whole, without_native
+from hybridsql.schema import COLUMNS, check_index, ensure_schema, has_fts, whole, without_native
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -670,18 +670,8 @@ def same_stat(root: str, rel: str, known) -> bool:
     return (info.st_size, info.st_mtime) == known[2]
 
 
-# The columns of a chunks row that insert_chunks takes, in order.
-CHUNK_COLUMNS = (
-    "id",
-    "kind",
-    "file_id",
-    "path",
-    "start_line",
-    "end_line",
-    "heading",
-    "text",
-    "created_at",
-)
+# The columns of a chunks row that insert_chunks takes, in order: every column the schema names.
+CHUNK_COLUMNS = COLUMNS["chunks"]
 
 
 def insert_chunks(conn: apsw.Connection, rows: list) -> None:
