@@ -30,11 +30,14 @@ import time
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from measures import ndcg_at_10, paired_bootstrap
-from scifact import load_jsonl, load_qrels, require_data
 
+# This checkout's hybridsql, before anything imports one: scifact does, and an installed copy
+# (another worktree's editable install, an old wheel) would otherwise be the one measured.
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+
+from measures import ndcg_at_10, paired_bootstrap  # noqa: E402
+from scifact import load_jsonl, load_qrels, require_data  # noqa: E402
 
 from hybridsql.langchain import HybridSQLVectorStore  # noqa: E402
 

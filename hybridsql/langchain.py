@@ -10,7 +10,6 @@ the statement, applied before the top k. What the store writes is an ordinary in
 read it.
 """
 
-import os
 from collections import abc
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
@@ -26,7 +25,7 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import Field
 
-from hybridsql.documents import Collection, Cond, Found, Logic
+from hybridsql.documents import Collection, Cond, Found, Logic, new_ids
 from hybridsql.errors import QueryError
 
 SEARCH_TYPES = ("hybrid", "similarity", "mmr", "keyword")
@@ -43,22 +42,6 @@ _OPS = {
     "$exists": "exists",
     "$contains": "contains",
 }
-
-
-def new_ids(n: int) -> list[str]:
-    """``n`` ids as ``str(uuid.uuid4())`` writes them (random, version 4), from one read of the
-    system's random source rather than one a document."""
-    import numpy as np
-
-    raw = np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16).copy()
-    raw[:, 6] = raw[:, 6] & 0x0F | 0x40  # the version, 4
-    raw[:, 8] = raw[:, 8] & 0x3F | 0x80  # the variant, RFC 4122's
-    h = raw.tobytes().hex()
-    return [
-        f"{h[j : j + 8]}-{h[j + 8 : j + 12]}-{h[j + 12 : j + 16]}-"
-        f"{h[j + 16 : j + 20]}-{h[j + 20 : j + 32]}"
-        for j in range(0, 32 * n, 32)
-    ]
 
 
 def parse_filter(spec: dict | None) -> Cond | Logic | None:

@@ -51,12 +51,17 @@ create index if not exists chunks_kind on chunks(kind);
 -- index before it is embedded (embed.py, Embedder), so the cache keeps no second copy of a
 -- vector the index holds; the text itself is compared after. A table kept by triggers rather
 -- than an index on those expressions, which `sqlite-utils transform` refuses to carry over.
+-- A collection's documents (documents.py, root 'collection:NAME') have no keys: the caller's
+-- embeddings make their vectors, not the Embedder, and their keys went in at random places of
+-- this B-tree, most of its leaf pages written again (to the -wal file, then the database) by
+-- every batch of documents.
 create table if not exists chunk_keys(
   length integer not null, tail text not null, chunk_id integer not null,
   primary key (length, tail, chunk_id)
 ) without rowid;
 create trigger if not exists chunk_keys_insert after insert on chunks begin
-  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+  insert into chunk_keys select length(new.text), substr(new.text, -24), new.id
+    where not exists (select 1 from files where id = new.file_id and root glob 'collection:*');
 end;
 create trigger if not exists chunk_keys_delete after delete on chunks begin
   delete from chunk_keys
@@ -65,7 +70,8 @@ end;
 create trigger if not exists chunk_keys_update after update of id, text on chunks begin
   delete from chunk_keys
   where length = length(old.text) and tail = substr(old.text, -24) and chunk_id = old.id;
-  insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);
+  insert into chunk_keys select length(new.text), substr(new.text, -24), new.id
+    where not exists (select 1 from files where id = new.file_id and root glob 'collection:*');
 end;
 
 -- One vector per chunk (chunk_id is the rowid), float32, tagged with its model; kind is the
@@ -272,6 +278,27 @@ PARTS = _parts(TABLES)
 FTS_PARTS = _parts(FTS)
 
 
+def _triggers(script: str) -> dict:
+    """The triggers that ``script`` makes, by name, each as sqlite_schema keeps its text."""
+    made = re.finditer(r"create trigger if not exists (\w+)(.*?\bend);", script, re.S)
+    return {m[1]: f"CREATE TRIGGER {m[1]}{m[2]}" for m in made}
+
+
+# This version's triggers. An index of this schema version whose trigger reads otherwise (one
+# that an earlier release wrote) has it made again as this one writes it, at a writing open: a
+# trigger may change here only where the rows it keeps stay right under either text (the same
+# answers, only faster); a change that needs its rows made again needs a new schema version.
+TRIGGERS = {**_triggers(TABLES), **_triggers(FTS)}
+
+
+def _drop_stale_triggers(conn: apsw.Connection) -> None:
+    """Drops the triggers of this index whose text is not this version's (TRIGGERS): TABLES and
+    FTS make them again."""
+    for name, sql in conn.execute("select name, sql from sqlite_schema where type = 'trigger'"):
+        if name in TRIGGERS and sql != TRIGGERS[name]:
+            conn.execute(f"drop trigger {name}")
+
+
 def without_native(detail: str) -> IndexingError:
     """The error of a write that needs vector_index on a connection without it, saying why the
     native extension is missing where that is known (``detail``: SQLite's error)."""
@@ -307,6 +334,7 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
         if current:
             missing_column(conn, path or conn.filename)
             before = _present(conn)
+            _drop_stale_triggers(conn)
         if version == 1:
             _upgrade_from_1(conn)
         elif version == 2:
@@ -497,7 +525,8 @@ def _upgrade_from_4(conn: apsw.Connection) -> None:
 
 _FILL_CHUNK_KEYS = (
     "delete from chunk_keys;"
-    " insert into chunk_keys select length(text), substr(text, -24), id from chunks"
+    " insert into chunk_keys select length(c.text), substr(c.text, -24), c.id from chunks c"
+    " where not exists (select 1 from files where id = c.file_id and root glob 'collection:*')"
 )
 _FILL_CHUNKS_FTS = (
     "insert into chunks_fts(rowid, text) select id, text from chunks where kind = 'document'"

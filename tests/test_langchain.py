@@ -196,6 +196,71 @@ def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path)
     idx.close()
 
 
+def test_text_keys_are_kept_for_files_and_memories_not_for_a_collections_documents(tmp_path):
+    """chunk_keys, where the Embedder looks up a text's vector before it embeds the text, holds
+    the key of every chunk of an indexed folder and of every memory, and none of a collection's
+    documents (the caller's embeddings make their vectors), whatever adds, edits, replaces or
+    deletes them. An index whose trigger an earlier release wrote gets this release's at its
+    next writing open (and not at a read-only one)."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    import hybridsql
+    from hybridsql import schema
+    from hybridsql.index import HybridIndex
+    from hybridsql.memory import MemoryStore
+
+    want = (
+        "select c.id, length(c.text), substr(c.text, -24) from chunks c"
+        " left join files f on f.id = c.file_id"
+        " where f.root is null or f.root not like 'collection:%' order by c.id"
+    )
+    have = "select chunk_id, length, tail from chunk_keys order by chunk_id"
+
+    def check(conn):
+        keys = conn.execute(have).fetchall()
+        assert keys == conn.execute(want).fetchall()
+        return {k for (k, _, _) in keys}
+
+    db = str(tmp_path / "keys.db")
+    idx = HybridIndex(db, embedder="none")
+    idx.index_folder(str(Path(__file__).parent.parent / "examples" / "memory"))
+    memory = MemoryStore(idx).add("the staging cluster moved to eu-west-3")
+    store = HybridSQLVectorStore(embedding=DeterministicFakeEmbedding(size=8), index=idx)
+    store.add_texts([f"deploy note {i}" for i in range(30)], ids=[f"d{i}" for i in range(30)])
+    keyed = check(idx.conn)
+    assert memory.id in keyed and len(keyed) > 1
+    documents = "select c.id from chunks c join files f on f.id = c.file_id"
+    documents += " where f.root like 'collection:%'"
+    assert len(idx.conn.execute(documents).fetchall()) == 30
+    # Edits as another client makes them (SQL), replacements and deletes by the store.
+    idx.conn.execute(f"update chunks set text = 'edited ' || text where id in ({documents})")
+    idx.conn.execute("update chunks set text = 'edited ' || text where id = ?", (min(keyed),))
+    store.add_texts(
+        ["replaced"] * 1 + [f"again {i}" for i in range(9)], ids=[f"d{i}" for i in range(10)]
+    )
+    store.delete([f"d{i}" for i in range(20, 30)])
+    assert check(idx.conn) == keyed
+    idx.close()
+
+    old = (
+        "drop trigger chunk_keys_insert; create trigger chunk_keys_insert after insert on chunks"
+        " begin insert into chunk_keys values (length(new.text), substr(new.text, -24), new.id);"
+        " end;"
+    )
+    conn = hybridsql.connect(db)
+    conn.execute(old)
+    conn.close()
+    trigger = "select sql from sqlite_schema where name = 'chunk_keys_insert'"
+    with HybridIndex(db, embedder="none", readonly=True) as idx:
+        assert "where not exists" not in idx.conn.execute(trigger).fetchone()[0]
+    idx = HybridIndex(db, embedder="none")
+    assert idx.conn.execute(trigger).fetchone()[0] == schema.TRIGGERS["chunk_keys_insert"]
+    store = HybridSQLVectorStore(embedding=DeterministicFakeEmbedding(size=8), index=idx)
+    store.add_texts(["after the upgrade"], ids=["new"])
+    check(idx.conn)
+    idx.close()
+
+
 async def test_concurrent_async_calls_share_one_store(tmp_path):
     """LangChain's async methods run the store in executor threads: many at once, no error."""
     import asyncio
@@ -212,21 +277,38 @@ async def test_concurrent_async_calls_share_one_store(tmp_path):
     store.close()
 
 
-def test_new_ids_are_uuid4s_as_uuid_writes_them(tmp_path):
-    """The ids add_texts makes read back as version 4 UUIDs written as str(uuid.uuid4()) writes
-    them, and differ."""
+def test_new_ids_are_uuid7s_that_sort_in_the_order_they_were_made(tmp_path, monkeypatch):
+    """The ids add_texts makes read back as version 7 UUIDs written as str(uuid.UUID) writes
+    them, carry the millisecond they were made, differ, and sort (as text) in the order they
+    were made: within a call, across calls in the same millisecond, and when the clock goes
+    back."""
+    import time
     import uuid
 
+    from hybridsql import documents
     from hybridsql.langchain import new_ids
 
-    ids = new_ids(2000)
-    assert len(set(ids)) == 2000 and new_ids(0) == []
+    before = time.time_ns() // 1_000_000
+    ids = new_ids(2000) + new_ids(1) + new_ids(3)
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == len(ids) and new_ids(0) == [] and ids == sorted(ids)
     for i in ids:
         u = uuid.UUID(i)
-        assert (str(u), u.version, u.variant) == (i, 4, uuid.RFC_4122)
+        assert (str(u), u.version, u.variant) == (i, 7, uuid.RFC_4122)
+        assert before <= u.int >> 80 <= after
+    # A clock set back an hour: the ids go on from the last one, not back in time.
+    now = time.time_ns()
+    monkeypatch.setattr(documents.time, "time_ns", lambda: now - 3_600_000_000_000)
+    later = new_ids(5)
+    assert later == sorted(later) and later[0] > ids[-1]
+    # A millisecond's counter spent: the next millisecond's ids, still in order.
+    monkeypatch.setattr(documents, "_LAST_ID", [now // 1_000_000, (1 << 42) - 3])
+    spent = new_ids(4)
+    assert spent == sorted(spent) and uuid.UUID(spent[0]).int >> 80 == now // 1_000_000 + 1
+    monkeypatch.undo()
     store = HybridSQLVectorStore(str(tmp_path / "ids.db"))
     made = store.add_texts(["one", "two", "three"], ids=["given", None, ""])
-    assert made[0] == "given" and all(uuid.UUID(i).version == 4 for i in made[1:])
+    assert made[0] == "given" and all(uuid.UUID(i).version == 7 for i in made[1:])
     assert [d.id for d in store.get_by_ids(made)] == made
     store.close()
 
@@ -282,7 +364,6 @@ def test_a_call_of_many_answers_as_calls_of_one(tmp_path, mode):
     ]
     same = [
         "select id, text from chunks order by id",
-        "select * from chunk_keys order by chunk_id",
         "select rowid from chunks_trigram order by rowid",
         "select count(*) from chunks_trigram where chunks_trigram match '部署'",
         "select f.path, m.metadata from files f join document_metadata m on m.file_id = f.id",
