@@ -233,7 +233,7 @@ class Collection:
         embed_query: Callable[[str], Sequence] | None = None,
         model_id: str | None = None,
     ) -> None:
-        from hybridsql.index import insert_chunks, transaction
+        from hybridsql.index import insert_rows, transaction
 
         if not isinstance(name, str) or not name:
             raise QueryError(f"a collection's name must be non-empty text, not {name!r}")
@@ -245,7 +245,7 @@ class Collection:
         self.embed_query = embed_query
         self.model_id = model_id
         self._transaction = transaction
-        self._insert_chunks = insert_chunks
+        self._insert_rows = insert_rows
         if not index.readonly:
             with transaction(self.conn):
                 self.conn.execute(METADATA_TABLE)
@@ -278,7 +278,7 @@ class Collection:
         sums = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
         conn = self.conn
         with self._transaction(conn):
-            # Many ids to a statement, as insert_chunks does: the deletes fire FTS5's triggers.
+            # Many ids to a statement, as insert_rows does: the deletes fire FTS5's triggers.
             for start in range(0, len(ids), 500):
                 part = ids[start : start + 500]
                 conn.execute(
@@ -290,26 +290,27 @@ class Collection:
             # Ids given here, under the write lock, so that each table's rows go in at once.
             file0 = conn.execute("select coalesce(max(id), 0) + 1 from files").fetchone()[0]
             chunk0 = conn.execute("select coalesce(max(id), 0) + 1 from chunks").fetchone()[0]
-            conn.executemany(
-                "insert into files(id, root, path, sha256, size, mtime) values (?, ?, ?, ?, ?, ?)",
+            insert = self._insert_rows
+            insert(
+                conn,
+                "files",
                 [(file0 + n, self.root, i, sums[n], sizes[n], now) for n, i in enumerate(ids)],
             )
-            conn.executemany(
-                "insert into document_metadata(file_id, metadata) values (?, ?)",
-                [(file0 + n, meta) for n, meta in enumerate(blobs)],
-            )
-            self._insert_chunks(
+            insert(conn, "document_metadata", [(file0 + n, m) for n, m in enumerate(blobs)])
+            insert(
                 conn,
+                "chunks",
                 [
                     (chunk0 + n, "document", file0 + n, ids[n], 1, t.count("\n") + 1, "", t, now)
                     for n, t in enumerate(texts)
                 ],
             )
             if vectors is not None:
-                conn.executemany(
-                    "insert into vectors(chunk_id, vector, model_id, kind)"
-                    " values (?, ?, ?, 'document')",
-                    [(chunk0 + n, v, self.model_id) for n, v in enumerate(vectors)],
+                model = self.model_id
+                insert(
+                    conn,
+                    "vectors",
+                    [(chunk0 + n, v, model, "document") for n, v in enumerate(vectors)],
                 )
         return ids
 

@@ -606,8 +606,9 @@ class HybridIndex:
             )
             file_id = conn.last_insert_rowid()
             first = conn.execute("select coalesce(max(id), 0) + 1 from chunks").get
-            insert_chunks(
+            insert_rows(
                 conn,
+                "chunks",
                 [
                     (first + i, "document", file_id, rel, c.start_line, c.end_line, c.heading)
                     + (c.text, mtime)
@@ -615,11 +616,12 @@ class HybridIndex:
                 ],
             )
             if vectors:
-                conn.executemany(
-                    "insert into vectors(chunk_id, vector, model_id, kind)"
-                    " values (?, ?, ?, 'document')",
+                model = self.embedder.model_id
+                insert_rows(
+                    conn,
+                    "vectors",
                     [
-                        (first + i, vectors[i].astype("<f4").tobytes(), self.embedder.model_id)
+                        (first + i, vectors[i].astype("<f4").tobytes(), model, "document")
                         for i in range(len(chunks))
                     ],
                 )
@@ -670,20 +672,30 @@ def same_stat(root: str, rel: str, known) -> bool:
     return (info.st_size, info.st_mtime) == known[2]
 
 
-# The columns of a chunks row that insert_chunks takes, in order: every column the schema names.
-CHUNK_COLUMNS = COLUMNS["chunks"]
+# The tables insert_rows writes, and the columns of their rows, in order: every column of chunks
+# that the schema names; the others as documents.py (a collection's documents) writes them.
+ROW_COLUMNS = {
+    "chunks": COLUMNS["chunks"],
+    "files": ("id", "root", "path", "sha256", "size", "mtime"),
+    "document_metadata": ("file_id", "metadata"),
+    "vectors": ("chunk_id", "vector", "model_id", "kind"),
+}
 
 
-def insert_chunks(conn: apsw.Connection, rows: list) -> None:
-    """Inserts rows of ``chunks`` (tuples of CHUNK_COLUMNS' values), many in one statement.
+def insert_rows(conn: apsw.Connection, table: str, rows: list) -> None:
+    """Inserts ``rows`` (tuples of ROW_COLUMNS[table]'s values) into ``table``, up to 500 in one
+    statement.
 
-    A statement whose rows fire triggers opens a statement savepoint, and FTS5 writes the terms
-    it holds in memory to a new segment of its index at each savepoint: one statement a row made
-    a segment a chunk, merged again and again. One statement for many rows makes one."""
-    width = len(CHUNK_COLUMNS)
-    per = max(1, min(500, conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
-    head = f"insert into chunks({', '.join(CHUNK_COLUMNS)}) values "
-    one = "(" + ", ".join(["?"] * width) + ")"
+    Not a statement a row. A statement whose rows fire triggers opens a statement savepoint, and
+    FTS5 writes the terms it holds in memory to a new segment of its index at each savepoint:
+    one statement a row made a segment a chunk, merged again and again. And executemany, which
+    runs its statement once a row, hands it back to apsw's statement cache at each run; the
+    cache keeps the last 100 handed back, so 1,000 rows pushed every other statement of the
+    transaction out of it, each prepared again (its triggers' programs with it) in the next."""
+    columns = ROW_COLUMNS[table]
+    per = max(1, min(500, conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
+    head = f"insert into {table}({', '.join(columns)}) values "
+    one = "(" + ", ".join(["?"] * len(columns)) + ")"
     for start in range(0, len(rows), per):
         part = rows[start : start + per]
         conn.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])

@@ -199,7 +199,10 @@ REVIEWED = {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",
     },
-    "index.py": {"', '.join(CHUNK_COLUMNS)": "the column names of CHUNK_COLUMNS, a constant"},
+    "index.py": {
+        "table": "insert_rows: a key of ROW_COLUMNS (any other is a KeyError before the SQL)",
+        "', '.join(columns)": "insert_rows: the column names ROW_COLUMNS, a constant, holds",
+    },
     "mcp_http.py": {"text": "the refused --http value in an error message (HOST:PORT), not SQL"},
     "replication.py": {
         "table": "an FTS5 table's name read from the restored file's schema, quoted as an "
@@ -277,6 +280,10 @@ REVIEWED = {
         '_has_cjk("old.text")': "the CJK test of old.text: code's SQL and the CJK class",
         "path": "a database's file name in an error message, not SQL",
         "table": "each name of FTS_TABLES, a module constant",
+        "m[1]": "_triggers: a trigger's name in the module's own TABLES or FTS",
+        "m[2]": "_triggers: the rest of that trigger's text in TABLES or FTS",
+        "name": "_drop_stale_triggers: a name read from sqlite_schema, dropped only when it is"
+        " one of TRIGGERS' keys (this module's own trigger names)",
     },
     "stats.py": {
         "table": "a table's name read from the file's schema, quoted as an identifier (its"
