@@ -2038,6 +2038,29 @@ enum {
   VS_COUNT
 };
 
+/*
+** Rows that one statement appends to a partition's last block, kept here and
+** written together (their records and numeric metadata in one write of the
+** block's T_codes row, their vectors a group at a time, the block's count and
+** checksum once) rather than each by itself: vx_flush.  Their T_rowids rows go
+** in at once, so every check of a later row sees them.  Rows are held only while
+** a statement may add more (in a statement's or a user's savepoint, or in
+** autocommit mode), and are written before anything else reads or changes the
+** table through this connection (xFilter, a delete or update, integrity_check),
+** at the end of each savepoint (xRelease, xSavepoint) and at the commit (xSync);
+** a rollback forgets them.
+*/
+typedef struct Appended {
+  int64_t block, dims, capacity, count; /* the block as T_blocks has it; block 0: none */
+  sqlite3_value *parts[HS_MAX_FILTERS]; /* its partition's values */
+  int64_t n, cap;                       /* rows held, and room for them */
+  uint8_t *recs;  /* their records, rec_stride(dims) bytes each */
+  float *vecs;    /* their vectors, dims floats each */
+  uint8_t *nums;  /* their numeric metadata, 9 * nnum bytes each: values, then NULL flags */
+  uint8_t *scratch; /* a group of vectors, or a numeric column, as it is written */
+  int64_t scratch_cap;
+} Appended;
+
 typedef struct VxTab {
   sqlite3_vtab base;
   sqlite3 *db;
@@ -2057,6 +2080,8 @@ typedef struct VxTab {
   Cache cache;
   sqlite3_stmt *st[VS_COUNT];
   char *broken; /* xConnect found the shadow tables damaged: what every use of it says */
+  Appended app; /* rows appended and not yet written */
+  int level;    /* the savepoints open (xSavepoint less xRelease) */
 } VxTab;
 
 #define VX_SCORE(t) ((t)->ncol)
@@ -2412,9 +2437,9 @@ static char *vs_sql(VxTab *t, int which) {
       sqlite3_str_appendf(s, "delete from \"%w\".\"%w_vectors\" where id between ?1 * 256"
                              " and ?1 * 256 + 255", db, n);
       break;
-    case VS_NEW_GROUP:
+    case VS_NEW_GROUP: /* ?1 id, ?2 its data: zeros, or the group's vectors */
       sqlite3_str_appendf(s, "insert or replace into \"%w\".\"%w_vectors\"(id, data)"
-                             " values (?1, zeroblob(?2))", db, n);
+                             " values (?1, ?2)", db, n);
       break;
     case VS_DROP_GROUP:
       sqlite3_str_appendf(s, "delete from \"%w\".\"%w_vectors\" where id = ?1", db, n);
@@ -3003,7 +3028,7 @@ static int vx_put(VxTab *t, const BlockRow *b, int64_t slot, int64_t rowid, cons
     sqlite3_stmt *st = vs(t, VS_NEW_GROUP, &rc);
     if (!st) return rc;
     sqlite3_bind_int64(st, 1, group_id(l, b->id, slot));
-    sqlite3_bind_int64(st, 2, 4 * d * l->group);
+    sqlite3_bind_zeroblob64(st, 2, (sqlite3_uint64)(4 * d * l->group));
     rc = vs_run(t, st);
   }
   if (rc == SQLITE_OK) {
@@ -3044,17 +3069,183 @@ static int vx_grow(VxTab *t, BlockRow *b) {
   return rc;
 }
 
+/* ---- appended rows, written together (Appended) ---- */
+
+/* Forgets the rows held (a rollback), keeping the memory for the next ones. */
+static void app_clear(VxTab *t) {
+  Appended *a = &t->app;
+  for (int i = 0; i < HS_MAX_FILTERS; i++) {
+    sqlite3_value_free(a->parts[i]);
+    a->parts[i] = 0;
+  }
+  a->block = a->n = 0;
+}
+
+static void app_free(VxTab *t) {
+  Appended *a = &t->app;
+  app_clear(t);
+  sqlite3_free(a->recs);
+  sqlite3_free(a->vecs);
+  sqlite3_free(a->nums);
+  sqlite3_free(a->scratch);
+  memset(a, 0, sizeof(*a));
+}
+
+/* Whether rows may be held now: a later statement of the transaction may read the shadow
+** tables otherwise than through this table (the numpy reader), and only a savepoint's end or
+** the commit tells this table that a statement is over. */
+static int app_allowed(VxTab *t) { return t->level > 0 || sqlite3_get_autocommit(t->db); }
+
+/* Whether a row of these partition values and dimensions goes to the rows held. */
+static int app_takes(VxTab *t, sqlite3_value *const *parts, int64_t d) {
+  const Appended *a = &t->app;
+  if (!a->block || a->dims != d || a->count + a->n >= a->capacity) return 0;
+  for (int i = 0; i < t->npart; i++) {
+    if (!same_value(a->parts[i], parts[i])) return 0;
+  }
+  return 1;
+}
+
+/* Holds the rows appended next to block b (its row as written), of partition parts[]. */
+static int app_start(VxTab *t, const BlockRow *b, sqlite3_value *const *parts) {
+  Appended *a = &t->app;
+  app_clear(t);
+  int64_t room = b->capacity - b->count, stride = rec_stride(b->dims);
+  if (room <= 0) return SQLITE_OK;
+  if (a->cap < room || a->dims != b->dims) { /* the largest block of this D: once */
+    int64_t rows = vx_layout(t, b->dims)->rows;
+    sqlite3_free(a->recs);
+    sqlite3_free(a->vecs);
+    sqlite3_free(a->nums);
+    a->recs = sqlite3_malloc64((sqlite3_uint64)(rows * stride));
+    a->vecs = sqlite3_malloc64((sqlite3_uint64)(rows * 4 * b->dims));
+    a->nums = sqlite3_malloc64((sqlite3_uint64)(rows * 9 * (t->nnum ? t->nnum : 1)));
+    a->cap = a->recs && a->vecs && a->nums ? rows : 0;
+    if (!a->cap) return SQLITE_OK; /* no memory to hold them: each is written by itself */
+  }
+  for (int i = 0; i < t->npart; i++) {
+    if (!(a->parts[i] = sqlite3_value_dup(parts[i]))) {
+      app_clear(t);
+      return SQLITE_NOMEM;
+    }
+  }
+  a->block = b->id, a->dims = b->dims, a->capacity = b->capacity, a->count = b->count;
+  return SQLITE_OK;
+}
+
+/* Holds row `rowid`, which app_takes: its T_rowids row goes in now. */
+static int app_add(VxTab *t, int64_t rowid, const float *v, sqlite3_value *const *metas) {
+  Appended *a = &t->app;
+  int64_t d = a->dims, slot = a->count + a->n;
+  int rc;
+  sqlite3_stmt *st = vs(t, VS_ADD_ROW, &rc);
+  if (!st) return rc;
+  sqlite3_bind_int64(st, 1, rowid);
+  sqlite3_bind_int64(st, 2, a->block);
+  sqlite3_bind_int64(st, 3, slot);
+  for (int i = 0; i < t->nmeta; i++) sqlite3_bind_value(st, i + 4, metas[i]);
+  if ((rc = vs_run(t, st))) return rc;
+  rec_build(a->recs + a->n * rec_stride(d), rowid, v, d);
+  memcpy(a->vecs + a->n * d, v, (size_t)(4 * d));
+  if (t->nnum) {
+    uint8_t *vals = a->nums + a->n * 9 * t->nnum;
+    num_encode(t, metas, vals, vals + 8 * t->nnum);
+  }
+  a->n++;
+  t->rows++;
+  return SQLITE_OK;
+}
+
+static uint8_t *app_scratch(Appended *a, int64_t bytes) {
+  if (bytes > a->scratch_cap) {
+    sqlite3_free(a->scratch);
+    a->scratch = sqlite3_malloc64((sqlite3_uint64)bytes);
+    a->scratch_cap = a->scratch ? bytes : 0;
+  }
+  return a->scratch;
+}
+
+/* Writes the rows held: records and numeric metadata in one write each, the vectors of a new
+** group in the insert that makes it, the block's count and checksum once. */
+static int vx_flush(VxTab *t) {
+  Appended *a = &t->app;
+  if (!a->block || !a->n) {
+    app_clear(t);
+    return SQLITE_OK;
+  }
+  sqlite3_int64 last = sqlite3_last_insert_rowid(t->db); /* what the user's statement made */
+  int busy = t->busy;
+  t->busy = 1;
+  map_free(&t->pending); /* no write has come before it in this xUpdate, if in one */
+  BlockRow b = {a->block, a->dims, a->capacity, a->count};
+  int64_t d = b.dims, n = a->n, stride = rec_stride(d), end = b.count + n;
+  const Layout *l = vx_layout(t, d);
+  sqlite3_blob *h = 0;
+  int rc = vx_blob(t, &h, "codes", b.id, 1);
+  if (rc == SQLITE_OK) rc = blob_put(t, h, a->recs, n * stride, b.count * stride, "codes", b.id);
+  for (int j = 0; j < t->nnum && rc == SQLITE_OK; j++) { /* column j of the rows held */
+    uint8_t *col = app_scratch(a, 9 * n);
+    if (!col) {
+      rc = SQLITE_NOMEM;
+      break;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      const uint8_t *vals = a->nums + i * 9 * t->nnum;
+      memcpy(col + 8 * i, vals + 8 * j, 8);
+      col[8 * n + i] = vals[8 * t->nnum + j];
+    }
+    int64_t off = num_offset(b.capacity, d, j);
+    rc = blob_put(t, h, col, 8 * n, off + 8 * b.count, "codes", b.id);
+    if (rc == SQLITE_OK) rc = blob_put(t, h, col + 8 * n, n, off + 8 * b.capacity + b.count, "codes", b.id);
+  }
+  vx_blob_close(&h);
+  for (int64_t slot = b.count; slot < end && rc == SQLITE_OK;) {
+    int64_t first = slot - slot % l->group, to = first + l->group < end ? first + l->group : end;
+    const float *v = a->vecs + (slot - b.count) * d;
+    if (slot == first) { /* a new group: made with its vectors, zeros after them */
+      int64_t bytes = 4 * d * l->group;
+      uint8_t *g = app_scratch(a, bytes);
+      sqlite3_stmt *st = g ? vs(t, VS_NEW_GROUP, &rc) : 0;
+      if (!g) rc = SQLITE_NOMEM;
+      if (st) {
+        memcpy(g, v, (size_t)(4 * d * (to - slot)));
+        memset(g + 4 * d * (to - slot), 0, (size_t)(bytes - 4 * d * (to - slot)));
+        sqlite3_bind_int64(st, 1, group_id(l, b.id, slot));
+        sqlite3_bind_blob64(st, 2, g, (sqlite3_uint64)bytes, SQLITE_STATIC);
+        rc = vs_run(t, st);
+        sqlite3_bind_null(st, 2);
+      }
+    } else {
+      rc = vx_write(t, "vectors", group_id(l, b.id, slot), v, 4 * d * (to - slot),
+                    (slot - first) * 4 * d);
+    }
+    slot = to;
+  }
+  b.count = end;
+  if (rc == SQLITE_OK) rc = vx_set_count(t, &b);
+  app_clear(t);
+  sqlite3_set_last_insert_rowid(t->db, last);
+  t->busy = busy;
+  return rc;
+}
+
 /*
 ** Appends row `rowid` to its partition (parts[]), with metadata metas[].  The
 ** caller has checked everything that can be wrong with the row, so that only
 ** SQLite's own errors can stop it half way (and those roll back the
-** transaction: vx_sql_fail keeps their codes).
+** transaction: vx_sql_fail keeps their codes).  `hold`: the row may be held
+** with the rows appended before it (Appended), and the rows after it with it.
 */
 static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
-                     sqlite3_value *const *parts, sqlite3_value *const *metas) {
+                     sqlite3_value *const *parts, sqlite3_value *const *metas, int hold) {
+  int rc;
+  if (t->app.block) {
+    if (hold && app_takes(t, parts, d)) return app_add(t, rowid, v, metas);
+    if ((rc = vx_flush(t))) return rc;
+  }
   BlockRow b;
-  int found, rc = vx_tail(t, parts, &b, &found);
-  if (rc) return rc;
+  int found;
+  if ((rc = vx_tail(t, parts, &b, &found))) return rc;
   int64_t full = vx_layout(t, d)->rows;
   if (!found || (b.count == b.capacity && b.capacity == full)) {
     sqlite3_stmt *st = vs(t, VS_NEW_BLOCK, &rc);
@@ -3089,7 +3280,7 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
   b.count++;
   if ((rc = vx_set_count(t, &b))) return rc;
   t->rows++;
-  return SQLITE_OK;
+  return hold && app_allowed(t) ? app_start(t, &b, parts) : SQLITE_OK;
 }
 
 /* The row at (b, slot) moves to (to, to_slot): record, numeric metadata, vector, location. */
@@ -3275,6 +3466,7 @@ static int vx_new_row(VxTab *t, sqlite3_value **cols, int64_t rowid, NewRow *r) 
 
 /* With float[]: the partition's vectors have one D, that of its last block. */
 static int vx_check_dims(VxTab *t, sqlite3_value *const *parts, int64_t rowid, int64_t d) {
+  if (app_takes(t, parts, d)) return SQLITE_OK; /* the rows held: of its partition and D */
   BlockRow b;
   int found, rc = vx_tail(t, parts, &b, &found);
   if (rc == SQLITE_OK && found && b.dims != d) {
@@ -3295,10 +3487,11 @@ static int vx_insert(VxTab *t, int64_t rowid, NewRow *r) {
       return vx_fail(t, SQLITE_CONSTRAINT_PRIMARYKEY, "UNIQUE constraint failed: %s.rowid",
                      t->name);
     }
+    if ((rc = vx_flush(t))) return rc; /* the row replaced, or the one moved, may be held */
   }
   if ((rc = vx_check_dims(t, r->parts, rowid, r->vec.d))) return rc;
   if (found && (rc = vx_remove(t, rowid))) return rc;
-  return vx_append(t, rowid, r->vec.v, r->vec.d, r->parts, r->metas);
+  return vx_append(t, rowid, r->vec.v, r->vec.d, r->parts, r->metas, 1);
 }
 
 /* A partition value as it is stored in the block row, compared with a new one. */
@@ -3405,7 +3598,7 @@ static int vx_update(VxTab *t, int64_t old, int64_t rowid, NewRow *r) {
   if (rc == SQLITE_OK && moves) {
     rc = vx_remove(t, old);
     if (rc == SQLITE_OK && replace) rc = vx_remove(t, rowid);
-    if (rc == SQLITE_OK) rc = vx_append(t, rowid, vec, d, r->parts, metas);
+    if (rc == SQLITE_OK) rc = vx_append(t, rowid, vec, d, r->parts, metas, 0);
     goto done;
   }
   if (rc == SQLITE_OK && !r->vec_same) {
@@ -4579,6 +4772,7 @@ static int vx_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, i
   }
   t->busy = 1;
   int rc = vx_format(t);
+  if (rc == SQLITE_OK) rc = vx_flush(t);
   if (rc == SQLITE_OK && (idxNum & 1)) {
     KnnArgs a;
     rc = knn_args(t, idxStr, argc, argv, &a);
@@ -4769,25 +4963,51 @@ static int vx_begin(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   t->format = -1;
   t->upgrade = 1;
+  t->level = 0;
+  app_clear(t);
   return SQLITE_OK;
 }
 
-/* SQLite rolls a statement back through xRollbackTo only in tables that have an xSavepoint. */
+/* The commit: the rows held are written first. */
+static int vx_sync(sqlite3_vtab *vt) {
+  VxTab *t = (VxTab *)vt;
+  t->level = 0;
+  return vx_flush(t);
+}
+
+/* SQLite rolls a statement back through xRollbackTo only in tables that have an xSavepoint.
+** The rows held are written before a savepoint begins, so that those held after it are
+** all its own: what a rollback to it forgets. */
 static int vx_savepoint(sqlite3_vtab *vt, int n) {
-  (void)vt;
-  (void)n;
-  return SQLITE_OK;
+  VxTab *t = (VxTab *)vt;
+  t->level = n + 1;
+  return vx_flush(t);
 }
 
-/* What was rolled back may have been an upgrade: the format is read again when next needed. */
+/* A savepoint ends (a statement's, at the statement's end): its rows are written. */
+static int vx_release(sqlite3_vtab *vt, int n) {
+  VxTab *t = (VxTab *)vt;
+  t->level = n;
+  return vx_flush(t);
+}
+
+/* What was rolled back may have been an upgrade: the format is read again when next needed.
+** The rows held are forgotten (their T_rowids rows are rolled back with the rest). */
 static int vx_rollback(sqlite3_vtab *vt) {
-  ((VxTab *)vt)->format = -1;
+  VxTab *t = (VxTab *)vt;
+  t->format = -1;
+  t->level = 0;
+  app_clear(t);
   return SQLITE_OK;
 }
 
+/* Savepoint n stays open after a rollback to it. */
 static int vx_rollback_to(sqlite3_vtab *vt, int n) {
-  (void)n;
-  return vx_rollback(vt);
+  VxTab *t = (VxTab *)vt;
+  t->format = -1;
+  t->level = n + 1;
+  app_clear(t);
+  return SQLITE_OK;
 }
 
 
@@ -4804,6 +5024,9 @@ static int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_
   int rc = vx_format(t);
   if (rc == SQLITE_OK && t->upgrade && t->format < HS_FORMAT) rc = vx_upgrade(t);
   t->upgrade = 0;
+  if (rc == SQLITE_OK && (argc == 1 || sqlite3_value_type(argv[0]) != SQLITE_NULL)) {
+    rc = vx_flush(t); /* a delete or an update reads rows that may be held */
+  }
   if (rc == SQLITE_OK && argc == 1) {
     rc = vx_remove(t, sqlite3_value_int64(argv[0]));
   } else if (rc == SQLITE_OK) {
@@ -4869,6 +5092,7 @@ static void vx_free(VxTab *t) {
   vx_finish(t);
   cache_clear(&t->cache);
   map_free(&t->pending);
+  app_free(t);
   vx_free_cols(t);
   sqlite3_free(t->schema);
   sqlite3_free(t->name);
@@ -5088,6 +5312,8 @@ static int vx_destroy(sqlite3_vtab *vt) {
 static int vx_rename(sqlite3_vtab *vt, const char *to) {
   VxTab *t = (VxTab *)vt;
   if (t->broken) return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s", t->broken);
+  int flushed = vx_flush(t);
+  if (flushed) return flushed;
   vx_finish(t); /* they name the old tables */
   char *err = 0;
   int rc = SQLITE_OK;
@@ -5154,6 +5380,7 @@ static int vx_integrity(sqlite3_vtab *vt, const char *schema, const char *name, 
   sqlite3_free(t->base.zErrMsg);
   t->base.zErrMsg = 0;
   int rc = vx_format(t);
+  if (rc == SQLITE_OK) rc = vx_flush(t);
   if (rc) return is_damage(rc) ? integrity_report(t, name, err) : rc;
   sqlite3_str *sql = sqlite3_str_new(0);
   sqlite3_str_appendall(sql, "select id, dims, capacity, count");
@@ -5320,8 +5547,10 @@ static sqlite3_module vx_module = {
     .xUpdate = vx_xupdate,
     .xRename = vx_rename,
     .xBegin = vx_begin,
+    .xSync = vx_sync,
     .xRollback = vx_rollback,
     .xSavepoint = vx_savepoint,
+    .xRelease = vx_release,
     .xRollbackTo = vx_rollback_to,
     .xShadowName = vx_shadow_name,
     .xIntegrity = vx_integrity,

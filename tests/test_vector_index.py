@@ -535,6 +535,106 @@ def test_rollbacks_and_savepoints(filled):
     check(conn)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_held_within_a_statement_answer_as_rows_written_one_by_one(tmp_path, seed):
+    """A statement's appended rows are held and written together (csrc/hybridsql.c, Appended):
+    random transactions of many-row inserts (some failing at a late row), one-row inserts,
+    deletes, updates, savepoints released and rolled back to, and reads between them, in
+    autocommit mode and in BEGIN, give every read the rows a plain dict holds (the same ids,
+    partitions, metadata and exact k nearest), the last_insert_rowid that SQLite set, and an
+    integrity_check of ok, then the same again from a fresh connection."""
+    rng = np.random.default_rng(seed)
+    d = 8
+    path = tmp_path / "held.db"
+    conn = connect(path)
+    create(conn, dims=d)
+    conn.execute("create table log(x)")
+    store, next_id = {}, [1]
+    projects = ["a", "b", None]
+
+    def new_rows(n, project=None):
+        rows = []
+        for _ in range(n):
+            i = next_id[0]
+            next_id[0] += int(rng.integers(1, 3))
+            p = project if project is not None and rng.random() < 0.8 else rng.choice(projects)
+            rows.append((i, rng.standard_normal(d).astype(np.float32), p, int(rng.integers(9))))
+        return rows
+
+    def insert_sql(rows):
+        sql = "insert into t(id, e, project, n) values " + ", ".join(["(?, ?, ?, ?)"] * len(rows))
+        return sql, [v for i, e, p, n in rows for v in (i, e.tobytes(), p, n)]
+
+    def same(conn, store):
+        got = conn.execute("select id, project, n, e from t order by id").fetchall()
+        want = [(i, p, n, e.tobytes()) for i, (e, p, n, _) in sorted(store.items())]
+        assert got == want
+        q = rng.standard_normal(d).astype(np.float32)
+        k = int(rng.integers(1, 20))
+        assert knn(conn, q, k)[0] == brute(store, q, k)
+        assert knn(conn, q, k, "and project = 'a'")[0] == brute(
+            store, q, k, lambda i, row: row[1] == "a"
+        )
+
+    for transaction in range(12):
+        explicit = transaction % 3 != 0
+        if explicit:
+            conn.execute("begin")
+        saved = []  # (savepoint name, the store as it was)
+        for _ in range(int(rng.integers(3, 9))):
+            op = rng.random()
+            if op < 0.35:  # many rows, mostly of one partition: held and written together
+                rows = new_rows(int(rng.integers(2, 700)), rng.choice(projects))
+                conn.execute(*insert_sql(rows))
+                assert conn.last_insert_rowid() == rows[-1][0]  # as SQLite sets it, not a block's
+                conn.execute("insert into log values (1)")
+                logged = conn.last_insert_rowid()
+                assert conn.execute("select count(*) from t").fetchone()[0] >= 0
+                assert conn.last_insert_rowid() == logged  # a read that writes held rows
+                store.update({i: (e, p, n, None) for i, e, p, n in rows})
+            elif op < 0.45 and explicit and store:  # a late row collides: the statement goes
+                rows = new_rows(int(rng.integers(2, 400)))
+                rows[-1] = (min(store), *rows[-1][1:])
+                with pytest.raises(apsw.ConstraintError):
+                    conn.execute(*insert_sql(rows))
+            elif op < 0.55:
+                (row,) = new_rows(1)
+                conn.execute(*insert_sql([row]))
+                store[row[0]] = (row[1], row[2], row[3], None)
+            elif op < 0.65 and store:
+                gone = [int(i) for i in rng.choice(sorted(store), min(len(store), 30))]
+                conn.execute(f"delete from t where id in ({', '.join('?' * len(gone))})", gone)
+                for i in gone:
+                    store.pop(i, None)
+            elif op < 0.75 and store:
+                i = int(rng.choice(sorted(store)))
+                e, p = rng.standard_normal(d).astype(np.float32), rng.choice(projects)
+                conn.execute("update t set e = ?, project = ? where id = ?", (e.tobytes(), p, i))
+                store[i] = (e, p, store[i][2], None)
+            elif op < 0.85 and explicit:
+                name = f"s{len(saved)}"
+                conn.execute(f"savepoint {name}")
+                saved.append((name, dict(store)))
+            elif op < 0.92 and saved:
+                name, then = saved[-1]
+                conn.execute(f"rollback to {name}")
+                store = dict(then)
+            elif saved:
+                name, _ = saved.pop()
+                conn.execute(f"release {name}")
+            if rng.random() < 0.4:
+                same(conn, store)
+        if explicit:
+            conn.execute("commit")
+        same(conn, store)
+        check(conn)
+    conn.close()
+    conn = connect(path)
+    same(conn, store)
+    check(conn)
+    conn.close()
+
+
 def test_a_failed_statement_in_a_transaction_leaves_nothing_half_done(filled):
     _, conn, store = filled
     q = np.random.default_rng(10).standard_normal(D).astype(np.float32)
