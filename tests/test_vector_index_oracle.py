@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -449,7 +450,7 @@ def run_apsw(path, statements):
 PYTHON_DB_API = r"""
 import importlib, json, sys
 sqlite3 = importlib.import_module(sys.argv[3])
-conn = sqlite3.connect(sys.argv[1])
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)  # the statements own their BEGINs
 conn.enable_load_extension(True)
 conn.load_extension(sys.argv[2])
 out = []
@@ -786,3 +787,108 @@ def test_the_reproduction_of_issue_34(random_300, engine):
             assert answer == want, sql
         else:
             assert [row[0] for row in answer] == want, sql
+
+
+# -- rows held within a statement (csrc/hybridsql.c, Appended), on every SQLite --------------------
+
+
+def held_rows_script(rng):
+    """Statements that append many rows a statement, in autocommit mode and in a transaction
+    with a savepoint rolled back to, a statement that fails at its last row, single rows,
+    deletes and reads between them; and what each must answer, from a dict of the rows."""
+    rows, next_id = {}, [1]
+    statements = [
+        "create virtual table t using vector_index(id integer primary key, e float[5],"
+        " p text partition key, n integer)"
+    ]
+    wants: list = [[]]
+
+    def vector():
+        return [rng.randint(-9, 9) or 1 for _ in range(D)]
+
+    def insert(n, p, fail=False):
+        made = []
+        for _ in range(n):
+            made.append((next_id[0], vector(), p if rng.random() < 0.9 else "z", rng.randint(0, 9)))
+            next_id[0] += 1
+        if fail:
+            made[-1] = (min(rows), *made[-1][1:])
+        values = ", ".join(
+            f"({i}, x'{struct.pack(f'<{D}f', *v).hex()}', '{q}', {n})" for i, v, q, n in made
+        )
+        statements.append(f"insert into t(id, e, p, n) values {values}")
+        wants.append("error" if fail else [])
+        if not fail:
+            rows.update({i: (v, q, n) for i, v, q, n in made})
+
+    def read():
+        statements.append("select count(*), sum(n), count(distinct p) from t")
+        wants.append(
+            [
+                [
+                    len(rows),
+                    sum(n for _, _, n in rows.values()),
+                    len({p for _, p, _ in rows.values()}),
+                ]
+            ]
+        )
+        q = vector()
+        best = sorted(
+            rows, key=lambda i: (-cosine(np.array(q, float), np.array(rows[i][0], float)), i)
+        )
+        statements.append(
+            f"select rowid from t where e match x'{struct.pack(f'<{D}f', *q).hex()}' and k = 7"
+        )
+        wants.append([[i] for i in best[:7]])
+
+    def do(sql):
+        statements.append(sql)
+        wants.append([])
+
+    insert(600, "a")  # autocommit: held until the commit
+    read()
+    do("begin")
+    insert(300, "a")
+    insert(40, "b")
+    read()
+    do("savepoint s")
+    before = dict(rows)
+    insert(500, "b")
+    read()
+    do("rollback to s")
+    rows = before
+    do("release s")
+    read()
+    insert(50, "a", fail=True)
+    for _ in range(3):
+        insert(1, "c")
+    gone = sorted(rng.sample(sorted(rows), 25))
+    do(f"delete from t where id in ({', '.join(map(str, gone))})")
+    for i in gone:
+        del rows[i]
+    read()
+    do("commit")
+    statements.append("select id, p, n, hex(e) from t order by id")
+    wants.append(
+        [
+            [i, p, n, struct.pack(f"<{D}f", *v).hex().upper()]
+            for i, (v, p, n) in sorted(rows.items())
+        ]
+    )
+    statements.append("pragma integrity_check")
+    wants.append([["ok"]])
+    return statements, wants
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rows_held_within_a_statement_answer_the_same_on_every_engine(tmp_path, engine):
+    run = runner(engine)
+    if run is None:
+        pytest.skip(f"{engine} is not here or cannot load extensions: its SQLite is not compared")
+    statements, wants = held_rows_script(random.Random(SEED))
+    got = run(tmp_path / "held.db", statements)
+    for sql, want, answer in zip(statements, wants, got, strict=True):
+        if want == "error":
+            assert isinstance(answer, str) and answer.startswith("error"), sql[:80]
+        else:
+            assert same_rows(answer, want, ordered=True), f"{sql[:80]}: {answer} != {want}"
