@@ -2043,12 +2043,13 @@ enum {
 ** written together (their records and numeric metadata in one write of the
 ** block's T_codes row, their vectors a group at a time, the block's count and
 ** checksum once) rather than each by itself: vx_flush.  Their T_rowids rows go
-** in at once, so every check of a later row sees them.  Rows are held only while
-** a statement may add more (in a statement's or a user's savepoint, or in
-** autocommit mode), and are written before anything else reads or changes the
-** table through this connection (xFilter, a delete or update, integrity_check),
-** at the end of each savepoint (xRelease, xSavepoint) and at the commit (xSync);
-** a rollback forgets them.
+** in at once, so every check of a later row sees them.  They are written before
+** anything else reads or changes the table through this connection (xFilter, a
+** delete or update, integrity_check, a rename), when a savepoint begins or ends
+** (a statement's too: xSavepoint, xRelease) and at the commit (xSync); a rollback
+** forgets them.  Only this connection's reads of the shadow tables themselves,
+** within the transaction and outside any savepoint, could miss them: the numpy
+** reader (vectors.py) reads in a savepoint of its own.
 */
 typedef struct Appended {
   int64_t block, dims, capacity, count; /* the block as T_blocks has it; block 0: none */
@@ -2081,7 +2082,6 @@ typedef struct VxTab {
   sqlite3_stmt *st[VS_COUNT];
   char *broken; /* xConnect found the shadow tables damaged: what every use of it says */
   Appended app; /* rows appended and not yet written */
-  int level;    /* the savepoints open (xSavepoint less xRelease) */
 } VxTab;
 
 #define VX_SCORE(t) ((t)->ncol)
@@ -3091,11 +3091,6 @@ static void app_free(VxTab *t) {
   memset(a, 0, sizeof(*a));
 }
 
-/* Whether rows may be held now: a later statement of the transaction may read the shadow
-** tables otherwise than through this table (the numpy reader), and only a savepoint's end or
-** the commit tells this table that a statement is over. */
-static int app_allowed(VxTab *t) { return t->level > 0 || sqlite3_get_autocommit(t->db); }
-
 /* Whether a row of these partition values and dimensions goes to the rows held. */
 static int app_takes(VxTab *t, sqlite3_value *const *parts, int64_t d) {
   const Appended *a = &t->app;
@@ -3280,7 +3275,7 @@ static int vx_append(VxTab *t, int64_t rowid, const float *v, int64_t d,
   b.count++;
   if ((rc = vx_set_count(t, &b))) return rc;
   t->rows++;
-  return hold && app_allowed(t) ? app_start(t, &b, parts) : SQLITE_OK;
+  return hold ? app_start(t, &b, parts) : SQLITE_OK;
 }
 
 /* The row at (b, slot) moves to (to, to_slot): record, numeric metadata, vector, location. */
@@ -4963,32 +4958,27 @@ static int vx_begin(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   t->format = -1;
   t->upgrade = 1;
-  t->level = 0;
   app_clear(t);
   return SQLITE_OK;
 }
 
 /* The commit: the rows held are written first. */
 static int vx_sync(sqlite3_vtab *vt) {
-  VxTab *t = (VxTab *)vt;
-  t->level = 0;
-  return vx_flush(t);
+  return vx_flush((VxTab *)vt);
 }
 
 /* SQLite rolls a statement back through xRollbackTo only in tables that have an xSavepoint.
 ** The rows held are written before a savepoint begins, so that those held after it are
 ** all its own: what a rollback to it forgets. */
 static int vx_savepoint(sqlite3_vtab *vt, int n) {
-  VxTab *t = (VxTab *)vt;
-  t->level = n + 1;
-  return vx_flush(t);
+  (void)n;
+  return vx_flush((VxTab *)vt);
 }
 
 /* A savepoint ends (a statement's, at the statement's end): its rows are written. */
 static int vx_release(sqlite3_vtab *vt, int n) {
-  VxTab *t = (VxTab *)vt;
-  t->level = n;
-  return vx_flush(t);
+  (void)n;
+  return vx_flush((VxTab *)vt);
 }
 
 /* What was rolled back may have been an upgrade: the format is read again when next needed.
@@ -4996,18 +4986,13 @@ static int vx_release(sqlite3_vtab *vt, int n) {
 static int vx_rollback(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   t->format = -1;
-  t->level = 0;
   app_clear(t);
   return SQLITE_OK;
 }
 
-/* Savepoint n stays open after a rollback to it. */
 static int vx_rollback_to(sqlite3_vtab *vt, int n) {
-  VxTab *t = (VxTab *)vt;
-  t->format = -1;
-  t->level = n + 1;
-  app_clear(t);
-  return SQLITE_OK;
+  (void)n;
+  return vx_rollback(vt);
 }
 
 

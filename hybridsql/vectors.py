@@ -315,7 +315,9 @@ class VectorReader:
         """The k rows most like ``query`` (a float32 blob) as [[id, score], ...], best first and
         ties by id, among the rows of partition ``where`` whose id is in ``ids`` (all when None)."""
         # One snapshot for the blocks, their rows and the answers' locations: a writer's commit
-        # between two of these reads would look like damage.
+        # between two of these reads would look like damage. And a savepoint's start makes
+        # vector_index write the rows this connection appended and holds (Appended in
+        # csrc/hybridsql.c), which these reads of its shadow tables would otherwise miss.
         self.conn.execute("savepoint hybridsql_topk")
         try:
             return self._topk(query, k, where, ids)

@@ -566,11 +566,15 @@ def test_rows_held_within_a_statement_answer_as_rows_written_one_by_one(tmp_path
         return sql, [v for i, e, p, n in rows for v in (i, e.tobytes(), p, n)]
 
     def same(conn, store):
+        q = rng.standard_normal(d).astype(np.float32)
+        k = int(rng.integers(1, 20))
+        # First numpy's reader, which reads the shadow tables themselves (in a savepoint of its
+        # own, which writes the rows held), then the table.
+        found = VectorReader(conn, "t", math_="numpy").topk(q.tobytes(), len(store) + 1)
+        assert [i for i, _ in found] == brute(store, q, len(store) + 1)
         got = conn.execute("select id, project, n, e from t order by id").fetchall()
         want = [(i, p, n, e.tobytes()) for i, (e, p, n, _) in sorted(store.items())]
         assert got == want
-        q = rng.standard_normal(d).astype(np.float32)
-        k = int(rng.integers(1, 20))
         assert knn(conn, q, k)[0] == brute(store, q, k)
         assert knn(conn, q, k, "and project = 'a'")[0] == brute(
             store, q, k, lambda i, row: row[1] == "a"
@@ -597,10 +601,10 @@ def test_rows_held_within_a_statement_answer_as_rows_written_one_by_one(tmp_path
                 rows[-1] = (min(store), *rows[-1][1:])
                 with pytest.raises(apsw.ConstraintError):
                     conn.execute(*insert_sql(rows))
-            elif op < 0.55:
-                (row,) = new_rows(1)
-                conn.execute(*insert_sql([row]))
-                store[row[0]] = (row[1], row[2], row[3], None)
+            elif op < 0.55:  # one row a statement: held from one statement to the next
+                for row in new_rows(int(rng.integers(1, 40))):
+                    conn.execute(*insert_sql([row]))
+                    store[row[0]] = (row[1], row[2], row[3], None)
             elif op < 0.65 and store:
                 gone = [int(i) for i in rng.choice(sorted(store), min(len(store), 30))]
                 conn.execute(f"delete from t where id in ({', '.join('?' * len(gone))})", gone)
