@@ -501,13 +501,22 @@ static void fill_fz(Input *in) {
 ** Writes up to 24 generated operations to vectors: inserts (or replaces) of a
 ** generated vector in partition m1, m2 or a generated value, deletes, and
 ** updates that move a row to another partition.  What the table refuses is
-** left out.
+** left out.  With the first byte's top bit, in a transaction that stays open
+** for the statement (so that the rows the table holds, Appended in
+** hybridsql.c, meet its reads), with savepoints begun and rolled back to
+** between the operations; LLVMFuzzerTestOneInput commits it and reads every
+** row back.
 */
 static void fill_vectors(Input *in) {
+  unsigned head = next_byte(in), ops = head % 25;
+  if (head & 0x80) sqlite3_exec(db, "begin", 0, 0, 0);
   run_to_end(clear_vectors);
-  unsigned ops = next_byte(in) % 25;
   for (unsigned r = 0; r < ops; r++) {
     unsigned shape = next_byte(in);
+    if ((head & 0x80) && (shape & 0x3f) == 0x3e) { /* refused without one: no matter */
+      sqlite3_exec(db, (shape & 0x40) ? "rollback to s" : "savepoint s", 0, 0, 0);
+      continue;
+    }
     int64_t id = (int64_t)(shape % 40) - 8;
     if ((shape & 0xc0) == 0xc0) {
       sqlite3_bind_int64(delete_vector, 1, id);
@@ -701,5 +710,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sqlite3_clear_bindings(stmt);
   if (ok && STATEMENTS[which].check == VTOPK) compare_with_cosine_topk(which, &hits);
   if (ok && STATEMENTS[which].check == BM25C) compare_with_bm25(query, n, &hits);
+  if (!sqlite3_get_autocommit(db)) { /* fill_vectors' transaction */
+    if (sqlite3_exec(db, "commit", 0, 0, 0) != SQLITE_OK) die("commit", sqlite3_errmsg(db));
+    /* Every row read back, each block checked against its checksum on the way (the system
+    ** SQLite may predate xIntegrity, 3.44), as many as there are locations. */
+    sqlite3_stmt *check = prepare("select (select count(*) from vectors where vector is not null),"
+                                  " (select count(*) from vectors_rowids)");
+    if (sqlite3_step(check) != SQLITE_ROW) die("the rows after the transaction", sqlite3_errmsg(db));
+    if (sqlite3_column_int64(check, 0) != sqlite3_column_int64(check, 1)) {
+      die("the rows after the transaction", "fewer rows than locations");
+    }
+    sqlite3_finalize(check);
+  }
   return 0;
 }
