@@ -2039,11 +2039,12 @@ enum {
 };
 
 /*
-** Rows that one statement appends to a partition's last block, kept here and
-** written together (their records and numeric metadata in one write of the
-** block's T_codes row, their vectors a group at a time, the block's count and
-** checksum once) rather than each by itself: vx_flush.  Their T_rowids rows go
-** in at once, so every check of a later row sees them.  They are written before
+** Rows that a write transaction appends one after another to a partition's
+** last block, kept here and written together (their records and numeric
+** metadata in one write of the block's T_codes row, their vectors a group at a
+** time, the block's count and checksum once) rather than each by itself:
+** vx_flush.  Their T_rowids rows go in at once, so every check of a later row
+** sees them.  They are written before
 ** anything else reads or changes the table through this connection (xFilter, a
 ** delete or update, integrity_check, a rename), when a savepoint begins or ends
 ** (a statement's too: xSavepoint, xRelease) and at the commit (xSync); a rollback
