@@ -2,6 +2,7 @@
 unmodified), and the hybrid retriever's filters, search types and what it writes (an ordinary
 index the CLI searches) are checked here."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,7 +154,8 @@ def test_hostile_filter_keys_and_values_are_bound(tmp_path):
 
 def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
     """docs/frameworks.md: each python block, run from another folder, prints the block that
-    follows it."""
+    follows it. Its index goes in a folder of tempfile's, here under tmp_path (TMPDIR), which
+    goes with it."""
     import re
 
     page = (Path(__file__).parent.parent / "docs" / "frameworks.md").read_text()
@@ -163,6 +165,7 @@ def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
         done = subprocess.run(
             [sys.executable, "-c", code],
             cwd=tmp_path,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
             capture_output=True,
             text=True,
             timeout=600,
