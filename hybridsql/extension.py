@@ -149,22 +149,56 @@ _COPIES_LOCK = threading.Lock()
 
 def _binary_for(conn) -> str:
     """The extension's binary for ``conn``'s SQLite library: the package's own for the first
-    library that loads it, a private copy (same file name, so the same entry point) for each
-    other. A copy lives in a temporary folder until the process exits."""
+    library that loads it, a copy of its own (``_private_copy``: same file name, so the same
+    entry point) for each other."""
     library = "apsw" if isinstance(conn, apsw.Connection) else type(conn).__module__.split(".")[0]
     with _COPIES_LOCK:
         if library not in _COPIES:
             path = loadable_path()
-            if _COPIES:
-                import atexit
-                import shutil
-                import tempfile
-
-                folder = tempfile.mkdtemp(prefix="hybridsql-")
-                atexit.register(shutil.rmtree, folder, True)
-                path = shutil.copy(path, os.path.join(folder, _native.LIBRARY))
-            _COPIES[library] = path
+            _COPIES[library] = _private_copy(path, library) if _COPIES else path
         return _COPIES[library]
+
+
+def _private_copy(source: str, library: str) -> str:
+    """A copy of the binary ``source`` for the SQLite library ``library``: a file of its own,
+    which the dynamic loader maps as another library. Kept in the user's cache folder under the
+    binary's hash and the library's name, and shared by every process of this build, so that
+    none leaves one behind: a server stopped by SIGTERM (Datasette's, as a service manager stops
+    it) runs no exit handlers, and a copy in a temporary folder of its own stayed there at each
+    stop. Its bytes are compared with the binary's before each use, and written again when they
+    differ. Where the cache folder cannot be written, a temporary folder removed at exit."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from hybridsql.local_model import cache_dir
+
+    with open(source, "rb") as f:
+        data = f.read()
+    folder = cache_dir() / "libraries" / f"{library}-{hashlib.sha256(data).hexdigest()[:16]}"
+    path = folder / _native.LIBRARY
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return str(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(dir=folder, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            shutil.copymode(source, part)
+            os.replace(part, path)  # whole, for a process that reads it at the same time
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
+        return str(path)
+    except OSError:
+        import atexit
+
+        temporary = tempfile.mkdtemp(prefix="hybridsql-")
+        atexit.register(shutil.rmtree, temporary, True)
+        return shutil.copy(source, os.path.join(temporary, _native.LIBRARY))
 
 
 def _load_native(conn) -> None:

@@ -787,6 +787,84 @@ def _pysqlite3_version():
     return pysqlite3.dbapi2.sqlite_version
 
 
+# A second library's copy, then the process ends as a service manager stops a server: SIGTERM,
+# whose default action runs no exit handlers.
+COPY_THEN_SIGTERM = """
+import os, signal, sys
+import pysqlite3.dbapi2 as pysqlite3
+import hybridsql
+from hybridsql import extension
+a = hybridsql.connect(":memory:", backend="extension")
+p = pysqlite3.connect(":memory:")
+assert extension.load(p) == "extension"
+print(extension._COPIES["pysqlite3"])
+print(p.execute("select vector_json(vector_blob('[1,2.5]'))").fetchone()[0], flush=True)
+if sys.argv[1] == "term":
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def _copy_then(tmp_path, cache, how):
+    """Runs COPY_THEN_SIGTERM (ended by SIGTERM or by its end, ``how``) with its temporary
+    folder in tmp_path/tmp and HYBRIDSQL_CACHE_DIR ``cache``: its copy's path, and what the
+    temporary folder holds after."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(temporary), "HYBRIDSQL_CACHE_DIR": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", COPY_THEN_SIGTERM, how],
+        cwd=tmp_path,  # not the checkout, whose hybridsql/ is the uncompiled source
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    expected = -15 if how == "term" else 0
+    assert out.returncode == expected, out.stderr
+    path, answer = out.stdout.splitlines()
+    assert answer == "[1,2.5]"
+    return path, sorted(os.listdir(temporary))
+
+
+def test_a_second_librarys_copy_is_shared_and_left_nowhere_by_a_process_killed_by_sigterm(
+    tmp_path,
+):
+    pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
+    from hybridsql.extension import loadable_path
+
+    with open(loadable_path(), "rb") as f:
+        binary = f.read()
+    cache = tmp_path / "cache"
+    first, left = _copy_then(tmp_path, cache, "term")
+    assert left == []  # a copy in a temporary folder of its own stayed here at every such stop
+    assert os.path.dirname(os.path.dirname(first)) == str(cache / "libraries")
+    with open(first, "rb") as f:
+        assert f.read() == binary
+    again, left = _copy_then(tmp_path, cache, "term")
+    assert (again, left) == (first, [])
+    assert os.listdir(cache / "libraries") == [os.path.basename(os.path.dirname(first))]
+    assert sorted(os.listdir(os.path.dirname(first))) == [os.path.basename(first)]
+
+    # A copy whose bytes are not the binary's (cut short here) is written again before it loads.
+    with open(first, "r+b") as f:
+        f.truncate(len(binary) // 2)
+    again, left = _copy_then(tmp_path, cache, "term")
+    assert (again, left) == (first, [])
+    with open(first, "rb") as f:
+        assert f.read() == binary
+
+
+def test_where_the_cache_cannot_be_written_the_copy_is_temporary_and_removed_at_exit(tmp_path):
+    pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file where the cache folder would be")
+    path, left = _copy_then(tmp_path, not_a_folder, "exit")
+    assert path.startswith(str(tmp_path / "tmp" / "hybridsql-"))
+    assert left == []
+    assert not_a_folder.read_text() == "a file where the cache folder would be"
+
+
 ONE_BINARY_TWICE = """
 import apsw, pysqlite3.dbapi2 as pysqlite3
 from hybridsql.extension import loadable_path
