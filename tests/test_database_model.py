@@ -599,3 +599,41 @@ def test_a_call_from_inside_the_lookup_is_refused(model_file_in_cache, tmp_path,
             f"hybridsql_model(): {looking}; call it before or after",
         ],
     ]
+
+
+INTERRUPTED = r"""
+import json, sys
+import apsw
+from hybridsql import extension
+conn = apsw.Connection(sys.argv[1])
+extension.load(conn)
+armed = [False]
+def authorizer(action, *args):
+    if action == apsw.SQLITE_READ:  # a statement of the lookup (embed('x') itself reads none)
+        armed[0] = True
+    return apsw.SQLITE_OK
+conn.execute("select 1")
+conn.authorizer = authorizer
+conn.set_progress_handler(lambda: armed[0], 1)
+said = []
+try:
+    conn.execute("select embed('x')").fetchall()
+except apsw.InterruptError as e:
+    said.append(f"{type(e).__name__}: {e}")
+conn.set_progress_handler(None)
+said.append(len(conn.execute("select embed('x')").fetchone()[0]))
+print(json.dumps(said))
+"""
+
+
+def test_an_interrupted_lookup_is_sqlites_interrupt_and_not_kept(model_file_in_cache, tmp_path):
+    """A lookup that the application interrupts (Datasette's time limit) ends the statement with
+    SQLite's own interrupt; the next embed() looks again (the old code went on to the model in
+    the cache folder, as if the database had none)."""
+    db = build(
+        tmp_path / "stored.db",
+        "create table hybridsql_model(model blob)",
+        ("insert into hybridsql_model values (?)", (TINY,)),
+    )
+    done = in_python(tmp_path, INTERRUPTED, db)
+    assert json.loads(done.stdout) == ["InterruptError: interrupted", TINY_SIZE]
