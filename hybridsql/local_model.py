@@ -111,9 +111,13 @@ def _read(path: Path) -> mmap.mmap:
         refused = _native.model_header(head, opened.st_size)
         if refused:
             raise EmbeddingError(refused)
-        # Anonymous memory: page-aligned as the engine needs, not cleared first, and in huge
-        # pages where Linux allows them (fewer first touches: docs/benchmarks.md).
-        data = mmap.mmap(-1, opened.st_size)
+        # Anonymous memory: page-aligned as the engine needs, not cleared first; private (a
+        # shared one is a file in shared memory, slower to fill) and in huge pages where Linux
+        # allows them (fewer first touches: docs/benchmarks.md).
+        if hasattr(mmap, "MAP_PRIVATE"):
+            data = mmap.mmap(-1, opened.st_size, flags=mmap.MAP_PRIVATE)
+        else:  # Windows: memory of the process's own already
+            data = mmap.mmap(-1, opened.st_size)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             data.madvise(mmap.MADV_HUGEPAGE)
         with memoryview(data) as view:
