@@ -235,7 +235,7 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
 def test_model_loads_lazily_and_once(tmp_path):
     out = run_python(
         "import apsw\n"
-        "from hybridsql import embed, local_model\n"
+        "from hybridsql.embedding import embedder as embed, local_model\n"
         "conn = apsw.Connection(':memory:')\n"
         "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
         "assert local_model._local_model == []\n"

@@ -273,7 +273,7 @@ REVIEWED = {
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",
         "id_sql": "the literal 'c.id' given to vector_of",
     },
-    "schema.py": {
+    "db/schema.py": {
         "insert": "_upgrade_from_1's own constant text",
         '_has_cjk("text")': "the CJK test of the column text: code's SQL and the CJK class",
         '_has_cjk("new.text")': "the CJK test of new.text: code's SQL and the CJK class",
@@ -285,11 +285,11 @@ REVIEWED = {
         "name": "_drop_stale_triggers: a name read from sqlite_schema, dropped only when it is"
         " one of TRIGGERS' keys (this module's own trigger names)",
     },
-    "stats.py": {
+    "db/stats.py": {
         "table": "a table's name read from the file's schema, quoted as an identifier (its"
         " double quotes doubled)",
     },
-    "vectors.py": {
+    "db/vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",
         "self._name('rowids')": "quoted(): a quoted identifier",
         "self._name('blocks')": "quoted(): a quoted identifier",

@@ -296,7 +296,7 @@ def run_path(simd: str, model_path, names: list) -> tuple:
     process run with HYBRIDSQL_SIMD=simd."""
     script = (
         "import json, sys\n"
-        "from hybridsql import _native\n"
+        "from hybridsql.db import _native\n"
         "texts = json.load(sys.stdin)\n"
         f"model = _native.Model(open({str(model_path)!r}, 'rb').read())\n"
         "print(_native.simd_path(), _native.model_simd())\n"
