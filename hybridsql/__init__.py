@@ -1,7 +1,9 @@
 """hybridsql: hybrid keyword + vector search inside SQLite, for agent memory.
 
 The public names, importable from here (``from hybridsql import HybridIndex, SearchOptions``);
-docs/api.md describes each.
+docs/api.md describes each. The package is laid out by concern, in layers (db/ at the bottom, the
+command line on top): docs/architecture.md maps every folder and file, and pyproject.toml's
+[tool.importlinter] says which layer may import which.
 """
 
 import sys  # the interpreter's own: nothing to load
