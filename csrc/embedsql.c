@@ -19,20 +19,38 @@
 **    (Requirement 13), and the SIMD path may change the last bits.  A constant argument (a
 **    literal, a bound parameter) is embedded once per statement (sqlite3_set_auxdata).
 ** 13. The model a connection's embed() runs is the first of: the one hybridsql_model() named
-**    on it; the file $HYBRIDSQL_MODEL; the first row's `model` BLOB of the table
-**    main.hybridsql_model (a database that carries its model); the file HS_MODEL_FILE beside
-**    the loaded library; HS_MODEL_FILE in the user's cache folder ($HYBRIDSQL_CACHE_DIR, else
+**    on it; the file $HYBRIDSQL_MODEL; the model the database keeps in its table
+**    main.hybridsql_model (Requirement 16); the file HS_MODEL_FILE beside the loaded library;
+**    HS_MODEL_FILE in the user's cache folder ($HYBRIDSQL_CACHE_DIR, else
 **    %LOCALAPPDATA%\hybridsql\Cache, ~/Library/Caches/hybridsql, $XDG_CACHE_HOME/hybridsql or
-**    ~/.cache/hybridsql: hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  It
-**    is looked for at the connection's first embed(), not when the extension loads, and kept.
-**    None found, or one that hs_model_open() refuses (missing, truncated, foreign), is an error
-**    of one line that names the file and what to do; never a crash or a wrong vector.
+**    ~/.cache/hybridsql: hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  The
+**    user's explicit choices outrank the database's model, which outranks the defaults: a
+**    database is data someone else may have written, and a user who does not trust its model
+**    names one of their own first.  It is looked for at the connection's first embed(), not
+**    when the extension loads, and kept.  None found, or one that hs_model_open() refuses
+**    (missing, truncated, foreign), is an error of one line that names the file and what to
+**    do; never a crash or a wrong vector.
 ** 14. A model file is mapped (mmap, MapViewOfFile) and checked once per process, and a model
 **    BLOB copied and checked once per process and content: every connection, in any thread,
 **    shares it.  Models stay until the process exits (a connection may hold one any time).
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
+** 16. A database's model is the `model` BLOB of the first row (the lowest rowid) of main's
+**    ordinary table hybridsql_model, as `hybridsql model --into FILE` writes it.  Looking for
+**    it runs nothing of the database's: no view, virtual table, trigger, generated column,
+**    index or collation of its own.  A view, a virtual table, a WITHOUT ROWID table, a table
+**    with generated columns or no column `model`, and an object hybridsql_model in temp (which
+**    unqualified SQL would read in its place) are refused, each with one line that names what
+**    was found and what to do; no such table, or no row, is no model (the next place is
+**    looked in).  The BLOB's header (the magic, its declared size, at most HS_STORED_MAX) is
+**    read and checked before anything else of it; then its bytes are copied once and checked
+**    by hs_model_open().  A refusal is kept for the connection: every later embed() says the
+**    same line at once (hybridsql_model() still names another model); a failure to read (a
+**    busy or damaged file) is not kept.  A stored model changes the vectors of that
+**    connection's embed() and nothing else: it is weights and a vocabulary, never code.
+**    embed() or hybridsql_model() called from inside the lookup (an authorizer, a progress
+**    handler) is an error of one line, never a second lookup.
 */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr */
@@ -259,6 +277,37 @@ static const Model *model_from_file(const char *path, const char *where, char *e
   return found;
 }
 
+/* The model of the n bytes at copy (from malloc, 8-aligned; taken over), one per process and
+** content: the copy is freed where the process holds the same bytes already, or where the engine
+** refuses them (then *refused is set, and err says why after "embed(): WHERE: "). */
+static const Model *model_adopt(void *copy, size_t n, const char *where, char *err, int *refused) {
+  models_lock();
+  const Model *found = 0;
+  for (Model *x = models; x && !found; x = x->next) {
+    if (!x->path && x->n == n && memcmp(x->data, copy, n) == 0) found = x;
+  }
+  if (found) {
+    models_unlock();
+    free(copy);
+    return found;
+  }
+  char why[HS_PATH] = "";
+  HsModel *m = hs_model_open(copy, n, why, sizeof why);
+  if (m) found = model_add(0, copy, n, m);
+  models_unlock();
+  if (!found) {
+    if (m) hs_model_free(m);
+    free(copy);
+    if (m) {
+      snprintf(err, HS_ERR, "embed(): out of memory");
+    } else {
+      snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
+      *refused = 1;
+    }
+  }
+  return found;
+}
+
 /* The model of a BLOB's n bytes, copied and checked once per process and content.  SQLite
 ** gives an empty BLOB as NULL, which memcmp and memcpy may not be passed even for no bytes. */
 static const Model *model_from_blob(const void *blob, size_t n, const char *where, char *err) {
@@ -272,25 +321,15 @@ static const Model *model_from_blob(const void *blob, size_t n, const char *wher
   for (Model *x = models; x && !found; x = x->next) {
     if (!x->path && x->n == n && memcmp(x->data, blob, n) == 0) found = x;
   }
-  if (found) {
-    models_unlock();
-    return found;
-  }
-  void *copy = malloc(n ? n : 1);
-  char why[HS_PATH] = "";
-  HsModel *m = copy ? hs_model_open(memcpy(copy, blob, n), n, why, sizeof why) : 0;
-  if (m) found = model_add(0, copy, n, m);
   models_unlock();
-  if (!found) {
-    if (m) hs_model_free(m);
-    free(copy);
-    if (!copy || m) {
-      snprintf(err, HS_ERR, "embed(): out of memory");
-    } else {
-      snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
-    }
+  if (found) return found;
+  void *copy = malloc(n ? n : 1);
+  if (!copy) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return 0;
   }
-  return found;
+  int refused = 0;
+  return model_adopt(memcpy(copy, blob, n), n, where, err, &refused);
 }
 
 /* ---- Where the model file is looked for (Requirement 13) ---- */
@@ -395,18 +434,327 @@ static int cache_folder(char *buf, size_t cap) {
   return n > 0 && (size_t)n < cap;
 }
 
+/* ---- A database's own model (Requirements 13 and 16) ---- */
+
+#define HS_TABLE "hybridsql_model" /* where a database keeps its model: engine.MODEL_TABLE */
+/* The bytes a database's model may have: ten times the model `hybridsql model` writes, room
+** for a larger model of the same engine, and no more (Requirement 16). */
+#define HS_STORED_MAX (256u << 20)
+/* The start of model_file.py's format: the magic, and the file's bytes at offset 24. */
+#define HS_HEADER 128
+static const char HS_MAGIC[16] = "hybridsql model";
+/* What a refusal of a database's model tells the user to do. */
+#define HS_KEEP                                                                                \
+  "a database keeps its model in an ordinary table hybridsql_model(model BLOB) as `hybridsql"   \
+  " model --into FILE` writes it; or name a model with hybridsql_model('PATH') or"              \
+  " $HYBRIDSQL_MODEL"
+
+/* What a lookup of a database's model found. */
+typedef enum {
+  LOOKED_NONE,    /* no table hybridsql_model, or no row: look further */
+  LOOKED_FOUND,   /* the model */
+  LOOKED_REFUSED, /* what the database holds is no model: said again at each embed() */
+  LOOKED_FAILED,  /* the database could not be read (busy, I/O, memory): asked again next time */
+  LOOKED_STOPPED  /* interrupted */
+} Looked;
+
+/* The text after the spaces and comments at s, as SQLite's tokenizer skips them. */
+static const char *past_space(const char *s) {
+  for (;;) {
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\f' || *s == '\r') s++;
+    if (s[0] == '-' && s[1] == '-') {
+      while (*s && *s != '\n') s++;
+    } else if (s[0] == '/' && s[1] == '*') {
+      const char *end = strstr(s + 2, "*/");
+      s = end ? end + 2 : s + strlen(s);
+    } else {
+      return s;
+    }
+  }
+}
+
+static int is_name_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_' || ch == '$' || (unsigned char)ch >= 0x80;
+}
+
+/* Whether *s, past spaces and comments, is the keyword word (in any case); moves *s past it. */
+static int keyword(const char **s, const char *word) {
+  const char *at = past_space(*s);
+  size_t n = strlen(word);
+  if (sqlite3_strnicmp(at, word, (int)n) != 0 || is_name_char(at[n])) return 0;
+  *s = at + n;
+  return 1;
+}
+
+/* Whether s, past spaces and comments, is the name hybridsql_model alone (not a schema's name
+** before a dot), bare or quoted ("", ``, '', []) and in any case, as SQLite reads a name. */
+static int names_table(const char *s) {
+  char name[sizeof HS_TABLE + 1];
+  size_t n = 0;
+  s = past_space(s);
+  char close = *s == '"' ? '"' : *s == '`' ? '`' : *s == '\'' ? '\'' : *s == '[' ? ']' : 0;
+  if (close) {
+    for (s++; *s && (*s != close || (close != ']' && s[1] == close)); s++) {
+      if (*s == close) s++; /* a doubled quote is one */
+      if (n == sizeof name - 1) return 0;
+      name[n++] = *s;
+    }
+    if (*s++ != close) return 0;
+  } else {
+    while (is_name_char(*s)) {
+      if (n == sizeof name - 1) return 0;
+      name[n++] = *s++;
+    }
+  }
+  name[n] = 0;
+  return *past_space(s) != '.' && sqlite3_stricmp(name, HS_TABLE) == 0;
+}
+
+/* What SQLite made of a schema's sql, the statement it runs to load the object: an ordinary
+** table named hybridsql_model ("table", WITHOUT ROWID and generated columns aside), or what
+** else; NULL where it is not CREATE TABLE of that name (a file's schema may hold any text that
+** SQLite parses, whatever its columns type and name say). */
+static const char *created(const char *sql) {
+  if (!sql || !keyword(&sql, "create")) return "not an ordinary table";
+  if (keyword(&sql, "table")) return names_table(sql) ? "table" : "not an ordinary table";
+  if (keyword(&sql, "view")) return "a view, whose SQL embed() does not run";
+  if (keyword(&sql, "virtual")) return "a virtual table, whose module embed() does not run";
+  return "not an ordinary table";
+}
+
+/* One statement of the lookup prepared and stepped once: SQLITE_ROW, SQLITE_DONE or the error. */
+static int first_row(sqlite3 *db, const char *sql, sqlite3_stmt **st) {
+  int rc = sqlite3_prepare_v2(db, sql, -1, st, 0);
+  return rc == SQLITE_OK ? sqlite3_step(*st) : rc;
+}
+
+/* The lookup's failure to read: one line with SQLite's reason; LOOKED_STOPPED where it was
+** interrupted (SQLite's own error then reaches the caller, as from embed() itself). */
+static Looked failed(sqlite3 *db, int rc, char *err) {
+  snprintf(err, HS_ERR, "embed(): cannot look for a model in this database's table %s: %s",
+           HS_TABLE, sqlite3_errmsg(db));
+  return rc == SQLITE_INTERRUPT ? LOOKED_STOPPED : LOOKED_FAILED;
+}
+
+/* A refusal of what the database holds: why, then what to do. */
+static void refused(char *err, const char *why) {
+  snprintf(err, HS_ERR, "embed(): %s; %s", why, HS_KEEP);
+}
+
+/* Whether the BLOB open in b equals the n bytes at data, read a block at a time. */
+static int blob_equals(sqlite3_blob *b, const unsigned char *data, int n, int *rc) {
+  unsigned char block[16384];
+  for (int at = 0; at < n; at += (int)sizeof block) {
+    int len = n - at < (int)sizeof block ? n - at : (int)sizeof block;
+    if ((*rc = sqlite3_blob_read(b, block, len, at)) != SQLITE_OK) return 0;
+    if (memcmp(block, data + at, (size_t)len) != 0) return 0;
+  }
+  return 1;
+}
+
+/* The model in the BLOB of n bytes open in b (Requirement 16): its header checked before
+** anything else is read, a model of the same bytes in the process used as it is, else the
+** bytes copied once and opened. */
+static Looked model_in_blob(sqlite3 *db, sqlite3_blob *b, int n, const Model **found, char *err) {
+  const char *where = "the model in the table " HS_TABLE;
+  unsigned char header[HS_HEADER];
+  uint64_t size = 0;
+  int rc, engine_refused = 0;
+  if (n >= HS_HEADER) {
+    if ((rc = sqlite3_blob_read(b, header, HS_HEADER, 0)) != SQLITE_OK) return failed(db, rc, err);
+    memcpy(&size, header + 24, sizeof size); /* little-endian, as model.c requires of its host */
+    if (memcmp(header, HS_MAGIC, sizeof HS_MAGIC) != 0) {
+      snprintf(err, HS_ERR,
+               "embed(): the table %s holds a BLOB of %d bytes in its column model that is not"
+               " a model file (it does not start with \"hybridsql model\"); store one with"
+               " `hybridsql model --into FILE`",
+               HS_TABLE, n);
+      return LOOKED_REFUSED;
+    }
+    if (size > HS_STORED_MAX) {
+      snprintf(err, HS_ERR,
+               "embed(): %s has %llu bytes, more than the %u MiB a database's model may have;"
+               " name a model file with hybridsql_model('PATH') or $HYBRIDSQL_MODEL",
+               where, (unsigned long long)size, HS_STORED_MAX >> 20);
+      return LOOKED_REFUSED;
+    }
+    if (size != (uint64_t)n) {
+      snprintf(err, HS_ERR,
+               "embed(): %s is damaged: its header says %llu bytes, its BLOB has %d; store it"
+               " again with `hybridsql model --into FILE`",
+               where, (unsigned long long)size, n);
+      return LOOKED_REFUSED;
+    }
+    /* The models never go and a node never changes once added: the list is walked unlocked. */
+    models_lock();
+    const Model *x = models;
+    models_unlock();
+    for (; x; x = x->next) {
+      if (x->path || x->n != (size_t)n || memcmp(x->data, header, HS_HEADER) != 0) continue;
+      if (blob_equals(b, x->data, n, &rc)) {
+        *found = x;
+        return LOOKED_FOUND;
+      }
+      if (rc != SQLITE_OK) return failed(db, rc, err);
+    }
+  }
+  unsigned char *copy = malloc(n ? (size_t)n : 1);
+  if (!copy) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return LOOKED_FAILED;
+  }
+  if (n && (rc = sqlite3_blob_read(b, copy, n, 0)) != SQLITE_OK) {
+    free(copy);
+    return failed(db, rc, err);
+  }
+  *found = model_adopt(copy, (size_t)n, where, err, &engine_refused);
+  return *found ? LOOKED_FOUND : engine_refused ? LOOKED_REFUSED : LOOKED_FAILED;
+}
+
+/* The model of main.hybridsql_model (Requirement 16).  Nothing of the database's runs: the
+** object is found in the schema tables and its kind told by the statement that made it; only
+** an ordinary rowid table with a column model and no generated column is read, through a
+** statement on the table itself and a BLOB handle.  Every statement of the lookup runs inside
+** one read of the database (the first on main, still open), which no other process's change
+** can cut into. */
+static Looked model_in_database(sqlite3 *db, const Model **found, char *err) {
+  static const char *const rowid_names[3] = {"rowid", "_rowid_", "oid"};
+  sqlite3_stmt *schema = 0, *st = 0;
+  sqlite3_blob *b = 0;
+  Looked looked = LOOKED_REFUSED;
+  char sql[256], why[256];
+  const char *kind, *type;
+  /* A column named rowid, _rowid_ or oid hides the rowid: it is read by the first name left */
+  int taken[3] = {0, 0, 0}, model_column = 0, generated = 0, rowid_name = 0;
+  int rc = first_row(db,
+                     "select type from temp.sqlite_master where type in ('table', 'view') and"
+                     " name = '" HS_TABLE "' collate nocase",
+                     &st);
+  if (rc == SQLITE_ROW) {
+    snprintf(why, sizeof why,
+             "temp.%s is a %s of this connection, where embed() never looks for a model: drop it",
+             HS_TABLE, (const char *)sqlite3_column_text(st, 0));
+    refused(err, why);
+    goto done;
+  }
+  if (rc != SQLITE_DONE) goto read_failed;
+  rc = first_row(db,
+                 "select sql from main.sqlite_master where type in ('table', 'view') and name"
+                 " = '" HS_TABLE "' collate nocase",
+                 &schema);
+  if (rc == SQLITE_DONE) {
+    looked = LOOKED_NONE;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) goto read_failed;
+  kind = created((const char *)sqlite3_column_text(schema, 0));
+  if (strcmp(kind, "table") != 0) {
+    snprintf(why, sizeof why, "main.%s is %s", HS_TABLE, kind);
+    refused(err, why);
+    goto done;
+  }
+
+  /* table_xinfo (SQLite 3.26) names generated columns too; before it, table_info (no SQLite
+  ** before 3.31 has generated columns) answers. */
+  for (int pass = 0; pass < 2 && !model_column; pass++) {
+    sqlite3_finalize(st);
+    rc = first_row(db,
+                   pass ? "pragma main.table_info('" HS_TABLE "')"
+                        : "pragma main.table_xinfo('" HS_TABLE "')",
+                   &st);
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+      const char *name = (const char *)sqlite3_column_text(st, 1);
+      if (!name) continue;
+      model_column |= sqlite3_stricmp(name, "model") == 0;
+      generated |= !pass && sqlite3_column_int(st, 6) >= 2;
+      for (int i = 0; i < 3; i++) taken[i] |= sqlite3_stricmp(name, rowid_names[i]) == 0;
+    }
+    if (rc != SQLITE_DONE) goto read_failed;
+  }
+  if (!model_column) {
+    refused(err, "main." HS_TABLE " has no column model");
+    goto done;
+  }
+  if (generated) {
+    refused(err, "main." HS_TABLE " has generated columns, whose values SQL computes");
+    goto done;
+  }
+  /* index_info of a WITHOUT ROWID table names its primary key (SQLite 3.30; before it, the
+  ** select below finds no rowid and says so). */
+  sqlite3_finalize(st);
+  rc = first_row(db, "pragma main.index_info('" HS_TABLE "')", &st);
+  if (rc == SQLITE_ROW) {
+    refused(err, "main." HS_TABLE " is a WITHOUT ROWID table, which has no BLOB handle to read");
+    goto done;
+  }
+  if (rc != SQLITE_DONE) goto read_failed;
+  while (rowid_name < 3 && taken[rowid_name]) rowid_name++;
+  if (rowid_name == 3) {
+    refused(err, "main." HS_TABLE " has columns named rowid, _rowid_ and oid, which hide the"
+                 " rowid its model is read by");
+    goto done;
+  }
+
+  /* The first row's rowid and the model's type, read from the table alone (NOT INDEXED: no
+  ** index of the database's, whatever it holds) and without the BLOB itself. */
+  snprintf(sql, sizeof sql,
+           "select %s, typeof(model) from main.%s not indexed order by %s limit 1",
+           rowid_names[rowid_name], HS_TABLE, rowid_names[rowid_name]);
+  sqlite3_finalize(st);
+  rc = first_row(db, sql, &st);
+  if (rc == SQLITE_DONE) {
+    looked = LOOKED_NONE;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) goto read_failed;
+  type = (const char *)sqlite3_column_text(st, 1);
+  if (!type || strcmp(type, "blob") != 0) {
+    snprintf(err, HS_ERR,
+             "embed(): the table %s holds %s in its column model, not the model file's bytes;"
+             " store them with `hybridsql model --into FILE`",
+             HS_TABLE, !type || strcmp(type, "null") == 0 ? "NULL" : type);
+    goto done;
+  }
+  rc = sqlite3_blob_open(db, "main", HS_TABLE, "model", sqlite3_column_int64(st, 0), 0, &b);
+  if (rc != SQLITE_OK) goto read_failed;
+  looked = model_in_blob(db, b, sqlite3_blob_bytes(b), found, err);
+  goto done;
+
+read_failed:
+  looked = failed(db, rc, err);
+done:
+  sqlite3_blob_close(b);
+  sqlite3_finalize(st);
+  sqlite3_finalize(schema);
+  return looked;
+}
+
 /* ---- The SQL functions ---- */
 
-/* What a connection's embed() and hybridsql_model() share: the model they run once found.  One
+/* What a connection's embed() and hybridsql_model() share: the model they run once found, or
+** the line that refused the database's (Requirement 16), and whether a lookup runs now.  One
 ** reference a function registered; the last one to go frees it. */
+/* A call from inside a lookup: SQLite runs the application's callbacks (an authorizer, a
+** progress handler, a trace) within the lookup's statements. */
+#define HS_LOOKING                                                                              \
+  "called while this connection looks for its model (from inside the lookup: an authorizer,"    \
+  " progress handler or trace callback)"
+
 typedef struct {
   int refs;
+  int looking;  /* conn_model() runs: a call from inside it is refused, never recursion */
+  int stopped;  /* the last lookup was interrupted */
   const Model *model;
+  char *refused; /* from sqlite3_malloc */
 } Conn;
 
 static void conn_release(void *p) {
   Conn *c = p;
-  if (--c->refs == 0) sqlite3_free(c);
+  if (--c->refs == 0) {
+    sqlite3_free(c->refused);
+    sqlite3_free(c);
+  }
 }
 
 static const char *sql_type(sqlite3_value *v) {
@@ -418,31 +766,6 @@ static const char *sql_type(sqlite3_value *v) {
   }
 }
 
-/* The model in main.hybridsql_model, or NULL with err empty when there is no such table or
-** row, or NULL with err set when its BLOB is no model. */
-static const Model *model_in_database(sqlite3 *db, char *err) {
-  sqlite3_stmt *st = 0;
-  const Model *found = 0;
-  if (sqlite3_prepare_v2(db, "select model from main.hybridsql_model limit 1", -1, &st, 0) !=
-      SQLITE_OK) {
-    return 0; /* no such table */
-  }
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    const void *blob = sqlite3_column_blob(st, 0);
-    int n = sqlite3_column_bytes(st, 0);
-    if (sqlite3_column_type(st, 0) != SQLITE_BLOB) {
-      snprintf(err, HS_ERR,
-               "embed(): the table hybridsql_model holds %s in its column model, not the model"
-               " file's bytes; store them with `hybridsql model --into FILE`",
-               sqlite3_column_type(st, 0) == SQLITE_NULL ? "NULL" : sql_type(sqlite3_column_value(st, 0)));
-    } else {
-      found = model_from_blob(blob, (size_t)n, "the model in the table hybridsql_model", err);
-    }
-  }
-  sqlite3_finalize(st);
-  return found;
-}
-
 /* The connection's model, found as Requirement 13 says; NULL with err set if none. */
 static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
   if (c->model) return c->model;
@@ -452,8 +775,18 @@ static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
     snprintf(where, sizeof where, "$HYBRIDSQL_MODEL (%s)", env);
     return c->model = model_from_file(env, where, err);
   }
-  err[0] = 0;
-  if ((c->model = model_in_database(db, err)) || err[0]) return c->model;
+  const Model *stored = 0;
+  if (c->refused) {
+    snprintf(err, HS_ERR, "%s", c->refused);
+    return 0;
+  }
+  switch (model_in_database(db, &stored, err)) {
+    case LOOKED_FOUND: return c->model = stored;
+    case LOOKED_REFUSED: c->refused = sqlite3_mprintf("%s", err); return 0;
+    case LOOKED_STOPPED: c->stopped = 1; return 0;
+    case LOOKED_FAILED: return 0;
+    case LOOKED_NONE: break;
+  }
   char beside[HS_PATH], cache[HS_PATH], path[HS_PATH + 64];
   int has_beside = library_folder(beside, sizeof beside);
   int has_cache = cache_folder(cache, sizeof cache);
@@ -498,7 +831,18 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR];
   sqlite3 *db = sqlite3_context_db_handle(ctx);
+  if (c->looking) {
+    sqlite3_result_error(ctx, "embed(): " HS_LOOKING "; call it after", -1);
+    return;
+  }
+  c->looking = 1;
   const Model *model = conn_model(db, c, err);
+  c->looking = 0;
+  if (!model && c->stopped) {
+    c->stopped = 0;
+    sqlite3_result_error_code(ctx, SQLITE_INTERRUPT); /* as below */
+    return;
+  }
   if (!model) {
     sqlite3_result_error(ctx, err, -1);
     return;
@@ -540,6 +884,10 @@ static void model_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR], where[HS_PATH + 128];
   const Model *model = 0;
+  if (c->looking) {
+    sqlite3_result_error(ctx, "hybridsql_model(): " HS_LOOKING "; call it before or after", -1);
+    return;
+  }
   switch (sqlite3_value_type(argv[0])) {
     case SQLITE_NULL: return;
     case SQLITE_TEXT: {
@@ -580,8 +928,8 @@ static void model_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 int hs_embed_register(sqlite3 *db) {
   Conn *c = sqlite3_malloc(sizeof *c);
   if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof *c);
   c->refs = 2;
-  c->model = 0;
   /* Not INNOCUOUS: it reads files the environment names.  hybridsql_model() reads any file it
   ** is given, so a schema (a view, a trigger) may not call it: DIRECTONLY. */
   int rc = sqlite3_create_function_v2(db, "embed", 1, SQLITE_UTF8, c, embed_func, 0, 0,

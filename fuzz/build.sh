@@ -4,7 +4,8 @@
 # input decoding costs little) and the system libsqlite3; and fuzz/build/fuzz_tokenizer:
 # csrc/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the model
 # file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model.c and the SQL ways
-# to it (hybridsql_model() of a BLOB or a file) of csrc/embedsql.c, linked as fuzz_sql is. Needs
+# to it (hybridsql_model() of a BLOB or a file) of csrc/embedsql.c, linked as fuzz_sql is; and
+# fuzz/build/fuzz_lookup: embed()'s lookup of a database's own model (embedsql.c), likewise. Needs
 # clang and libsqlite3-dev. UBSan's checks are recoverable only so that fuzz/ubsan.supp can name
 # known bugs; run.sh halts on every other report.
 set -euo pipefail
@@ -25,6 +26,10 @@ clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_model.c -o fuzz/bu
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_model.o fuzz/build/hybridsql.o \
   fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
   -o fuzz/build/fuzz_model
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_lookup.c -o fuzz/build/fuzz_lookup.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_lookup.o fuzz/build/hybridsql.o \
+  fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
+  -o fuzz/build/fuzz_lookup
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
   -o fuzz/build/fuzz_tokenizer.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o fuzz/build/tokenizer.o \
