@@ -28,9 +28,9 @@ import tempfile
 
 from file_size import CORPUS, StandIn, corpus_copy
 
-from hybridsql.extension import connect
-from hybridsql.index import HybridIndex
-from hybridsql.schema import CJK
+from hybridsql.db.extension import connect
+from hybridsql.db.schema import CJK
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.search import keywords
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +38,7 @@ FIXTURE = os.path.join(HERE, "..", "tests", "data", "cjk")
 RUN = re.compile(f"[{CJK}]+")
 WORD = re.compile(r"\b[A-Za-z]{4,}\b")
 
-# Schema 4's trigram tables (hybridsql/schema.py at schema 4), over every chunk. Nothing writes
+# Schema 4's trigram tables (hybridsql/db/schema.py at schema 4), over every chunk. Nothing writes
 # to the copy, so schema 5's triggers stay.
 SCHEMA4 = """
 drop table chunks_trigram; drop table memories_trigram;

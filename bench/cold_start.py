@@ -77,7 +77,7 @@ def notes_index(tmp: str, embedder: str) -> str:
 
 EMBED_ONE = r"""
 import statistics, sys, time
-from hybridsql.embed import LocalProvider
+from hybridsql.embedding.embedder import LocalProvider
 p = LocalProvider()
 p.embed(["warm up"])
 times = []
@@ -158,8 +158,8 @@ def mark(name):
     marks.append((name, time.perf_counter()))
 import numpy
 mark("import numpy")
-from hybridsql import local_model as embed
-mark("import hybridsql.local_model")
+from hybridsql.embedding import local_model as embed
+mark("import hybridsql.embedding.local_model")
 embed._load_local()
 mark("the model file read and opened")
 embed.LocalProvider().embed(["the quick brown fox"])

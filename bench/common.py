@@ -13,9 +13,9 @@ import numpy as np
 import scifact
 
 import hybridsql
-from hybridsql.embed import Embedder, LocalProvider
-from hybridsql.index import HybridIndex, transaction
-from hybridsql.schema import ensure_schema
+from hybridsql.db.schema import ensure_schema
+from hybridsql.embedding.embedder import Embedder, LocalProvider
+from hybridsql.indexing.index import HybridIndex, transaction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

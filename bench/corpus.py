@@ -57,7 +57,7 @@ def fake_model():
     """The local provider with hashes for vectors: the same tokenizer, the same chunks."""
     import numpy as np
 
-    from hybridsql.embed import LocalProvider
+    from hybridsql.embedding.embedder import LocalProvider
 
     class Hashed(LocalProvider):
         model_id = "hashed"
@@ -73,8 +73,8 @@ def fake_model():
 
 
 def child_index(folder: str, db: str, fake: bool) -> dict:
-    from hybridsql.discovery import Progress
-    from hybridsql.index import HybridIndex
+    from hybridsql.files.discovery import Progress
+    from hybridsql.indexing.index import HybridIndex
     from hybridsql.terminal import Eta
 
     class Recording(Progress):
@@ -104,7 +104,7 @@ def child_index(folder: str, db: str, fake: bool) -> dict:
 
 
 def child_raw(texts_file: str) -> dict:
-    from hybridsql.embed import LocalProvider
+    from hybridsql.embedding.embedder import LocalProvider
 
     with open(texts_file) as f:
         texts = json.load(f)

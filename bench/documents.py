@@ -28,7 +28,7 @@ from collections import Counter
 
 from scifact import build, load_jsonl, load_qrels, ndcg_at_10, open_index, require_data
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 XQUAD = os.path.join(HERE, "data", "xquad")

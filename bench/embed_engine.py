@@ -19,7 +19,7 @@ CPU-second.
   text a call on each thread; onnxruntime: OnnxModel.embed, a batch of --batch windows on each
   thread, for each --batch given), chunks per CPU-second of this process and per wall second.
 
-The model file is made in a temporary folder by hybridsql/model_file.py. Prints markdown.
+The model file is made in a temporary folder by hybridsql/embedding/model_file.py. Prints markdown.
 """
 
 import argparse
@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from hybridsql import _native, model_file
-from hybridsql.chunking import chunk_markdown
-from hybridsql.embed import LocalProvider
+from hybridsql.db import _native
+from hybridsql.embedding import model_file
+from hybridsql.embedding.embedder import LocalProvider
+from hybridsql.files.chunking import chunk_markdown
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from onnx_reference import OnnxModel  # noqa: E402

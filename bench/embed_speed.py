@@ -13,8 +13,8 @@ import time
 
 from tokenizers import Tokenizer
 
-from hybridsql.embed import Embedder, LocalProvider
-from hybridsql.local_model import _TOKENIZER
+from hybridsql.embedding.embedder import Embedder, LocalProvider
+from hybridsql.embedding.local_model import _TOKENIZER
 
 MODULES = [
     "argparse", "asyncio", "collections", "configparser", "datetime", "decimal", "email",

@@ -20,10 +20,10 @@ import tempfile
 import apsw
 import numpy as np
 
-from hybridsql import stats
-from hybridsql.embed import LocalProvider
-from hybridsql.extension import connect
-from hybridsql.index import HybridIndex
+from hybridsql.db import stats
+from hybridsql.db.extension import connect
+from hybridsql.embedding.embedder import LocalProvider
+from hybridsql.indexing.index import HybridIndex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "..", "..", "shared", "data", "markdown")  # beside the checkout

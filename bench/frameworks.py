@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from measures import ndcg_at_10, paired_bootstrap  # noqa: E402
 from scifact import load_jsonl, load_qrels, require_data  # noqa: E402
 
-from hybridsql.langchain import HybridSQLVectorStore  # noqa: E402
+from hybridsql.integrations.langchain import HybridSQLVectorStore  # noqa: E402
 
 VECTORS = os.path.join(HERE, "results", "scifact-lc-vectors.npz")
 
@@ -72,7 +72,7 @@ def local_vectors(texts: list) -> dict:
             cached = dict(zip(f["keys"].tolist(), f["vectors"], strict=True))
     missing = sorted({t for t in texts if key(t) not in cached})
     if missing:
-        from hybridsql.embed import LocalProvider
+        from hybridsql.embedding.embedder import LocalProvider
 
         started = time.monotonic()
         made = LocalProvider().embed(missing)

@@ -14,7 +14,7 @@ import os
 import statistics
 from collections import Counter
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUERIES = [

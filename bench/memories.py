@@ -32,7 +32,7 @@ from dataclasses import replace
 from common import RESULTS, remove_db
 from measures import ndcg_at_10, paired_bootstrap, recall_at
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore, Ranking
 
 HERE = os.path.dirname(os.path.abspath(__file__))

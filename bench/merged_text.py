@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 SCIFACT = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "scifact")
 

@@ -30,7 +30,7 @@ from common import (
 )
 
 import hybridsql
-from hybridsql.embed import LocalProvider
+from hybridsql.embedding.embedder import LocalProvider
 
 D, K = 384, 10
 SQL = f"select rowid, score from v where e match ? and k = {K}"

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from hybridsql.index import HybridIndex
-from hybridsql.replication import litestream_path
+from hybridsql.db.replication import litestream_path
+from hybridsql.indexing.index import HybridIndex
 
 DIMS, CHUNKS_PER_FILE, BATCH = 384, 8, 2000
 WORDS = np.array(

@@ -40,8 +40,8 @@ from common import (
 )
 
 import hybridsql
-from hybridsql.embed import LocalProvider
-from hybridsql.index import HybridIndex
+from hybridsql.embedding.embedder import LocalProvider
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
 
 SCIFACT = scifact.DATA

@@ -28,8 +28,8 @@ import time
 import numpy as np
 from measures import ndcg_at_10
 
-from hybridsql.chunking import chunk_markdown
-from hybridsql.index import HybridIndex, transaction
+from hybridsql.files.chunking import chunk_markdown
+from hybridsql.indexing.index import HybridIndex, transaction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The full set in the BEIR layout (the tests use the part of it in tests/data/scifact): the folder

@@ -22,8 +22,8 @@ import numpy as np
 import scifact
 from tokenizers import Tokenizer
 
-from hybridsql.local_model import _tokenizer
-from hybridsql.windows import encode_windows
+from hybridsql.embedding.local_model import _tokenizer
+from hybridsql.embedding.windows import encode_windows
 
 sys.path.insert(0, os.path.join(scifact.HERE, "..", "tests"))
 from onnx_reference import session as onnx_session  # noqa: E402

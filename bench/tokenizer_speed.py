@@ -14,8 +14,9 @@ import time
 
 os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its pool
 
-from hybridsql import _native  # noqa: E402
-from hybridsql.embed import _TOKENIZER, _tokenizer, encode_windows  # noqa: E402
+from hybridsql.db import _native  # noqa: E402
+from hybridsql.embedding.local_model import _TOKENIZER, _tokenizer  # noqa: E402
+from hybridsql.embedding.windows import encode_windows  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data")

@@ -22,7 +22,7 @@ import numpy as np
 from common import MMAP, RESULTS, connect, remove_db
 
 import hybridsql
-from hybridsql.vectors import VectorReader
+from hybridsql.db.vectors import VectorReader
 
 K, QUERIES = 10, 20
 FRESH = 5  # fresh connections, new processes: each measured this many times

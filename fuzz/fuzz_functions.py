@@ -1,6 +1,6 @@
 """atheris harness: the Python SQL functions against the C extension, on the same arguments.
 
-hybridsql/functions.py promises the semantics and error texts of csrc/hybridsql.c. Each input
+hybridsql/db/functions.py promises the semantics and error texts of csrc/hybridsql.c. Each input
 picks a statement, a Python math (numpy's: the C kernels through cffi; numpy itself; pure
 Python) and bound values (NULL, interesting and
 raw integers and doubles, NaN, infinities, text, blobs of any length, float32 blobs, JSON of any
@@ -22,8 +22,8 @@ import atheris
 with atheris.instrument_imports(include=["hybridsql"]):
     import apsw
 
-    from hybridsql.extension import load, register_python
-    from hybridsql.functions import Functions, NumpyMath, PythonMath, make_math
+    from hybridsql.db.extension import load, register_python
+    from hybridsql.db.functions import Functions, NumpyMath, PythonMath, make_math
 
 # fmt: off
 INTS = [0, 1, -1, 2, 3, 5, 10000, 10001, 65536, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]

@@ -18,8 +18,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["hybridsql"]):
-    from hybridsql.extension import connect
-    from hybridsql.schema import ensure_schema
+    from hybridsql.db.extension import connect
+    from hybridsql.db.schema import ensure_schema
     from hybridsql.search import _like_pattern, highlight_terms, keyword_plan, make_snippet
 
 # fmt: off

@@ -3,8 +3,8 @@
 fuzz_tokenizer.c looks for memory errors; this one for a different answer. Each input is read
 as byte 0: the windows (1 to 8), then the text as bytes, which Python reads with
 errors="replace" (as tests/test_tokenizer.py does). The C ids must be encode_windows' ids
-(hybridsql/windows.py, with LocalProvider's tokenizer), [CLS] and [SEP] left out, window by window,
-and hs_readable_share must be readable_share of the same tokens.
+(hybridsql/embedding/windows.py, with LocalProvider's tokenizer), [CLS] and [SEP] left out,
+window by window, and hs_readable_share must be readable_share of the same tokens.
 
 Run it: see fuzz/README.md.
 """
@@ -15,9 +15,9 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["hybridsql"]):
-    from hybridsql import _native
-    from hybridsql.local_model import _TOKENIZER, _tokenizer
-    from hybridsql.windows import encode_windows, readable_share
+    from hybridsql.db import _native
+    from hybridsql.embedding.local_model import _TOKENIZER, _tokenizer
+    from hybridsql.embedding.windows import encode_windows, readable_share
 
 WINDOW = 254  # ids of the text in a window: LocalProvider.window less [CLS] and [SEP]
 

@@ -1,9 +1,9 @@
 """Writes fuzz_model's seeds, fuzz/corpus/model/tiny-*: a model file of the real format
-(hybridsql/model_file.py's pack) small enough for libFuzzer (about 20 KB, where the real one is
-23 MB): 32 dims, 1 layer of 2 heads, an ffn of 32, 256 positions, a vocabulary of 75 pieces
-with the special ones, random int8 weights. Each seed is fuzz_model's control byte, then the
-file: one with the checksum left as written, one that the harness seals again, and two that it
-seals with an id the loader must refuse (not UTF-8; 40 bytes with no NUL).
+(hybridsql/embedding/model_file.py's pack) small enough for libFuzzer (about 20 KB, where the
+real one is 23 MB): 32 dims, 1 layer of 2 heads, an ffn of 32, 256 positions, a vocabulary of
+75 pieces with the special ones, random int8 weights. Each seed is fuzz_model's control byte,
+then the file: one with the checksum left as written, one that the harness seals again, and two
+that it seals with an id the loader must refuse (not UTF-8; 40 bytes with no NUL).
 
     python fuzz/model_seed.py     # from the repository root, in a venv with hybridsql
 """
@@ -13,7 +13,7 @@ import string
 
 import numpy as np
 
-from hybridsql import model_file
+from hybridsql.embedding import model_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -16,9 +16,10 @@ from dataclasses import asdict
 
 import click
 
-from hybridsql import __version__, _native, terminal
-from hybridsql.discovery import MAX_FILE_BYTES, left_out_line
+from hybridsql import __version__, terminal
+from hybridsql.db import _native
 from hybridsql.errors import DatabaseError, HybridSQLError, IndexingError
+from hybridsql.files.discovery import MAX_FILE_BYTES, left_out_line
 from hybridsql.memory import SECTORS, TIERS, MemorySearch
 from hybridsql.options import click_options
 from hybridsql.search import SearchOptions, explain_sql, visible
@@ -91,7 +92,7 @@ def file_errors(command):
     def run(*args, db, **kwargs):
         import apsw
 
-        from hybridsql.extension import file_error
+        from hybridsql.db.extension import file_error
 
         try:
             return command(*args, db=db, **kwargs)
@@ -119,7 +120,7 @@ def show(value, as_json: bool, lines) -> None:
 
 
 def open_index(db: str, embedder, opening: str):
-    from hybridsql.index import HybridIndex
+    from hybridsql.indexing.index import HybridIndex
 
     return HybridIndex(db, embedder=embedder, **OPENINGS[opening])
 
@@ -155,7 +156,7 @@ def cli():
 )
 def path():
     """Print the path of the loadable SQLite extension."""
-    from hybridsql.extension import loadable_path
+    from hybridsql.db.extension import loadable_path
 
     click.echo(loadable_path())
 
@@ -185,8 +186,8 @@ def model_command(into, out):
     """
     from pathlib import Path
 
-    from hybridsql.engine import store_model, write_model
-    from hybridsql.extension import connect
+    from hybridsql.db.extension import connect
+    from hybridsql.embedding.engine import store_model, write_model
 
     path = write_model(Path(out) if out else None)
     if into:
@@ -246,7 +247,7 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes
     """
     if not os.path.isdir(folder):  # before the database is made
         raise IndexingError(f"{folder} is not a folder")
-    from hybridsql.index import IndexReport
+    from hybridsql.indexing.index import IndexReport
 
     report = IndexReport()
     bar = terminal.Bar(report)
@@ -279,8 +280,8 @@ def watch_index(
     import signal
     import threading
 
-    from hybridsql.index import Progress
-    from hybridsql.watch import Stoppable, watch_folder
+    from hybridsql.indexing.index import Progress
+    from hybridsql.indexing.watch import Stoppable, watch_folder
 
     stop = threading.Event()
     progress = Stoppable(stop, bar)
@@ -364,7 +365,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         found = idx.search(query, **options)
     if explain:
         click.echo(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
-        from hybridsql.extension import loadable_path
+        from hybridsql.db.extension import loadable_path
 
         click.echo(f"-- run after: .load {loadable_path()}")
         if options["per_file"] and not options["group_by_file"]:
@@ -394,7 +395,7 @@ def stats(db, as_json):
 
     Opens the file read-only. Bytes by table need SQLite's dbstat virtual table.
     """
-    from hybridsql import stats as breakdown
+    from hybridsql.db import stats as breakdown
 
     show(breakdown.file_stats(db), as_json, breakdown.lines)
 
@@ -428,7 +429,7 @@ def store_command(opening: str, lines):
         @json_option
         @functools.wraps(run)
         def command(db, embedder, as_json, memory_dir=None, **options):
-            from hybridsql.extension import writable
+            from hybridsql.db.extension import writable
             from hybridsql.memory import MemoryStore
 
             # A search that does not reinforce writes nothing, so it opens the file read-only;
@@ -709,13 +710,13 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
     hybridsql session. Needs the mcp extra: pip install 'hybridsql[mcp]'.
     """
     try:
-        from hybridsql.mcp_server import serve
+        from hybridsql.mcp.server import serve
     except ImportError as e:
         raise HybridSQLError(
             f"the MCP server needs the mcp extra: {pip_install('mcp')} ({e})"
         ) from e
     if http is not None:
-        from hybridsql.mcp_http import serve_http
+        from hybridsql.mcp.http import serve_http
 
         source = click.get_current_context().get_parameter_source("db")
         if data_dir and source is click.core.ParameterSource.ENVIRONMENT:
@@ -751,7 +752,7 @@ def replicate(db, to, once, seconds):
     folder, file://, s3://...) until interrupted. Needs the replicate extra: pip install
     'hybridsql[replicate]'. See docs/scaling.md for S3.
     """
-    from hybridsql.replication import replicate as run
+    from hybridsql.db.replication import replicate as run
 
     run(db, to, once=once, seconds=seconds)
 
@@ -785,7 +786,7 @@ def restore(source, db, timestamp, earlier):
     --timestamp names) does not restore intact, the error names the newest earlier point that
     does, and --earlier restores that one.
     """
-    from hybridsql.replication import restore as run
+    from hybridsql.db.replication import restore as run
 
     done = run(source, db, timestamp=timestamp, earlier=earlier)
     if done.point is not None:

@@ -16,7 +16,7 @@ from datetime import datetime
 
 import click
 
-from hybridsql.discovery import Progress
+from hybridsql.files.discovery import Progress
 from hybridsql.search import visible
 
 # Where str.splitlines() breaks a line: \r\n, \n, \r, \v, \f, \x1c-\x1e, NEL, U+2028, U+2029.

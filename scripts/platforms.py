@@ -73,7 +73,7 @@ FLAGS = [
 FLAGS += [f'-DHYBRIDSQL_VERSION="{package_version()}"']
 
 
-# The model file embed() finds beside the library (hybridsql/engine.py's name for it).
+# The model file embed() finds beside the library (hybridsql/embedding/engine.py's name for it).
 MODEL_FILE = "all-MiniLM-L6-v2-int8.hsmodel"
 ARCHIVE_NOTE = """hybridsql {version}: the SQLite loadable extension for {platform}, alone.
 Built from commit {commit} by scripts/build-dist (zig cc -target {zig}).

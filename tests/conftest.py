@@ -74,7 +74,7 @@ PYTHON_ONLY_LINE = (
 
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
-    """The local model's file (engine.model_path, in embed.cache_dir) is written for the
+    """The local model's file (engine.model_path, in extension.cache_dir) is written for the
     session's processes in a folder of the session's, not in the user's cache."""
     os.environ["HYBRIDSQL_CACHE_DIR"] = str(tmp_path_factory.mktemp("model-cache"))
 
@@ -142,7 +142,7 @@ def example_db(tmp_path_factory):
 
     Copy it before writing to it; its embedding cache makes re-indexing the examples instant.
     """
-    from hybridsql.index import HybridIndex
+    from hybridsql.indexing.index import HybridIndex
 
     path = str(tmp_path_factory.mktemp("examples") / "examples.db")
     with HybridIndex(path, embedder="local") as idx:

@@ -1,5 +1,5 @@
 """The tests' oracle: all-MiniLM-L6-v2 int8 on onnxruntime, the model the C engine
-(csrc/model.c, LocalProvider) was made from, read in the same windows (hybridsql/windows.py)
+(csrc/model.c, LocalProvider) was made from, read in the same windows (hybridsql/embedding/windows.py)
 by the tokenizers library. onnxruntime and tokenizers come with the ``test`` extra only.
 
     from onnx_reference import OnnxModel  # tests/ is on sys.path under pytest
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hybridsql.local_model import _tokenizer
-from hybridsql.threads import _spread
-from hybridsql.windows import READABLE, encode_windows, readable_share
+from hybridsql.embedding.local_model import _tokenizer
+from hybridsql.embedding.threads import _spread
+from hybridsql.embedding.windows import READABLE, encode_windows, readable_share
 
 
 @functools.cache

@@ -12,8 +12,8 @@ import zipfile
 import pytest
 
 import hybridsql
-from hybridsql import _native
-from hybridsql.extension import loadable_path
+from hybridsql.db import _native
+from hybridsql.db.extension import loadable_path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))

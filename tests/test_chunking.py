@@ -13,8 +13,8 @@ from conftest import read_scifact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsql import chunking
-from hybridsql.chunking import Chunk, chunk_markdown, count_tokens
+from hybridsql.files import chunking
+from hybridsql.files.chunking import Chunk, chunk_markdown, count_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_FILES = sorted((ROOT / "examples" / "memory").rglob("*.md"))

@@ -36,9 +36,9 @@ from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql, run_on_tty
 
 import hybridsql
 from hybridsql.cli import main
+from hybridsql.db.schema import SCHEMA_VERSION
 from hybridsql.errors import QueryError
-from hybridsql.index import VANISHED
-from hybridsql.schema import SCHEMA_VERSION
+from hybridsql.indexing.index import VANISHED
 from hybridsql.search import SearchOptions
 
 # The SIMD path that SQL reports; --version says the same.

@@ -45,7 +45,7 @@ class HashProvider:
 
 
 def open_store(db):
-    from hybridsql.index import HybridIndex
+    from hybridsql.indexing.index import HybridIndex
     from hybridsql.memory import MemoryStore
 
     idx = HybridIndex(db, embedder=HashProvider())

@@ -28,7 +28,7 @@ import pytest
 from conftest import HYBRIDSQL, check_fts
 
 import hybridsql
-from hybridsql.chunking import chunk_markdown
+from hybridsql.files.chunking import chunk_markdown
 
 KILLS = int(os.environ.get("HYBRIDSQL_CRASH_KILLS", "24"))
 FILES = 150

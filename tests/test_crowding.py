@@ -10,7 +10,7 @@ from conftest import run_hybridsql
 
 from hybridsql import terminal
 from hybridsql.errors import QueryError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 
 def section(title: str, word: str, times: int) -> str:

@@ -22,8 +22,8 @@ import pytest
 from conftest import ROOT, SHELL
 
 import hybridsql
-from hybridsql import engine, model_file
-from hybridsql.embed import cache_dir
+from hybridsql.db.extension import cache_dir
+from hybridsql.embedding import engine, model_file
 
 LIMIT = 120  # seconds a client may take; the old code hung forever on a recursive view
 KEEP = (
@@ -100,7 +100,7 @@ CLIENTS = r"""
 import json, sys
 import apsw
 import hybridsql
-from hybridsql import extension
+from hybridsql.db import extension
 db, setup, times = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 
 def run(execute):
@@ -500,7 +500,7 @@ def test_a_refused_blob_is_never_copied(model_file_in_cache, tmp_path, statement
 READS = r"""
 import json, sys
 import apsw
-from hybridsql import extension
+from hybridsql.db import extension
 conn = apsw.Connection(sys.argv[1])
 extension.load(conn)
 seen = set()
@@ -547,7 +547,7 @@ def test_the_lookup_reads_the_schema_and_the_table_alone(model_file_in_cache, tm
 REENTRY = r"""
 import json, sys
 import hybridsql
-from hybridsql import extension
+from hybridsql.db import extension
 client = sys.argv[1]
 if client == "apsw":
     conn = hybridsql.connect(":memory:")
@@ -604,7 +604,7 @@ def test_a_call_from_inside_the_lookup_is_refused(model_file_in_cache, tmp_path,
 INTERRUPTED = r"""
 import json, sys
 import apsw
-from hybridsql import extension
+from hybridsql.db import extension
 conn = apsw.Connection(sys.argv[1])
 extension.load(conn)
 armed = [False]

@@ -21,7 +21,7 @@ from conftest import PYTHON_ONLY_LINE, STDLIB_LOADS_EXTENSIONS, WITHOUT_PYSQLITE
 from datasette.utils import tilde_encode
 
 import hybridsql
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
 
 DATASETTE = os.path.join(os.path.dirname(sys.executable), "datasette")

@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLES
 from itsdangerous import URLSafeSerializer
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
 
 DATASETTE = os.path.join(os.path.dirname(sys.executable), "datasette")

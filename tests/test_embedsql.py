@@ -16,8 +16,10 @@ from conftest import HYBRIDSQL, SHELL
 from onnx_reference import OnnxModel
 
 import hybridsql
-from hybridsql import _native, engine
-from hybridsql.embed import LocalProvider, cache_dir
+from hybridsql.db import _native
+from hybridsql.db.extension import cache_dir
+from hybridsql.embedding import engine
+from hybridsql.embedding.local_model import LocalProvider
 
 TEXT = "How do I roll back a failed deploy?"
 PERL = shutil.which("perl")
@@ -215,7 +217,7 @@ def test_the_model_file_beside_the_library(model_file, tmp_path):
 @pytest.mark.skipif(sys.platform == "win32", reason="the variables of a Unix cache folder")
 @pytest.mark.parametrize("variables", ["HYBRIDSQL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
 def test_the_extension_looks_where_python_writes(model_file, tmp_path, monkeypatch, variables):
-    """The cache folder the C side reads is embed.cache_dir()'s, under each variable."""
+    """The cache folder the C side reads is extension.cache_dir()'s, under each variable."""
     for name in ("HYBRIDSQL_CACHE_DIR", "XDG_CACHE_HOME", "HYBRIDSQL_MODEL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(variables, str(tmp_path / variables))

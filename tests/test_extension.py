@@ -17,9 +17,9 @@ import sqlite_utils
 from conftest import HYBRIDSQL
 
 import hybridsql
+from hybridsql.db.extension import register_python
+from hybridsql.db.functions import Functions, NumpyMath, make_math
 from hybridsql.errors import ExtensionError
-from hybridsql.extension import register_python
-from hybridsql.functions import Functions, NumpyMath, make_math
 
 SHELL = shutil.which("sqlite3")
 LN2 = math.log(2)
@@ -445,7 +445,7 @@ def test_sqlite_utils_query_embeds_and_searches(example_db):
         env={**os.environ, "HYBRIDSQL_EMBEDDER": "local"},
     ).stdout
     with hybridsql.connect(example_db) as conn:
-        from hybridsql.embed import Embedder, LocalProvider, register_embed
+        from hybridsql.embedding.embedder import Embedder, LocalProvider, register_embed
 
         register_embed(conn, Embedder(LocalProvider()))
         want = [r[0] for r in conn.execute(sql)]
@@ -453,7 +453,7 @@ def test_sqlite_utils_query_embeds_and_searches(example_db):
 
 
 def test_embed_without_a_provider_is_a_clear_error(monkeypatch):
-    from hybridsql.embed import default_embedder, register_embed
+    from hybridsql.embedding.embedder import default_embedder, register_embed
     from hybridsql.errors import EmbeddingError
 
     monkeypatch.setenv("HYBRIDSQL_EMBEDDER", "none")
@@ -496,9 +496,9 @@ def test_load_rejects_unknown_backend():
 def test_extension_backend_is_strict(monkeypatch, tmp_path, caplog):
     """``extension`` raises where the library is missing; ``auto`` falls back to Python and
     says why once per process, on the hybridsql logger."""
-    monkeypatch.setattr(hybridsql._native, "PATH", str(tmp_path / "hybridsql.so"))
-    monkeypatch.setattr(hybridsql.extension, "_COPIES", {})  # no binary found yet
-    monkeypatch.setattr(hybridsql.extension, "_SAID", set())  # nothing said yet
+    monkeypatch.setattr(hybridsql.db._native, "PATH", str(tmp_path / "hybridsql.so"))
+    monkeypatch.setattr(hybridsql.db.extension, "_COPIES", {})  # no binary found yet
+    monkeypatch.setattr(hybridsql.db.extension, "_SAID", set())  # nothing said yet
     with pytest.raises(ExtensionError, match="the native extension is not built") as raised:
         hybridsql.load(apsw.Connection(":memory:"), "extension")
     assert caplog.records == []
@@ -522,7 +522,7 @@ def test_where_pysqlite3_has_no_wheel_the_line_says_so_and_what_to_do(monkeypatc
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(platform, "system", lambda: "Linux")
     monkeypatch.setattr(platform, "machine", lambda: "aarch64")
-    line = hybridsql.extension.python_only(sqlite3.connect(":memory:"), AttributeError())
+    line = hybridsql.db.extension.python_only(sqlite3.connect(":memory:"), AttributeError())
     assert line == (
         "hybridsql: Python's sqlite3 cannot load extensions (this Python was built without them),"
         " so its connections have hybridsql's SQL functions in Python but no vector_index tables"
@@ -658,7 +658,7 @@ def test_the_library_exports_its_entry_point_and_the_kernels_alone():
     ).stdout
     exported = sorted(line.split()[-1] for line in out.splitlines())
     # The kernels _native.py declares, and SQLite's entry point: the list test_build.py pins.
-    declared = re.findall(r"(\w+)\(", hybridsql._native.CDEF)
+    declared = re.findall(r"(\w+)\(", hybridsql.db._native.CDEF)
     assert exported == sorted([*declared, "sqlite3_hybridsql_init"])
 
 
@@ -682,7 +682,7 @@ def test_loading_twice_keeps_working_and_failures_are_named():
     )
     with pytest.raises(apsw.ExtensionLoadingError, match=re.escape(message)):
         # the binary apsw's SQLite was given (pysqlite3's may hold the package's own)
-        conn.load_extension(hybridsql.extension._binary_for(conn))
+        conn.load_extension(hybridsql.db.extension._binary_for(conn))
 
 
 COMMA_LOCALE = "de_DE.UTF-8"
@@ -749,7 +749,7 @@ TWO_LIBRARIES = """
 import apsw, sys, threading
 import pysqlite3.dbapi2 as pysqlite3
 import hybridsql
-from hybridsql import extension
+from hybridsql.db import extension
 a = hybridsql.connect(":memory:", backend="extension")
 p = pysqlite3.connect(":memory:", check_same_thread=False)
 assert extension.load(p) == "extension"
@@ -793,7 +793,7 @@ COPY_THEN_SIGTERM = """
 import os, signal, sys
 import pysqlite3.dbapi2 as pysqlite3
 import hybridsql
-from hybridsql import extension
+from hybridsql.db import extension
 a = hybridsql.connect(":memory:", backend="extension")
 p = pysqlite3.connect(":memory:")
 assert extension.load(p) == "extension"
@@ -831,7 +831,7 @@ def test_a_second_librarys_copy_is_shared_and_left_nowhere_by_a_process_killed_b
     tmp_path,
 ):
     pytest.importorskip("pysqlite3", reason="pysqlite3-binary is Linux x86-64 only")
-    from hybridsql.extension import loadable_path
+    from hybridsql.db.extension import loadable_path
 
     with open(loadable_path(), "rb") as f:
         binary = f.read()
@@ -867,7 +867,7 @@ def test_where_the_cache_cannot_be_written_the_copy_is_temporary_and_removed_at_
 
 ONE_BINARY_TWICE = """
 import apsw, pysqlite3.dbapi2 as pysqlite3
-from hybridsql.extension import loadable_path
+from hybridsql.db.extension import loadable_path
 a = apsw.Connection(":memory:"); a.enable_load_extension(True); a.load_extension(loadable_path())
 p = pysqlite3.connect(":memory:"); p.enable_load_extension(True)
 try:
@@ -942,7 +942,7 @@ def test_opening_waits_for_a_connection_that_holds_the_file(tmp_path, readonly):
 def test_the_kernels_cdef_is_the_headers():
     """_native.py's cffi declarations (ABI mode: nothing checks them at build time) are those of
     csrc/hybridsql.h, which the C compiles against."""
-    from hybridsql import _native
+    from hybridsql.db import _native
 
     def declarations(text: str) -> list:  # a declaration may go on over lines
         return [" ".join(d.split()) for d in text.split(";") if "(" in d]

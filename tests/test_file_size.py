@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import letter_counts, run_hybridsql
 
-from hybridsql import stats
-from hybridsql.extension import connect
-from hybridsql.index import HybridIndex
-from hybridsql.schema import SCHEMA_VERSION, schema_version
+from hybridsql.db import stats
+from hybridsql.db.extension import connect
+from hybridsql.db.schema import SCHEMA_VERSION, schema_version
+from hybridsql.indexing.index import HybridIndex
 
 
 class Letters:

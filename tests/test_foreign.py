@@ -20,7 +20,7 @@ import pytest
 from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql
 
 from hybridsql.errors import DatabaseError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import READ_ONLY_NOTE
 
 FOREIGN = {

@@ -24,9 +24,9 @@ import apsw
 import pytest
 from conftest import HYBRIDSQL
 
-from hybridsql.extension import loadable_path
-from hybridsql.index import HybridIndex
-from hybridsql.mcp_server import TOOLS
+from hybridsql.db.extension import loadable_path
+from hybridsql.indexing.index import HybridIndex
+from hybridsql.mcp.server import TOOLS
 from hybridsql.memory import MemoryStore
 from hybridsql.search import (
     BACKENDS,

@@ -10,10 +10,10 @@ import apsw
 import pytest
 from conftest import check_fts, run_hybridsql
 
-import hybridsql.index
-from hybridsql.embed import Embedder, LocalProvider
+import hybridsql.indexing.index
+from hybridsql.embedding.embedder import Embedder, LocalProvider
 from hybridsql.errors import DatabaseError
-from hybridsql.index import VANISHED, HybridIndex, Progress, discover
+from hybridsql.indexing.index import VANISHED, HybridIndex, Progress, discover
 
 
 class Counting:
@@ -271,14 +271,14 @@ def test_a_file_deleted_after_it_is_read_is_indexed_as_read(tmp_path, monkeypatc
     file it was read from (os.path.getmtime after chunking used to stop the run), and the next
     run removes it."""
     root = small_folder(tmp_path / "folder")
-    real_chunk = hybridsql.index.chunk_markdown
+    real_chunk = hybridsql.indexing.index.chunk_markdown
 
     def chunk(text, *args, **kwargs):
         if "notetoken2" in text and (root / "n2.md").exists():
             os.remove(root / "n2.md")
         return real_chunk(text, *args, **kwargs)
 
-    monkeypatch.setattr(hybridsql.index, "chunk_markdown", chunk)
+    monkeypatch.setattr(hybridsql.indexing.index, "chunk_markdown", chunk)
     with HybridIndex(str(tmp_path / "index.db"), embedder="none") as idx:
         report = idx.index_folder(str(root))
         assert (report.files_indexed, report.skipped) == (6, [])

@@ -22,7 +22,7 @@ import pytest
 from conftest import HYBRIDSQL
 
 from hybridsql.errors import HybridSQLError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
 from hybridsql.search import BACKENDS, MODES, SearchOptions
 
@@ -177,7 +177,7 @@ SQL_TEXT = re.compile(
 REVIEWED = {
     # A filter tree's SQL: operators and SQL written in code, each key's JSON path and each
     # value bound as a :fN parameter (tests/test_langchain.py sends hostile keys and values).
-    "documents.py": {
+    "integrations/documents.py": {
         "cond": "filter_sql's text: code's SQL and :fN parameter names",
         "ids_sql": "Collection.nearest's constant text and filter_sql's",
         "restrict": "Collection.nearest's constant text around ids_sql, or empty",
@@ -188,7 +188,7 @@ REVIEWED = {
         '", ".join(["?"] * len(part))': "one ? placeholder for each id of a statement",
     },
     # Error messages that read like SQL ("create an index with ..."): never executed.
-    "extension.py": {
+    "db/extension.py": {
         "path": "a database's file name in an error message, not SQL",
         "package": "the package's folder in an error message, not SQL",
         "os.path.basename(path)": "the native extension's file name in an error message, not SQL",
@@ -199,16 +199,16 @@ REVIEWED = {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",
     },
-    "index.py": {
+    "indexing/index.py": {
         "table": "insert_rows: a key of ROW_COLUMNS (any other is a KeyError before the SQL)",
         "', '.join(columns)": "insert_rows: the column names ROW_COLUMNS, a constant, holds",
     },
-    "mcp_http.py": {"text": "the refused --http value in an error message (HOST:PORT), not SQL"},
-    "replication.py": {
+    "mcp/http.py": {"text": "the refused --http value in an error message (HOST:PORT), not SQL"},
+    "db/replication.py": {
         "table": "an FTS5 table's name read from the restored file's schema, quoted as an "
         "identifier (its double quotes doubled)",
     },
-    "providers.py": {
+    "embedding/providers.py": {
         "spec": "the refused embedder name in an error message (openai:MODEL), not SQL",
     },
     "memory/ranking.py": {
@@ -273,7 +273,7 @@ REVIEWED = {
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",
         "id_sql": "the literal 'c.id' given to vector_of",
     },
-    "schema.py": {
+    "db/schema.py": {
         "insert": "_upgrade_from_1's own constant text",
         '_has_cjk("text")': "the CJK test of the column text: code's SQL and the CJK class",
         '_has_cjk("new.text")': "the CJK test of new.text: code's SQL and the CJK class",
@@ -285,11 +285,11 @@ REVIEWED = {
         "name": "_drop_stale_triggers: a name read from sqlite_schema, dropped only when it is"
         " one of TRIGGERS' keys (this module's own trigger names)",
     },
-    "stats.py": {
+    "db/stats.py": {
         "table": "a table's name read from the file's schema, quoted as an identifier (its"
         " double quotes doubled)",
     },
-    "vectors.py": {
+    "db/vectors.py": {
         "master": "quoted(schema, 'sqlite_schema'): a quoted identifier",
         "self._name('rowids')": "quoted(): a quoted identifier",
         "self._name('blocks')": "quoted(): a quoted identifier",

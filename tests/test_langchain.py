@@ -18,7 +18,7 @@ from langchain_tests.integration_tests import (  # noqa: E402
 )
 
 from hybridsql.errors import QueryError  # noqa: E402
-from hybridsql.langchain import (  # noqa: E402
+from hybridsql.integrations.langchain import (  # noqa: E402
     HybridSQLEmbeddings,
     HybridSQLRetriever,
     HybridSQLVectorStore,
@@ -178,7 +178,7 @@ def test_the_frameworks_pages_examples_print_what_the_page_says(tmp_path):
 def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path):
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
-    from hybridsql.index import HybridIndex
+    from hybridsql.indexing.index import HybridIndex
 
     db = str(tmp_path / "shared.db")
     idx = HybridIndex(db, embedder="none")
@@ -208,8 +208,8 @@ def test_text_keys_are_kept_for_files_and_memories_not_for_a_collections_documen
     from langchain_core.embeddings import DeterministicFakeEmbedding
 
     import hybridsql
-    from hybridsql import schema
-    from hybridsql.index import HybridIndex
+    from hybridsql.db import schema
+    from hybridsql.indexing.index import HybridIndex
     from hybridsql.memory import MemoryStore
 
     want = (
@@ -288,8 +288,8 @@ def test_new_ids_are_uuid7s_that_sort_in_the_order_they_were_made(tmp_path, monk
     import time
     import uuid
 
-    from hybridsql import documents
-    from hybridsql.langchain import new_ids
+    from hybridsql.integrations import documents
+    from hybridsql.integrations.langchain import new_ids
 
     before = time.time_ns() // 1_000_000
     ids = new_ids(2000) + new_ids(1) + new_ids(3)
@@ -401,7 +401,7 @@ def test_vectors_given_as_lists_are_stored_as_array_stored_them(tmp_path):
     import apsw
     import numpy as np
 
-    from hybridsql.documents import Collection, _float32
+    from hybridsql.integrations.documents import Collection, _float32
 
     rng = np.random.default_rng(3)
     edges = [0.0, -0.0, 1e-45, -1e-46, 1.401298464324817e-45, 3.4028234663852886e38, 1, True]

@@ -16,7 +16,7 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 )
 
 from hybridsql.errors import QueryError  # noqa: E402
-from hybridsql.llamaindex import HybridSQLEmbedding, HybridSQLVectorStore  # noqa: E402
+from hybridsql.integrations.llamaindex import HybridSQLEmbedding, HybridSQLVectorStore  # noqa: E402
 
 DOCS = [
     (

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import HYBRIDSQL, letter_counts
 
-from hybridsql.embed import LLMProvider, resolve_provider
+from hybridsql.embedding.embedder import LLMProvider, resolve_provider
 from hybridsql.errors import EmbeddingError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 
 @pytest.fixture

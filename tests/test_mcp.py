@@ -18,8 +18,8 @@ from conftest import HYBRIDSQL, ROOT
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import hybridsql
-from hybridsql.index import HybridIndex
-from hybridsql.mcp_server import TOOLS
+from hybridsql.indexing.index import HybridIndex
+from hybridsql.mcp.server import TOOLS
 from hybridsql.memory import MemoryStore  # noqa: E402
 
 

@@ -20,8 +20,8 @@ from conftest import HYBRIDSQL, ROOT
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from hybridsql.index import HybridIndex
-from hybridsql.mcp_server import TOOLS
+from hybridsql.indexing.index import HybridIndex
+from hybridsql.mcp.server import TOOLS
 from hybridsql.memory import MemoryStore
 
 TOKEN = "s3cret-token"
@@ -437,7 +437,7 @@ def test_one_database_with_the_local_model(tmp_path, memory_dir):
 
 def test_the_cache_closes_the_least_recently_used_index_and_reopens_it(tmp_path):
     """In process, without HTTP: 5 projects through a cache of 2 open indexes."""
-    from hybridsql.mcp_http import Projects
+    from hybridsql.mcp.http import Projects
 
     projects = Projects(None, str(tmp_path), "none", cache=2)
     try:

@@ -14,7 +14,7 @@ import pytest
 
 from hybridsql.cli import main
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore, Ranking
 from hybridsql.search import SearchOptions, explain_sql
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import EXAMPLES, check_fts
 
 import hybridsql
-from hybridsql.index import HybridIndex
+from hybridsql.db.schema import SCHEMA_VERSION, schema_version
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
-from hybridsql.schema import SCHEMA_VERSION, schema_version
 from hybridsql.search import SearchOptions
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -127,7 +127,7 @@ def test_rows_the_new_table_refuses_are_left_out_and_embedded_again(schema1):
 
 def test_an_upgrade_that_fails_changes_nothing(schema1, monkeypatch):
     """The upgrade is one transaction: stopped half way, the file is still schema 1."""
-    import hybridsql.schema as schema
+    import hybridsql.db.schema as schema
 
     def fail(conn):
         conn.execute("alter table vectors rename to vectors_schema1")

@@ -1,4 +1,4 @@
-"""The embedding engine (csrc/model.c) and its model file (hybridsql/model_file.py): the file
+"""The embedding engine (csrc/model.c) and its model file (hybridsql/embedding/model_file.py): the file
 the converter writes reads back as the ONNX graph's weights; hs_model_open refuses a truncated,
 foreign, damaged or other-version file with one line that says what to do, and never crashes
 on a header it cannot use; the vectors agree with onnxruntime's (tests/onnx_reference.py) at cosine
@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx_reference import OnnxModel
 
-from hybridsql import _native, model_file
+from hybridsql.db import _native
+from hybridsql.embedding import model_file
+from hybridsql.embedding.local_model import _TOKENIZER, LocalProvider, _tokenizer
 from hybridsql.errors import EmbeddingError
-from hybridsql.local_model import _TOKENIZER, LocalProvider, _tokenizer
 
 REMAKE = "make it again with `hybridsql model --out FILE`"
 AGREEMENT = 0.99999
@@ -342,7 +343,7 @@ def run_path(simd: str, model_path, names: list) -> tuple:
     process run with HYBRIDSQL_SIMD=simd."""
     script = (
         "import json, sys\n"
-        "from hybridsql import _native\n"
+        "from hybridsql.db import _native\n"
         "texts = json.load(sys.stdin)\n"
         f"model = _native.Model(open({str(model_path)!r}, 'rb').read())\n"
         "print(_native.simd_path(), _native.model_simd())\n"

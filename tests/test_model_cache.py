@@ -8,12 +8,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hybridsql import engine
-from hybridsql import local_model as embed
+from hybridsql.db.extension import cache_dir
+from hybridsql.embedding import engine
 
 # A new process embeds two texts with LocalProvider and prints the first numbers of each vector.
 EMBED = (
-    "from hybridsql.local_model import LocalProvider\n"
+    "from hybridsql.embedding.local_model import LocalProvider\n"
     "vectors = LocalProvider(threads=1).embed(['How do I log in?', 'WAL mode ' * 200])\n"
     "print(' '.join(f'{x:.6f}' for x in vectors[:, :4].ravel()))\n"
 )
@@ -71,7 +71,7 @@ def test_a_model_file_it_cannot_use_is_one_line(tmp_path):
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("HYBRIDSQL_CACHE_DIR", str(tmp_path / "mine"))
-    assert embed.cache_dir() == tmp_path / "mine"
+    assert cache_dir() == tmp_path / "mine"
     monkeypatch.delenv("HYBRIDSQL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
@@ -79,7 +79,7 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
         "win32": tmp_path / "local" / "hybridsql" / "Cache",
         "darwin": Path.home() / "Library" / "Caches" / "hybridsql",
     }
-    assert embed.cache_dir() == platform_dir.get(sys.platform, tmp_path / "xdg" / "hybridsql")
+    assert cache_dir() == platform_dir.get(sys.platform, tmp_path / "xdg" / "hybridsql")
 
 
 def test_a_cache_folder_that_cannot_be_written_is_passed_over(tmp_path):

@@ -16,9 +16,10 @@ import pytest
 from conftest import SHELL
 
 import hybridsql
-from hybridsql import _native, engine, model_file
+from hybridsql.db import _native
+from hybridsql.embedding import engine, model_file
+from hybridsql.embedding.engine import read_model
 from hybridsql.errors import EmbeddingError
-from hybridsql.local_model import read_model
 
 TEXT = "How do I roll back a failed deploy?"
 MAKE_ONE = "write it with `hybridsql model` (pip install 'hybridsql[local]'), or name another"
@@ -61,7 +62,7 @@ def local_provider(env: dict) -> subprocess.CompletedProcess:
     """LocalProvider's first embedding in a new process under ``env``, a timeout rather than a
     hang; its last line is the error's."""
     script = (
-        "from hybridsql.local_model import LocalProvider\n"
+        "from hybridsql.embedding.local_model import LocalProvider\n"
         "try:\n"
         "    LocalProvider(threads=1).embed(['x'])\n"
         "except Exception as e:\n"
@@ -180,7 +181,7 @@ def test_a_model_id_that_is_not_utf8_is_refused_in_sql(model_bytes):
 
 RUNNING = r"""
 import json, os, sys, apsw, hybridsql
-from hybridsql.local_model import LocalProvider
+from hybridsql.embedding.local_model import LocalProvider
 path, other, change = sys.argv[1:4]
 TEXT = sys.argv[4]
 

@@ -6,8 +6,8 @@ import shutil
 import pytest
 from conftest import EXAMPLES
 
-from hybridsql import embed
-from hybridsql.index import HybridIndex
+from hybridsql.embedding import embedder as embed
+from hybridsql.indexing.index import HybridIndex
 
 WINDOW = embed.LocalProvider.window - 2  # [CLS] and [SEP] are the model's own
 

@@ -53,7 +53,7 @@ def test_the_mcp_tools_name_a_count_of_memories_limit():
     pytest.importorskip("mcp")
     import asyncio
 
-    from hybridsql.mcp_server import build_server
+    from hybridsql.mcp.server import build_server
 
     tools = asyncio.run(build_server(lambda *args, **kwargs: None).list_tools())
     params = {t.name: set(t.input_schema["properties"]) for t in tools}

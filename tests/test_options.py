@@ -11,7 +11,7 @@ import pytest
 
 from hybridsql.cli import cli, main
 from hybridsql.errors import QueryError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemorySearch, MemoryStore
 from hybridsql.search import SearchOptions
 
@@ -35,7 +35,7 @@ def test_every_field_is_an_option_with_its_default_and_help(path, cls):
 
 
 def test_the_search_memory_tool_takes_every_field_but_where_recalls_go(tmp_path):
-    from hybridsql.mcp_server import build_server
+    from hybridsql.mcp.server import build_server
 
     with HybridIndex(str(tmp_path / "m.db"), embedder="none") as index:
         store = MemoryStore(index)

@@ -9,11 +9,11 @@ import time
 import numpy as np
 from conftest import EXAMPLES, letter_counts
 
-import hybridsql.index
-from hybridsql.chunking import chunk_markdown
-from hybridsql.discovery import Progress, discover, is_markdown
-from hybridsql.embed import LocalProvider
-from hybridsql.index import EMBED_BATCH, READ_AHEAD, HybridIndex
+import hybridsql.indexing.index
+from hybridsql.embedding.embedder import LocalProvider
+from hybridsql.files.chunking import chunk_markdown
+from hybridsql.files.discovery import Progress, discover, is_markdown
+from hybridsql.indexing.index import EMBED_BATCH, READ_AHEAD, HybridIndex
 
 
 def test_the_pipeline_gives_the_chunks_and_vectors_of_one_file_at_a_time(tmp_path):
@@ -66,7 +66,7 @@ def test_files_are_read_a_bounded_number_ahead_of_those_written(tmp_path, monkey
     for i in range(count):
         (notes / f"n{i:03}.md").write_text(f"# Note {i}\n\nword{i} of note {i}\n")
     progress, ahead, lock = Finished(), [], threading.Lock()
-    real_read = hybridsql.index.read_markdown
+    real_read = hybridsql.indexing.index.read_markdown
     read = 0
 
     def reading(*args):
@@ -76,7 +76,7 @@ def test_files_are_read_a_bounded_number_ahead_of_those_written(tmp_path, monkey
             ahead.append(read - progress.done)
         return real_read(*args)
 
-    monkeypatch.setattr(hybridsql.index, "read_markdown", reading)
+    monkeypatch.setattr(hybridsql.indexing.index, "read_markdown", reading)
     with HybridIndex(str(tmp_path / "m.db"), embedder=Slow()) as idx:
         report = idx.index_folder(str(notes), progress=progress)
     assert report.files_indexed == count

@@ -305,7 +305,7 @@ EMBEDDED = [
 def beside(shells, tmp_path_factory):
     """The model file put beside each library (as a bare library's user puts it), and an
     environment in which the library finds no other."""
-    from hybridsql import engine
+    from hybridsql.embedding import engine
 
     if not engine.model_path().is_file():
         engine.write_model()
@@ -326,7 +326,7 @@ def test_embed_gives_the_native_vector(shells, beside, name):
     """embed() in each platform's shell, its model file found beside its library (dladdr,
     dl_iterate_phdr, GetModuleFileNameW; pread, ReadFile): the native vector within 1e-5 a
     component, the zero vector where the native one is."""
-    from hybridsql import engine
+    from hybridsql.embedding import engine
 
     native = run(shells[NATIVE], embed_script())
     argv, env, library = shells[name]

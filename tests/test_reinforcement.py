@@ -8,7 +8,7 @@ import re
 import pytest
 
 from hybridsql.errors import QueryError
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore, Ranking
 
 DAY = 86400.0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore, Ranking
 from hybridsql.search import SearchOptions, make_snippet
 

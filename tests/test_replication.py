@@ -29,10 +29,10 @@ import apsw
 import pytest
 from conftest import HYBRIDSQL, check_fts, run_hybridsql
 
-from hybridsql.extension import close, connect
-from hybridsql.index import HybridIndex
+from hybridsql.db.extension import close, connect
+from hybridsql.db.replication import litestream_path, points
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
-from hybridsql.replication import litestream_path, points
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="Litestream has no Windows build")
 
@@ -83,7 +83,7 @@ WRITER = (
     PROVIDER
     + """
 import os, sys, time
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
 
 kind, name, db, log, folder, checkpoints = sys.argv[1:7]
@@ -689,7 +689,7 @@ def children_of(pid):
 
 
 def test_a_litestream_of_ones_own(tmp_path, monkeypatch):
-    import hybridsql.replication as replication
+    import hybridsql.db.replication as replication
 
     monkeypatch.setenv("HYBRIDSQL_LITESTREAM", str(tmp_path / "litestream"))
     with pytest.raises(
@@ -705,7 +705,7 @@ def test_a_litestream_of_ones_own(tmp_path, monkeypatch):
 
 
 def test_missing_binary_names_the_extra(tmp_path, monkeypatch):
-    import hybridsql.replication as replication
+    import hybridsql.db.replication as replication
 
     monkeypatch.setattr(replication.sysconfig, "get_path", lambda *a: str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import HYBRIDSQL, letter_counts, run_hybridsql
 
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 
 FILES = 200
 HELD = 150  # the file whose batch (files 128 to 191, 64 chunks a batch) the server holds

@@ -12,7 +12,7 @@ from conftest import HYBRIDSQL, read_scifact
 
 import hybridsql
 from hybridsql.errors import QueryError
-from hybridsql.index import HybridIndex, transaction
+from hybridsql.indexing.index import HybridIndex, transaction
 from hybridsql.search import MAX_TERMS, _like_pattern, bounded, highlight_terms, keyword_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp()

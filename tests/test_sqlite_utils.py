@@ -21,8 +21,8 @@ from conftest import (
 from sqlite_utils.utils import sqlite3 as sqlite_utils_sqlite3
 
 import hybridsql
-from hybridsql import schema
-from hybridsql.index import HybridIndex
+from hybridsql.db import schema
+from hybridsql.indexing.index import HybridIndex
 
 SQLITE_UTILS = os.path.join(os.path.dirname(sys.executable), "sqlite-utils")
 

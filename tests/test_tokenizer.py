@@ -16,9 +16,9 @@ from conftest import ROOT, read_scifact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsql import _native
-from hybridsql.local_model import _TOKENIZER, _tokenizer
-from hybridsql.windows import encode_windows, readable_share
+from hybridsql.db import _native
+from hybridsql.embedding.local_model import _TOKENIZER, _tokenizer
+from hybridsql.embedding.windows import encode_windows, readable_share
 
 WINDOW = 254  # ids of the text in a window: LocalProvider.window less [CLS] and [SEP]
 
@@ -241,7 +241,7 @@ def test_mark_order(text):
 
 
 def cut_texts(seed: int, most: int) -> list:
-    """Texts made to end a prefix where the cut decides the ids (embed.py's _cut): words of over
+    """Texts made to end a prefix where the cut decides the ids (windows.py's _cut): words of over
     100 letters (one [UNK] each, so a window holds thousands of characters), runs of letters with
     no break for 256 characters (where the cut falls inside a word), breaks of each kind and
     characters that split words without being breaks (U+00A0, U+3001, "-", Hangul), invalid

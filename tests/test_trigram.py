@@ -14,10 +14,10 @@ import pytest
 from conftest import SHELL, check_fts, letter_counts, run_sqlite3
 
 import hybridsql
-from hybridsql import schema
-from hybridsql.index import HybridIndex
+from hybridsql.db import schema
+from hybridsql.db.schema import CJK, FTS_TABLES, SCHEMA_VERSION, schema_version
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import MemoryStore
-from hybridsql.schema import CJK, FTS_TABLES, SCHEMA_VERSION, schema_version
 from hybridsql.search import SearchOptions, keyword_plan
 
 FOLDER = os.path.join(os.path.dirname(__file__), "data", "cjk")

@@ -23,7 +23,7 @@ import pytest
 from conftest import EXAMPLES, ROOT, run_hybridsql
 
 import hybridsql
-from hybridsql.mcp_server import Guard, ToolError
+from hybridsql.mcp.server import Guard, ToolError
 
 SHADOWS = ("info", "blocks", "codes", "vectors", "rowids")
 DECLARATION = "e float[2], p text partition key, m integer, s text"
@@ -718,7 +718,7 @@ def test_an_interrupted_query_is_an_interrupt_and_the_index_answers_after(big, h
 PYSQLITE3_INTERRUPT = r"""
 import sys
 import pysqlite3.dbapi2 as sqlite3
-from hybridsql import extension
+from hybridsql.db import extension
 c = sqlite3.connect(sys.argv[1])
 assert extension.load(c) == "extension"
 q = bytes.fromhex(sys.argv[2])
@@ -874,7 +874,7 @@ READER_DAMAGE = [
 
 
 def reader_topk(path, math_, where=None):
-    from hybridsql.vectors import VectorReader
+    from hybridsql.db.vectors import VectorReader
 
     conn = apsw.Connection(str(path))
     return VectorReader(conn, "vectors", math_=math_).topk(QUERY, 3, where)
@@ -926,10 +926,10 @@ SIMD_PATHS = ["generic"] + (["sse2", "avx2"] if X86 else [platform.machine()])
 @pytest.mark.parametrize("simd", SIMD_PATHS)
 def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
     """Each SIMD path's checksum (a process forced onto it, HYBRIDSQL_SIMD; the CPU's own path
-    otherwise, which is sse2 on an x86-64 without AVX2) is the one hybridsql.vectors computes in numpy, for blocks of
+    otherwise, which is sse2 on an x86-64 without AVX2) is the one hybridsql.db.vectors computes in numpy, for blocks of
     every fill, numeric metadata and partition values of every type: so a file written on one
     path reads on every other, and the fallback reader checks it."""
-    from hybridsql.vectors import block_checksum
+    from hybridsql.db.vectors import block_checksum
 
     path = tmp_path / "simd.db"
     script = (

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import hybridsql
-from hybridsql.vectors import VectorReader
+from hybridsql.db.vectors import VectorReader
 
 D = 48
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hybridsql
-from hybridsql.vectors import VectorReader
+from hybridsql.db.vectors import VectorReader
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SQL = "select rowid, score from v where e match ? and k = 10"

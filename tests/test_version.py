@@ -40,7 +40,7 @@ def test_every_way_in_reports_the_packages_version():
 
 
 def test_the_mcp_servers_name_the_packages_version():
-    from hybridsql.mcp_server import build_server  # the stdio and HTTP servers both use it
+    from hybridsql.mcp.server import build_server  # the stdio and HTTP servers both use it
 
     assert build_server(lambda *args, **kwargs: None).version == VERSION
 
@@ -51,7 +51,8 @@ def test_the_version_is_written_once_in_the_source():
     holders = []
     places = ["pyproject.toml", "setup.py", "scripts/platforms.py", "scripts/build-dist"]
     places += [f"csrc/{n}" for n in os.listdir(os.path.join(ROOT, "csrc")) if n.endswith(".c")]
-    places += [f"hybridsql/{n}" for n in os.listdir(os.path.join(ROOT, "hybridsql"))]
+    for folder, _, names in os.walk(os.path.join(ROOT, "hybridsql")):
+        places += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names]
     for place in places:
         path = os.path.join(ROOT, place)
         if os.path.isfile(path) and place.endswith((".py", ".c", ".toml", "build-dist")):

@@ -16,8 +16,8 @@ import pytest
 from conftest import HYBRIDSQL
 from test_mcp import run_session
 
-from hybridsql.index import HybridIndex, Progress
-from hybridsql.watch import watch_folder
+from hybridsql.indexing.index import HybridIndex, Progress
+from hybridsql.indexing.watch import watch_folder
 
 DEADLINE = 60  # seconds a case may take to show in the index, on a loaded machine
 

@@ -24,8 +24,8 @@ by the same statement with a filter on ``kind``.
 The package by concern (each module's docstring says what it owns): ``records`` (constants,
 dataclasses, checks), ``ranking`` (Ranking, memory_profile), and MemoryStore in ``store``, made of
 one mixin per concern: ``writes``, ``sessions``, ``timeline``, ``recall`` (memory search) and
-``folder`` (the memory folder). This module only re-exports: ``from hybridsql.memory import ...``
-names what it always did.
+``folder`` (the memory folder), which share only ``state`` (StoreState). This module only
+re-exports: ``from hybridsql.memory import ...`` names what it always did.
 """
 
 from hybridsql.memory.ranking import COLUMNS, RANKING_NUMBERS, RELEVANCE, Ranking, memory_profile

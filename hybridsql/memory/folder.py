@@ -7,16 +7,16 @@ import re
 import stat
 from datetime import datetime
 
-from hybridsql.discovery import link_reason, open_inside
 from hybridsql.errors import IndexingError
+from hybridsql.files.discovery import link_reason, open_inside
 from hybridsql.memory.records import (
     MAX_TAGS,
     ExtractedEntry,
-    StoreState,
     _check_text,
     _one_line,
     _shown,
 )
+from hybridsql.memory.state import StoreState
 from hybridsql.search import clean_text
 
 

@@ -13,12 +13,12 @@ from hybridsql.memory.records import (
     TIERS,
     Memory,
     MemoryHit,
-    StoreState,
     _check_count,
     _check_name,
     _check_tier,
     transaction,
 )
+from hybridsql.memory.state import StoreState
 from hybridsql.options import option
 from hybridsql.search import MODES, SearchResults, clean_text, document_profile, finite
 

@@ -1,21 +1,12 @@
 """What the memory store holds and returns: the constants, the dataclasses (Memory, Session,
 MemoryHit, TimelineEntry, SessionContext, ExtractedEntry), the SQL that reads a memory or a
-session, the checks of the values a caller gives, and StoreState: what the store's parts share."""
+session, and the checks of the values a caller gives."""
 
 import os
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 from hybridsql.errors import IndexingError, NotFoundError, QueryError
 from hybridsql.search import MAX_RESULTS, clean_text, whole
-
-if TYPE_CHECKING:  # apsw and the index are imported on first use
-    import apsw
-
-    from hybridsql.index import HybridIndex
-    from hybridsql.memory.ranking import Ranking
-    from hybridsql.search import SearchOptions
 
 SECTORS = ("episodic", "semantic", "procedural", "emotional", "reflective")
 TIERS = ("session", "project", "global")
@@ -45,11 +36,11 @@ _SOURCE_SESSION = (
 
 
 def transaction(conn):
-    """hybridsql.index.transaction, imported on first use: importing this module (as the
+    """hybridsql.db.extension.transaction, imported on first use: importing this module (as the
     command line does for its options) must not pull in apsw, numpy or the embedder."""
-    from hybridsql.index import transaction as index_transaction
+    from hybridsql.db.extension import transaction as db_transaction
 
-    return index_transaction(conn)
+    return db_transaction(conn)
 
 
 @dataclass
@@ -219,36 +210,3 @@ def _check_memory(content, sector, salience) -> None:
         raise IndexingError(f"salience must be a number, not {type(salience).__name__}")
     if not 0 <= salience <= 1:
         raise IndexingError(f"salience must be in [0, 1], not {salience!r}")
-
-
-class StoreState:
-    """What every part of MemoryStore (writes, sessions, timeline, recall, folder) shares: the
-    state MemoryStore.__init__ sets, and the methods one part calls on another, declared once
-    here for readers and type checkers."""
-
-    index: "HybridIndex"
-    conn: "apsw.Connection"
-    memory_dir: str | None
-    ranking: "Ranking"
-    options: "SearchOptions"
-    document_options: "SearchOptions"
-    clock: Callable[[], float]
-    max_chars: int
-
-    if TYPE_CHECKING:  # defined by one part (the module named), called by another
-
-        def get(self, memory_id: int) -> Memory: ...  # writes
-
-        def _check_size(self, content: str) -> None: ...  # writes
-
-        def _live(self, memory_id: int) -> Memory: ...  # writes
-
-        def get_session(self, session_id: int) -> Session: ...  # sessions
-
-        def _link(self, session_id, memory_id, usage, at) -> None: ...  # sessions
-
-        def _source_session(self, memory_id: int) -> Session | None: ...  # sessions
-
-        def start_session(self, project: str = "") -> Session: ...  # sessions
-
-        def _recalled(self, memories: list) -> list: ...  # recall

@@ -7,12 +7,12 @@ from hybridsql.memory.records import (
     _SOURCE_SESSION,
     Session,
     SessionContext,
-    StoreState,
     _check_id,
     _check_name,
     _check_text,
     transaction,
 )
+from hybridsql.memory.state import StoreState
 
 
 class Sessions(StoreState):

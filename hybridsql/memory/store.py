@@ -16,7 +16,7 @@ from hybridsql.memory.writes import Writes
 from hybridsql.search import SearchOptions
 
 if TYPE_CHECKING:  # imported on first use
-    from hybridsql.index import HybridIndex
+    from hybridsql.indexing.index import HybridIndex
 
 
 @one_call_at_a_time

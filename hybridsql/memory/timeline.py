@@ -3,12 +3,12 @@ latest memories (recent)."""
 
 from hybridsql.memory.records import (
     _MEMORY_SQL,
-    StoreState,
     TimelineEntry,
     _check_count,
     _check_name,
     _memory,
 )
+from hybridsql.memory.state import StoreState
 from hybridsql.search import clean_text
 
 

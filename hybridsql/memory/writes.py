@@ -11,7 +11,6 @@ from hybridsql.memory.records import (
     RELATED_TO,
     SUPERSEDES,
     Memory,
-    StoreState,
     _check_id,
     _check_memory,
     _check_name,
@@ -20,6 +19,7 @@ from hybridsql.memory.records import (
     _memory,
     transaction,
 )
+from hybridsql.memory.state import StoreState
 from hybridsql.search import clean_text
 
 

@@ -13,7 +13,7 @@ The package by concern (each module's docstring says what it owns):
 This module only re-exports: ``from hybridsql.search import ...`` names what it always did.
 """
 
-from hybridsql.functions import BACKENDS
+from hybridsql.db.functions import BACKENDS
 from hybridsql.search.keywords import (
     MAX_TERM_CHARS,
     MAX_TERMS,

@@ -7,8 +7,8 @@ are, how many terms a search keeps, and clean_text for text SQLite must take.
 import re
 from dataclasses import dataclass, field
 
-from hybridsql.schema import CJK as _CJK
-from hybridsql.schema import FTS_TABLES
+from hybridsql.db.schema import CJK as _CJK
+from hybridsql.db.schema import FTS_TABLES
 
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -14,8 +14,8 @@ from dataclasses import InitVar, dataclass
 from datetime import datetime, timezone
 from types import FrameType
 
+from hybridsql.db.functions import BACKENDS, MAX_K
 from hybridsql.errors import QueryError
-from hybridsql.functions import BACKENDS, MAX_K
 from hybridsql.options import option
 
 MODES = ("hybrid", "keyword", "semantic")

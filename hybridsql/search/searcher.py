@@ -12,10 +12,10 @@ from array import array
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from hybridsql.discovery import is_markdown
-from hybridsql.engine import engine_connection, runs_locally, sql_embed
+from hybridsql.db.schema import FTS_TABLES, has_fts
+from hybridsql.embedding.engine import engine_connection, sql_embed
 from hybridsql.errors import QueryError
-from hybridsql.schema import FTS_TABLES, has_fts
+from hybridsql.files.discovery import is_markdown
 from hybridsql.search.files import file_hits
 from hybridsql.search.keywords import _like_pattern, clean_text, keyword_plan
 from hybridsql.search.options import (
@@ -30,7 +30,7 @@ from hybridsql.search.snippets import highlight_terms, make_snippet, matched_hea
 from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
 
 if TYPE_CHECKING:  # imported on first use: numpy
-    from hybridsql.vectors import VectorReader
+    from hybridsql.db.vectors import VectorReader
 
 
 class Searcher:
@@ -128,6 +128,8 @@ class Searcher:
         SQL gives it, or None): the extension's embed() where the provider is the local model
         (no onnxruntime, no numpy), on this connection or, where it has no extension, on the
         process's own; else the embedder."""
+        from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
+
         conn = self.conn if self.native else engine_connection()
         if conn is not None and runs_locally(self.embedder.provider):
             vector = sql_embed(conn, query)
@@ -157,7 +159,7 @@ class Searcher:
         return lambda id_sql: reader.vector_sql(id_sql, dims, {"model_id": "model"})
 
     def _reader(self, math_: str) -> "VectorReader":
-        from hybridsql.vectors import VectorReader
+        from hybridsql.db.vectors import VectorReader
 
         if math_ not in self.readers:
             self.readers[math_] = VectorReader(self.conn, "vectors", math_=math_)

@@ -4,7 +4,7 @@ matched, and text made harmless on a terminal line (visible)."""
 import functools
 import re
 
-from hybridsql.chunking import heading_at
+from hybridsql.files.chunking import heading_at
 from hybridsql.search.keywords import _CJK, _CJK_RUN, _EDGES, _WORD, STOPWORDS, bounded
 
 # What a terminal acts on or breaks a line at, or what reorders a line: C0 controls but tab,

@@ -3,7 +3,7 @@ the Profile a kind of search adds to it, and explain_sql.
 
 The statement (see docs/architecture.md) takes vector candidates from a k-nearest query on the
 ``vectors`` table (backend ``extension``: vector_index in the native extension) or from a JSON
-list found by :class:`hybridsql.vectors.VectorReader` in numpy or pure Python (backends ``numpy``
+list found by :class:`hybridsql.db.vectors.VectorReader` in numpy or pure Python (backends ``numpy``
 and ``python``), keyword candidates from FTS5, joins both, scores, decays, filters and limits.
 """
 

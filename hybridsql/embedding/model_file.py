@@ -44,7 +44,7 @@ ALIGN = 64
 BLOCK = 32  # the columns of a weight matrix's blocks
 MODEL_ID = "all-MiniLM-L6-v2-int8"
 _HEADER = struct.Struct("<16sIIQQ40s7IfI12x")
-_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+_TOKENIZER = Path(__file__).parents[1] / "data" / "tokenizer.json"
 
 # The graph's names for a layer's matrices: the bias each MatMul's Add takes names its role.
 _ROLES = ("attention.self.query", "attention.self.key", "attention.self.value")

@@ -1,5 +1,5 @@
 """A collection of documents with ids and metadata in a hybridsql index: what the LangChain and
-LlamaIndex stores (hybridsql/langchain.py, hybridsql/llamaindex.py) are made of.
+LlamaIndex stores (langchain.py, llamaindex.py beside this module) are made of.
 
 A document is a file of the index under the root ``collection:NAME``, its path the document's
 id, with one chunk (the text as given: the framework's splitter has cut it already) and its
@@ -233,7 +233,8 @@ class Collection:
         embed_query: Callable[[str], Sequence] | None = None,
         model_id: str | None = None,
     ) -> None:
-        from hybridsql.index import insert_rows, transaction
+        from hybridsql.db.extension import transaction
+        from hybridsql.indexing.index import insert_rows
 
         if not isinstance(name, str) or not name:
             raise QueryError(f"a collection's name must be non-empty text, not {name!r}")

@@ -16,11 +16,11 @@ from datasette.utils import tilde_decode
 from datasette.utils.asgi import Response
 from markupsafe import Markup, escape
 
-from hybridsql.embed import default_embedder, register_embed, resolve_provider
-from hybridsql.engine import local_by_default, prepare_sql_embed
+from hybridsql.db.extension import load
+from hybridsql.embedding.embedder import default_embedder, register_embed, resolve_provider
+from hybridsql.embedding.engine import local_by_default, prepare_sql_embed
 from hybridsql.errors import HybridSQLError
-from hybridsql.extension import load
-from hybridsql.index import HybridIndex
+from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import SECTORS, MemoryStore
 from hybridsql.search import MODES, SearchOptions, explain_sql
 

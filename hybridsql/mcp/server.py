@@ -26,9 +26,10 @@ from mcp.shared.message import SessionMessage
 from pydantic import Field, ValidationError
 
 from hybridsql import __version__
+from hybridsql.db.extension import DAMAGED, file_error
 from hybridsql.errors import HybridSQLError, IndexingError
-from hybridsql.extension import DAMAGED, file_error
-from hybridsql.index import HybridIndex, IndexReport, Progress
+from hybridsql.indexing.index import HybridIndex, IndexReport, Progress
+from hybridsql.indexing.watch import Stopped, watch_folder
 from hybridsql.memory import (
     MAX_NAME_CHARS,
     MAX_TAGS,
@@ -39,7 +40,6 @@ from hybridsql.memory import (
 )
 from hybridsql.options import tool_signature
 from hybridsql.search import MAX_RESULTS, clean_text, visible, whole
-from hybridsql.watch import Stopped, watch_folder
 
 Sector = Literal[SECTORS]
 Tier = Literal[TIERS]

@@ -16,8 +16,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .errors import EmbeddingError
-from .local_model import LocalProvider, _local_available
+from hybridsql.embedding.local_model import LocalProvider, _local_available
+from hybridsql.errors import EmbeddingError
 
 if TYPE_CHECKING:
     import numpy as np

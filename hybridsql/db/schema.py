@@ -303,7 +303,7 @@ def without_native(detail: str) -> IndexingError:
     """The error of a write that needs vector_index on a connection without it, saying why the
     native extension is missing where that is known (``detail``: SQLite's error)."""
     try:
-        from hybridsql.extension import loadable_path
+        from hybridsql.db.extension import loadable_path
 
         loadable_path()
     except ExtensionError as missing:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from watchfiles._rust_notify import RustNotify  # documented: watchfiles' "Rust backend"
 
-from hybridsql.discovery import MAX_FILE_BYTES, SKIP_DIRS, glob_spec
-from hybridsql.index import HybridIndex, IndexReport, Progress
+from hybridsql.files.discovery import MAX_FILE_BYTES, SKIP_DIRS, glob_spec
+from hybridsql.indexing.index import HybridIndex, IndexReport, Progress
 
 STEP_MS = 200  # a batch is sent once no event has come for this long
 DEBOUNCE_MS = 1600  # the longest one wait for events gathers; a longer burst is merged on

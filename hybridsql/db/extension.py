@@ -9,14 +9,15 @@ import threading
 
 import apsw
 
-from hybridsql import _native
+from hybridsql.db import _native
 from hybridsql.errors import DatabaseError, ExtensionError
 
 TYPE_CHECKING = False  # as in __init__.py: typing is not imported for it
 if TYPE_CHECKING:
     import sqlite3
+    from pathlib import Path
 
-    from hybridsql.functions import Functions
+    from hybridsql.db.functions import Functions
 
 # A new process's first connect imports no more than this: the Python functions, logging,
 # sqlite3 and what copies a library are imported where they are used.
@@ -118,7 +119,7 @@ def load(conn: apsw.Connection | sqlite3.Connection, backend: str = "auto") -> s
     has the ``vector_index`` tables and FTS5's ``bm25_candidate()``.
     """
     if backend not in ("auto", "extension"):
-        from hybridsql.functions import BACKENDS
+        from hybridsql.db.functions import BACKENDS
 
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
@@ -133,11 +134,28 @@ def load(conn: apsw.Connection | sqlite3.Connection, backend: str = "auto") -> s
             if backend == "extension":
                 raise ExtensionError(f"cannot load the native extension: {e}") from e
             say_once(python_only(conn, e))
-    from hybridsql.functions import Functions, make_math
+    from hybridsql.db.functions import Functions, make_math
 
     vmath = make_math("numpy" if backend in ("auto", "extension") else backend)
     register_python(conn, Functions(vmath))
     return vmath.name
+
+
+def cache_dir() -> Path:
+    """Where hybridsql keeps what it can make again: ``$HYBRIDSQL_CACHE_DIR``, else the
+    platform's user cache folder (``$XDG_CACHE_HOME/hybridsql``, ``~/.cache/hybridsql``). The
+    extension looks for its model file there too (csrc/embedsql.c), and keeps there the copies
+    of its binary that other SQLite libraries load (_private_copy)."""
+    from pathlib import Path
+
+    chosen = os.environ.get("HYBRIDSQL_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "hybridsql" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "hybridsql"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridsql"
 
 
 # The SQLite library of each kind of connection (apsw's, Python's sqlite3, pysqlite3 may each be
@@ -170,8 +188,6 @@ def _private_copy(source: str, library: str) -> str:
     import hashlib
     import shutil
     import tempfile
-
-    from hybridsql.local_model import cache_dir
 
     with open(source, "rb") as f:
         data = f.read()
@@ -320,6 +336,22 @@ def close(conn: apsw.Connection, damaged: bool = False) -> None:
     if damaged or (conn.filename and replicated(conn.filename)):
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.close()
+
+
+class transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error: the write lock is taken up front, so
+    two writers wait on the busy timeout instead of failing with a deadlock."""
+
+    def __init__(self, conn: apsw.Connection):
+        self.conn = conn
+
+    def __enter__(self):
+        self.conn.execute("begin immediate")
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        self.conn.execute("commit" if exc_type is None else "rollback")
+        return False
 
 
 # SQLite's own automatic checkpoint: once a commit leaves this many pages in the -wal file.

@@ -37,7 +37,8 @@ int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, f
 # The library's file name on each platform: SQLite derives the entry point
 # sqlite3_hybridsql_init from it, and the sqlite3 shell's `.load hybridsql` adds the suffix.
 LIBRARY = {"win32": "hybridsql.dll", "darwin": "hybridsql.dylib"}.get(sys.platform, "hybridsql.so")
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY)
+# The package's folder (hybridsql/), where the build puts it and every wheel carries it.
+PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), LIBRARY)
 
 _opened: list = []  # [(ffi, lib)] once opened; lib None when the library is not built
 _lock = threading.Lock()
@@ -137,7 +138,7 @@ def model_header(head: bytes, size: int) -> str | None:
 
 
 class Model:
-    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
+    """A model file's bytes (embedding/model_file.py) opened by the C engine (csrc/model.c):
     ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
     ``data`` is bytes (copied) or an anonymous mmap of the process's own (used in place, kept:
     nothing may change it while the model lives)."""

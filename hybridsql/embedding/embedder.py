@@ -20,16 +20,20 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from .errors import EmbeddingError
-from .local_model import LocalProvider, _local_available
-
-# Names of the modules split from this one, still importable from it.
-from .local_model import cache_dir as cache_dir  # noqa: E402, I001
-from .providers import EmbeddingProvider, LLMProvider, OpenAIProvider, resolve_provider
-from .threads import _STOP, _Interrupted
-from .windows import READABLE as READABLE
-from .windows import encode_windows as encode_windows
-from .windows import readable_share as readable_share
+# `X as X`: names of the modules split from this one, still importable from it.
+from hybridsql.db.extension import cache_dir as cache_dir
+from hybridsql.embedding.local_model import LocalProvider, _local_available
+from hybridsql.embedding.providers import (
+    EmbeddingProvider,
+    LLMProvider,
+    OpenAIProvider,
+    resolve_provider,
+)
+from hybridsql.embedding.threads import _STOP, _Interrupted
+from hybridsql.embedding.windows import READABLE as READABLE
+from hybridsql.embedding.windows import encode_windows as encode_windows
+from hybridsql.embedding.windows import readable_share as readable_share
+from hybridsql.errors import EmbeddingError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +85,7 @@ class Embedder:
         self._calls = 0  # calls to embed() so far
         self._index = False  # whether the index's vectors serve as the cache
         if conn is not None:
-            from .schema import ensure_cache
+            from hybridsql.db.schema import ensure_cache
 
             self._index = ensure_cache(conn, self.model_id, self.cache_id)
 
@@ -157,7 +161,7 @@ class Embedder:
     def _cached(self, key: bytes, text: str) -> np.ndarray | None:
         import numpy as np
 
-        from .schema import INDEX_VECTOR
+        from hybridsql.db.schema import INDEX_VECTOR
 
         vector = self._lru.get(key)
         if vector is not None:
@@ -229,8 +233,8 @@ class Embedder:
         Housekeeping: what is due is found by reading, so that a call with nothing to delete (a
         search's) takes no write lock, and a busy file leaves the rows as a cache, checked
         again at a later call, instead of failing the caller's write or search."""
-        from .index import transaction
-        from .schema import CACHED_IN_INDEX, prune_cache, unpruned_cache
+        from hybridsql.db.extension import transaction
+        from hybridsql.db.schema import CACHED_IN_INDEX, prune_cache, unpruned_cache
 
         self._calls += 1
         due = []

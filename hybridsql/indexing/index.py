@@ -19,8 +19,14 @@ from typing import Any
 
 import apsw
 
-from hybridsql.chunking import chunk_markdown
-from hybridsql.discovery import (
+from hybridsql.db.extension import DAMAGED, close, connect, file_error, transaction
+from hybridsql.db.schema import COLUMNS, check_index, ensure_schema, has_fts, whole, without_native
+from hybridsql.embedding.embedder import Embedder, LocalProvider, resolve_provider
+from hybridsql.embedding.engine import prepare_sql_embed
+from hybridsql.embedding.local_model import runs_locally
+from hybridsql.errors import IndexingError
+from hybridsql.files.chunking import chunk_markdown
+from hybridsql.files.discovery import (
     DEFAULT_GLOBS,
     FOLDER_NOT_READ,
     MAX_FILE_BYTES,
@@ -35,12 +41,7 @@ from hybridsql.discovery import (
     open_inside,
     plural,
 )
-from hybridsql.embed import Embedder, LocalProvider, resolve_provider
-from hybridsql.engine import prepare_sql_embed, runs_locally
-from hybridsql.errors import IndexingError
-from hybridsql.extension import DAMAGED, close, connect, file_error
 from hybridsql.locking import one_call_at_a_time
-from hybridsql.schema import COLUMNS, check_index, ensure_schema, has_fts, whole, without_native
 from hybridsql.search import (
     Profile,
     Searcher,
@@ -699,19 +700,3 @@ def insert_rows(conn: apsw.Connection, table: str, rows: list) -> None:
     for start in range(0, len(rows), per):
         part = rows[start : start + per]
         conn.execute(head + ", ".join([one] * len(part)), [v for row in part for v in row])
-
-
-class transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error: the write lock is taken up front, so
-    two writers wait on the busy timeout instead of failing with a deadlock."""
-
-    def __init__(self, conn: apsw.Connection):
-        self.conn = conn
-
-    def __enter__(self):
-        self.conn.execute("begin immediate")
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb):
-        self.conn.execute("commit" if exc_type is None else "rollback")
-        return False

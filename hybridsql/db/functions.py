@@ -12,7 +12,7 @@ import struct
 from array import array
 
 from hybridsql import __version__ as VERSION
-from hybridsql import _native
+from hybridsql.db import _native
 from hybridsql.errors import VectorError
 
 MAX_DIMS = 65536

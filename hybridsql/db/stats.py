@@ -21,9 +21,9 @@ def file_stats(path: str) -> dict:
     """The breakdown of the index in ``path``, opened read-only (any schema version)."""
     import apsw
 
+    from hybridsql.db.extension import connect, file_error
+    from hybridsql.db.schema import schema_version
     from hybridsql.errors import DatabaseError
-    from hybridsql.extension import connect, file_error
-    from hybridsql.schema import schema_version
 
     conn = connect(path, readonly=True, create=False)
     try:

