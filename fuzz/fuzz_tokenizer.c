@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #define VOCAB_FILE "fuzz/build/vocab.bin"
 

@@ -28,8 +28,8 @@
 ** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
 ** matmuls are compute-bound.
 */
-#include "hybridsql.h" /* first: which of model.h's functions the library exports */
 #include "model.h"
+#include "kernels/simd.h" /* hs_simd_path(): the path the other kernels run */
 
 #include <math.h>
 #include <stdarg.h>

@@ -25,7 +25,6 @@
 **      more than `most` windows and the text goes on, up to 4096 characters a window.  This reads
 **      the same prefixes, so a long text gives encode_windows' ids whatever its length.
 */
-#include "hybridsql.h" /* first: which of these the library exports (a DLL's dllexport) */
 #include "tokenizer.h"
 
 #include <stdlib.h>

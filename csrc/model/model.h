@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h" /* HS_EXPORT: the library exports these (hybridsql.h) */
+
 typedef struct HsModel HsModel;
 
 /* What hs_model_embed returns. */
@@ -22,17 +24,23 @@ typedef struct HsModel HsModel;
 ** magic, the format version, the checksum, every shape and offset against n; on any failure
 ** returns NULL and writes one line for the user into err (errcap bytes), which names what is wrong
 ** and what to do. */
-HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
-void hs_model_free(HsModel *m);
-const char *hs_model_id(const HsModel *m); /* e.g. "all-MiniLM-L6-v2-int8" */
-int hs_model_dims(const HsModel *m);      /* 384 */
+HS_EXPORT HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
+HS_EXPORT void hs_model_free(HsModel *m);
+HS_EXPORT const char *hs_model_id(const HsModel *m); /* e.g. "all-MiniLM-L6-v2-int8" */
+HS_EXPORT int hs_model_dims(const HsModel *m);           /* 384 */
 
 /* The vector of a UTF-8 text (len bytes, not NUL-terminated) into out[dims]: tokenized, read in
 ** windows of 256 tokens ([CLS] and [SEP] included), at most 8, mean-pooled over all their tokens,
 ** L2-normalised; the zero vector for a text the model cannot read (as LocalProvider).  stop, when
 ** not NULL, is asked between windows; a non-zero answer stops with HS_MODEL_STOPPED.  One model
 ** may be used by many threads at once (it keeps no state between calls). */
-int hs_model_embed(const HsModel *m, const char *text, int64_t len, float *out,
-                   int (*stop)(void *), void *arg);
+HS_EXPORT int hs_model_embed(const HsModel *m, const char *text, int64_t len, float *out,
+                             int (*stop)(void *), void *arg);
+
+/* For the tests (Python, through hybridsql.h): the path of the matmul (avx512, avx2+fma, neon or
+** generic), and the vector of word-piece ids as hs_model_embed makes it from a text's (-1 when
+** an id is not in the vocabulary). */
+HS_EXPORT const char *hs_model_simd(void);
+HS_EXPORT int hs_model_embed_ids(const HsModel *m, const int32_t *ids, int64_t n, float *out);
 
 #endif
