@@ -1,6 +1,6 @@
 /*
-** A libFuzzer harness for the model loader (hs_model_open of csrc/model.c, the contract in
-** csrc/model.h) and the two ways SQL reaches it (csrc/embedsql.c): a model file's bytes as a
+** A libFuzzer harness for the model loader (hs_model_open of csrc/model/model.c, the contract in
+** csrc/model/model.h) and the two ways SQL reaches it (csrc/model/embedsql.c): a model file's bytes as a
 ** BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which maps it.  When
 ** the loader accepts the bytes, one embed() of a short text runs on them, so that a file
 ** wrongly accepted (an offset, a size, a vocabulary that does not hold) is read through.

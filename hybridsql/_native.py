@@ -1,4 +1,4 @@
-"""The one module that touches cffi: the C kernels of csrc/hybridsql.c, wrapped for Python.
+"""The one module that touches cffi: the C kernels of csrc/hybridsql.h, wrapped for Python.
 
 The kernels live in the loadable library itself (``hybridsql.so``, ``.dylib`` or ``.dll``), which
 exports them beside SQLite's entry point; cffi opens it in ABI mode, so one binary per platform
@@ -91,7 +91,8 @@ def model_simd() -> str:
 
 
 class Vocab:
-    """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
+    """The C tokenizer (csrc/model/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id
+    order."""
 
     def __init__(self, pieces: list):
         ffi, lib = _open()
@@ -122,7 +123,7 @@ class Vocab:
 
 
 class Model:
-    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model.c):
+    """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model/model.c):
     ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
     ``data`` is bytes (copied) or an mmap of the file (used in place, kept open)."""
 

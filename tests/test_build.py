@@ -270,3 +270,22 @@ def test_the_amalgamation_is_the_library(tmp_path):
     ours = session(library)
     assert ours == session(loadable_path())
     assert "bm25_candidate|-1|0" in ours[0] and "UNIQUE constraint failed: v.rowid" in ours[1]
+
+
+def test_the_one_command_of_docs_platforms_builds_the_library(tmp_path):
+    """docs/platforms.md's command for the library alone, run as written in a copy of csrc/:
+    a library that loads in the sqlite3 shell."""
+    with open(os.path.join(ROOT, "docs", "platforms.md"), encoding="utf-8") as f:
+        (command,) = re.findall(r"```sh\n(cc .*?)\n```", f.read(), re.DOTALL)
+    shutil.copytree(os.path.join(ROOT, "csrc"), tmp_path / "csrc")
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=600)
+    library = tmp_path / "hybridsql.so"
+    assert platforms.inspect_library(str(library)).exports == EXPORTS
+    shell = subprocess.run(
+        ["sqlite3", ":memory:", f".load {library}", "select cosine_similarity('[1,0]', '[1,1]')"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.stdout == "0.707106781186547\n"
