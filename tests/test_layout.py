@@ -230,3 +230,30 @@ def test_the_checker_reads_the_include_lines_of_the_real_tree(header):
     """The checker sees the includes that make the layers (a test of the test)."""
     graph = includes(CSRC)
     assert header in graph["vector_index/scan.c"]
+
+
+def test_the_architecture_map_names_every_c_file_once():
+    """docs/architecture.md's map of the C library (the block under "The C library") names
+    every file of csrc/ once, each with what it holds."""
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## The C library\n", 1)[1]
+    block = section.split("```\n", 2)[1]
+    lines = block.splitlines()
+    assert lines[0] == "csrc/"
+    named, folder = [], ""
+    for line in lines[1:]:
+        m = re.match(r"( {2}| {4})(?=\S)([\w.]+/|[\w.]+(?:, [\w.]+)*)(?:  +\S.*)?$", line)
+        if not m:
+            assert line.startswith(" " * 6), f"not a file of the map, nor its role: {line!r}"
+            continue
+        indent, names = m.groups()
+        if names.endswith("/"):
+            folder = names
+            continue
+        prefix = folder if len(indent) == 4 else ""
+        if len(indent) == 2:
+            folder = ""
+        named += [prefix + name for name in names.split(", ")]
+    assert len(named) == len(set(named)), "a file is named twice"
+    assert sorted(named) == sources(CSRC)
