@@ -59,11 +59,15 @@ TARGETS = (
     Target("windows-x86_64", "x86_64-windows-gnu", "win_amd64", "hybridsql.dll"),
 )
 
-# Every C file under csrc/, relative to it (docs/architecture.md has the map), as setup.py's.
+# Every C file under csrc/, relative to it (docs/architecture.md has the map), as setup.py's; the
+# entry point first: zig names a DLL's import library after the first source (hybridsql.lib).
 SOURCES = tuple(
     sorted(
-        os.path.relpath(path, os.path.join(ROOT, "csrc"))
-        for path in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True)
+        (
+            os.path.relpath(path, os.path.join(ROOT, "csrc"))
+            for path in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True)
+        ),
+        key=lambda name: (name != "hybridsql.c", name),
     )
 )
 FLAGS = [

@@ -182,6 +182,9 @@ typedef struct Binds {
   int n, cap;
 } Binds;
 
+/* The functions one file calls in another, by the file that defines them; each one's comment is
+** at its definition. */
+
 /* ---- storage.c ---- */
 int add_pending(VxTab *t, int64_t id, uint64_t x);
 void append_cols(sqlite3_str *s, const char *prefix, char letter, int n, int lead_comma);
