@@ -19,8 +19,8 @@
 **
 **   common.h           HS_EXPORT and the limits every layer shares
 **   kernels/           no SQLite: the dot products, checksums and their run-time SIMD dispatch
-**                      (simd.c), the top-k heap, int8 records and k-nearest first pass (knn.c),
-**                      scores and dates (scores.c), vector text (vectext.c)
+**                      (simd.c), the top-k heap and int8 records (topk.c), scores and dates
+**                      (scores.c), vector text (vectext.c)
 **   model/tokenizer.c, model/model.c
 **                      no SQLite: the embedding engine's tokenizer and forward pass
 **   functions/args.c   SQLite's routines (sqlite3_api), reading SQL arguments, errors

@@ -32,7 +32,7 @@ VENDORED = ("sqlite3.h", "sqlite3ext.h")
 # files in this order): a variable is defined before any file that uses it.
 ORDER = (
     "kernels/simd.c",
-    "kernels/knn.c",
+    "kernels/topk.c",
     "kernels/scores.c",
     "kernels/vectext.c",
     "model/tokenizer.c",

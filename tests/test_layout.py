@@ -186,9 +186,9 @@ def test_a_planted_include_of_a_layer_above_is_a_circle(tmp_path):
 def test_a_planted_header_circle_and_an_included_c_file_are_found(tmp_path):
     tree = copy_of_csrc(tmp_path)
     plant(tree, "common.h", '#include "kernels/simd.h"')
-    plant(tree, "functions/scalar.c", '#include "kernels/knn.c"')
+    plant(tree, "functions/scalar.c", '#include "kernels/topk.c"')
     found = problems(str(tree))
-    assert "functions/scalar.c includes kernels/knn.c, a .c file: include its header" in found
+    assert "functions/scalar.c includes kernels/topk.c, a .c file: include its header" in found
     assert "a circle of files: common.h -> kernels/simd.h -> common.h" in found
 
 

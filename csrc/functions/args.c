@@ -50,11 +50,6 @@ void fail(sqlite3_context *ctx, const char *fmt, ...) {
   fail_with(ctx, msg);
 }
 
-void vec_free(Vec *x) {
-  sqlite3_free(x->owned);
-  x->owned = 0;
-}
-
 /* The message parse_vector() returns when out of memory; never freed. */
 char NOMEM[] = "out of memory";
 

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "functions/args.h"
-#include "kernels/knn.h"
+#include "kernels/topk.h"
 
 #define HS_BM25_K1 1.2 /* FTS5's bm25() constants */
 #define HS_BM25_B 0.75

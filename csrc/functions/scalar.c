@@ -85,7 +85,7 @@
 #include <string.h>
 
 #include "functions/args.h"
-#include "kernels/knn.h"
+#include "kernels/topk.h"
 #include "kernels/scores.h"
 #include "kernels/simd.h"
 #include "kernels/vectext.h"

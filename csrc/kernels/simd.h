@@ -1,6 +1,6 @@
 /*
 ** The kernels of kernels/simd.c: the dot products and checksum sums on the path chosen at run
-** time, for the SQL functions (functions/scalar.c), the k-nearest first pass (kernels/knn.c),
+** time, for the SQL functions (functions/scalar.c), vector_index's k-nearest first pass,
 ** vector_index and the model (model/model.c follows hs_simd_path()).  Nothing here knows SQLite.
 */
 #ifndef HYBRIDSQL_KERNELS_SIMD_H

@@ -20,7 +20,7 @@
 #define HYBRIDSQL_VECTOR_INDEX_INTERNAL_H
 #include "common.h"
 #include "functions/args.h"
-#include "kernels/knn.h"
+#include "kernels/topk.h"
 #include "sqlite3ext.h"
 
 #define HS_BLOCK_ROWS 256

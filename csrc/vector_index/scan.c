@@ -1,9 +1,9 @@
 /*
 ** xFilter and the cursors: a scan of the rows a query's conditions select (vx_scan), and a
 ** k-nearest query (vx_knn): its arguments read from the plan (knn_args), numeric conditions
-** tested on a block's own copy of the values (block_pass), the first pass of kernels/knn.c over
-** each block's records, then the candidates rescored exactly from their float32 vectors, each
-** checked against its record and its location.
+** tested on a block's own copy of the values (block_pass), the first pass over each block's
+** records (knn_scan, below), then the candidates rescored exactly from their float32 vectors,
+** each checked against its record and its location.
 */
 #include "vector_index/internal.h"
 
@@ -11,6 +11,133 @@
 #include <string.h>
 
 #include "kernels/simd.h"
+
+/* ------------------------------------------------------------------------
+** The first pass and the rescoring of a k-nearest query (Requirement 10).
+**
+** Each row's cosine is bounded from its int8 record: with q = sq (q8 + a) and
+** v = sv (v8 + b), |a|, |b| <= 1/2 per value, q.v = sq sv (q8.v8 + e) with
+** |e| <= (|q8|_1 + |v8|_1) / 2 + d / 4.  The k-th best lower bound over all
+** rows is a score that k rows reach, so a row whose upper bound is below it
+** cannot be in the top k.  The others are candidates, rescored exactly from
+** their float32 vectors, best upper bound first, until the next upper bound
+** is below the k-th best exact score: the answer is exact whatever the data.
+** Typically a few dozen rows are rescored; near duplicates make it more.
+*/
+typedef struct Cand {
+  double upper;
+  int64_t id, block, slot;
+  uint64_t print; /* codes_sum of its record: what its float32 vector must give (vx_knn) */
+} Cand;
+
+typedef struct Knn {
+  const float *q;
+  int64_t d, k;
+  double qq, qerr;
+  float qmul;
+  int8_t *q8;
+  Hit *lower; /* heap of the k best lower bounds (ids unused) */
+  int64_t nlower;
+  Cand *cand;
+  int64_t ncand, capcand;
+} Knn;
+
+static void knn_free(Knn *s) {
+  free(s->q8);
+  free(s->lower);
+  free(s->cand);
+  memset(s, 0, sizeof(*s));
+}
+
+/* Prepares the query's int8 codes and bound; 0 when out of memory. */
+static int knn_init(Knn *s, const float *q, int64_t d, int64_t k) {
+  memset(s, 0, sizeof(*s));
+  s->q = q, s->d = d, s->k = k;
+  s->qq = squared_norm(q, d, dot2());
+  s->q8 = malloc((size_t)rec_stride(d));
+  s->lower = malloc(sizeof(Hit) * (size_t)k);
+  if (!s->q8 || !s->lower) return 0;
+  memset(s->q8, 0, (size_t)rec_stride(d));
+  s->qerr = quantize(q, d, s->q8, &s->qmul) / 2.0 + (double)d / 4.0;
+  return 1;
+}
+
+/*
+** Asks the CPU to start loading a record ahead of the scan: in a scan of every
+** row the hardware prefetcher stops at 4 KiB page boundaries, and a filter's
+** rows are scattered.  docs/benchmarks.md has what it buys.
+*/
+static void prefetch(const uint8_t *at, int64_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(at + off);
+#else
+  (void)at, (void)bytes;
+#endif
+}
+
+/*
+** Bounds the rows of one block: `count` records at buf, or only the `nslots`
+** slots listed in `slots` (ascending), or only those whose id is in `only`.
+** Rows that could be in the top k become candidates.  0 when out of memory.
+*/
+static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
+                    const int64_t *slots, int64_t nslots, const I64Map *only) {
+  const int64_t d = s->d, stride = rec_stride(d), ahead = 8, n = slots ? nslots : count;
+  const double slack = 1e-6;
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  for (int64_t i = 0; i < ahead && i < n; i++) prefetch(buf + (slots ? slots[i] : i) * stride, stride);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t r = slots ? slots[i] : i;
+    if (i + ahead < n) prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    const uint8_t *rec = buf + r * stride;
+    float vmul;
+    int32_t l1;
+    memcpy(&vmul, rec + 8, 4);
+    memcpy(&l1, rec + 12, 4);
+    double mul = (double)s->qmul * vmul;
+    double approx = mul * doti8_fn(s->q8, (const int8_t *)(rec + HS_REC_HEAD), d);
+    double err = mul * (s->qerr + l1 / 2.0) + slack;
+    if (approx + err < bar) continue;
+    int64_t id = rec_id(rec);
+    if (only && !map_find(only, id, 0)) continue;
+    Hit lo = {approx - err, 0};
+    heap_push(s->lower, &s->nlower, s->k, lo);
+    bar = heap_bar(s->lower, s->nlower, s->k);
+    if (s->ncand == s->capcand) {
+      int64_t cap = s->capcand ? 2 * s->capcand : 256;
+      Cand *grown = realloc(s->cand, sizeof(Cand) * (size_t)cap);
+      if (!grown) return 0;
+      s->cand = grown, s->capcand = cap;
+    }
+    Cand c = {approx + err, id, block, r, 0};
+    s->cand[s->ncand++] = c;
+  }
+  return 1;
+}
+
+static int cmp_cand(const void *a, const void *b) {
+  const Cand *x = a, *y = b;
+  if (x->upper != y->upper) return x->upper > y->upper ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Candidates in the order their vectors are stored: by block, then slot. */
+static int cmp_place(const void *a, const void *b) {
+  const Cand *x = a, *y = b;
+  if (x->block != y->block) return x->block < y->block ? -1 : 1;
+  return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+/* Drops the candidates below the final bar and sorts the rest, best upper bound first. */
+static void knn_candidates(Knn *s) {
+  double bar = heap_bar(s->lower, s->nlower, s->k);
+  int64_t m = 0;
+  for (int64_t i = 0; i < s->ncand; i++) {
+    if (s->cand[i].upper >= bar) s->cand[m++] = s->cand[i];
+  }
+  s->ncand = m;
+  if (m > 1) qsort(s->cand, (size_t)m, sizeof(Cand), cmp_cand);
+}
 
 /* Appends " and <column> <op>" for a token, and its values to b. */
 static int add_cond(sqlite3_str *sql, Binds *b, const char *column, char op, char coll,

@@ -1,11 +1,10 @@
 /*
-** The kernels of kernels/knn.c: the heap of the k best, the int8 records that vector_index's first
-** pass reads, a map of int64 keys, and that first pass, which bounds each row's cosine from its
-** record.  Nothing here knows SQLite.  The SQL functions (cosine_topk, bm25_candidate) and
-** vector_index use them.
+** The kernels of kernels/topk.c: the heap of the k best, the int8 records that vector_index's
+** first pass reads, a map of int64 keys.  Nothing here knows SQLite.  The SQL functions
+** (cosine_topk, bm25_candidate) and vector_index use them.
 */
-#ifndef HYBRIDSQL_KERNELS_KNN_H
-#define HYBRIDSQL_KERNELS_KNN_H
+#ifndef HYBRIDSQL_KERNELS_TOPK_H
+#define HYBRIDSQL_KERNELS_TOPK_H
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +54,8 @@ static inline int64_t rec_stride(int64_t d) { return HS_REC_HEAD + ((d + 7) & ~(
 
 /* Writes row id's record for vector v of d dimensions into rec (rec_stride(d) bytes). */
 void rec_build(uint8_t *rec, int64_t id, const float *v, int64_t d);
+/* v's int8 codes into out (d bytes), with one scale for the vector into *mul; their L1 norm. */
+int32_t quantize(const float *v, int64_t d, int8_t *out, float *mul);
 
 static inline int64_t rec_id(const uint8_t *rec) {
   int64_t id;
@@ -84,53 +85,6 @@ static inline uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
   x ^= x >> 27;
   x *= 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-/* ------------------------------------------------------------------------
-** The first pass of a k-nearest query (Requirement 10 of vector_index/vector_index.c), in
-** kernels/knn.c: each row's cosine bounded from its record, and the rows that could be in the
-** top k kept as candidates, which vector_index/scan.c (vx_knn) rescores exactly.
-*/
-typedef struct Cand {
-  double upper;
-  int64_t id, block, slot;
-  uint64_t print; /* codes_sum of its record: what its float32 vector must give (vx_knn) */
-} Cand;
-
-typedef struct Knn {
-  const float *q;
-  int64_t d, k;
-  double qq, qerr;
-  float qmul;
-  int8_t *q8;
-  Hit *lower; /* heap of the k best lower bounds (ids unused) */
-  int64_t nlower;
-  Cand *cand;
-  int64_t ncand, capcand;
-} Knn;
-
-void knn_free(Knn *s);
-/* Prepares the query's int8 codes and bound; 0 when out of memory. */
-int knn_init(Knn *s, const float *q, int64_t d, int64_t k);
-/* Bounds the rows of one block (see knn.c); 0 when out of memory. */
-int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
-             const int64_t *slots, int64_t nslots, const I64Map *only);
-/* Drops the candidates below the final bar and sorts the rest, best upper bound first. */
-void knn_candidates(Knn *s);
-/* qsort's order of candidates: the order their vectors are stored, by block, then slot. */
-int cmp_place(const void *a, const void *b);
-
-/*
-** Asks the CPU to start loading a record ahead of the scan: in a scan of every
-** row the hardware prefetcher stops at 4 KiB page boundaries, and a filter's
-** rows are scattered.  docs/benchmarks.md has what it buys.
-*/
-static inline void prefetch(const uint8_t *at, int64_t bytes) {
-#if defined(__GNUC__) || defined(__clang__)
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(at + off);
-#else
-  (void)at, (void)bytes;
-#endif
 }
 
 #endif
