@@ -11,7 +11,7 @@
 search, each in 15 new processes taken in turn, on an index of two notes, and one query embedding by
 LocalProvider in a warm process (the hybrid search embeds its query with the extension's embed();
 the target is 1.3 x the keyword search). ``model`` times each step of LocalProvider's first
-embedding in new processes (imports, the model file mapped and opened, with the file in the cache
+embedding in new processes (imports, the model file read and opened, with the file in the cache
 folder and with none there that can be written, when it is made in memory). ``vectors`` builds N x
 384 random vectors in a vector_index table once (kept in $TMPDIR/hybridsql-cold/) and times, round
 after round, a warm query, the first query of a new connection with SQLite's default I/O and with
@@ -19,7 +19,7 @@ memory-mapped reads, and the first query of a new process as `hybridsql.connect`
 ``connect`` times ``import hybridsql`` and its first ``hybridsql.connect()`` of a file in new
 processes (the target is 5 ms; apsw's own import is timed apart), and sqlite-vec's open and load
 where it is installed. ``embed`` times, in new processes with a connection open, the first SQL
-``embed()`` (the model file found, mapped and opened, then one query embedded) against the second
+``embed()`` (the model file found, read and opened, then one query embedded) against the second
 (one query embedded), and the resident memory the first adds (issue 33: the model ready in
 <= 20 ms, <= 40 MB resident added).
 """
@@ -161,7 +161,7 @@ mark("import numpy")
 from hybridsql import local_model as embed
 mark("import hybridsql.local_model")
 embed._load_local()
-mark("the model file mapped and opened")
+mark("the model file read and opened")
 embed.LocalProvider().embed(["the quick brown fox"])
 mark("first query embedding")
 embed.LocalProvider().embed(["a second query"])

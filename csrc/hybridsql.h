@@ -29,6 +29,7 @@ HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, 
 /* The embedding model's engine (model/model.h is its contract; struct HsModel is its HsModel),
 ** the SIMD path of its matmul, and one function for the tests: the vector of word-piece ids, as
 ** hs_model_embed makes it from a text's (-1 when an id is not in the vocabulary). */
+HS_EXPORT int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 HS_EXPORT struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 HS_EXPORT void hs_model_free(struct HsModel *m);
 HS_EXPORT const char *hs_model_simd(void);

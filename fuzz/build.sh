@@ -5,7 +5,8 @@
 # csrc/model/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the
 # model file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model/model.c and the
 # SQL ways to it (hybridsql_model() of a BLOB or a file) of csrc/model/embedsql.c, linked as
-# fuzz_sql is (with the whole library: embed() reaches SQLite through functions/args.c). Needs
+# fuzz_sql is (with the whole library: embed() reaches SQLite through functions/args.c); and
+# fuzz/build/fuzz_lookup: embed()'s lookup of a database's own model (embedsql.c), likewise. Needs
 # clang and libsqlite3-dev. UBSan's checks are recoverable only so that fuzz/ubsan.supp can name
 # known bugs; run.sh halts on every other report.
 set -euo pipefail
@@ -30,6 +31,9 @@ clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o "${LIBRARY[@]}" 
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_model.c -o fuzz/build/fuzz_model.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_model.o "${LIBRARY[@]}" -lsqlite3 -lm \
   -o fuzz/build/fuzz_model
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_lookup.c -o fuzz/build/fuzz_lookup.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_lookup.o "${LIBRARY[@]}" -lsqlite3 -lm \
+  -o fuzz/build/fuzz_lookup
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
   -o fuzz/build/fuzz_tokenizer.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o \

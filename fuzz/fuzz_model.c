@@ -1,8 +1,8 @@
 /*
-** A libFuzzer harness for the model loader (hs_model_open of csrc/model/model.c, the contract in
-** csrc/model/model.h) and the two ways SQL reaches it (csrc/model/embedsql.c): a model file's bytes as a
-** BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which maps it.  When
-** the loader accepts the bytes, one embed() of a short text runs on them, so that a file
+** A libFuzzer harness for the model loader (hs_model_open of csrc/model/model.c, the contract
+** in csrc/model/model.h) and the two ways SQL reaches it (csrc/model/embedsql.c): a model file's
+** bytes as a BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which reads it.
+** When the loader accepts the bytes, one embed() of a short text runs on them, so that a file
 ** wrongly accepted (an offset, a size, a vocabulary that does not hold) is read through.
 **
 ** The input:
@@ -18,7 +18,10 @@
 **
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined behaviour):
 ** accepted or refused, never both: a refusal is one line (no newline), also when cut short by a
-** small buffer, and misaligned bytes are refused; an accepted model has the header's dims and
+** small buffer, and misaligned bytes are refused; hs_model_header, given the first 128 bytes
+** alone (in a buffer of their own, so that ASan sees a read past them), refuses exactly where
+** hs_model_open refuses the header, with its line, and accepts every model it accepts; an id is
+** UTF-8; an accepted model has the header's dims and
 ** id, embeds a text, the empty text and a text of two windows, and a vector of finite values
 ** is no longer than 1; hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
 ** is hs_model_open's line after "hybridsql_model(): the model BLOB: " (or "... the model file
@@ -86,6 +89,24 @@ static void seal(uint8_t *p, size_t n) {
     sum += w * (2 * (uint64_t)i + 1);
   }
   memcpy(p + 32, &sum, 8);
+}
+
+/* Whether s is UTF-8 (strict: no overlong form, surrogate, or code point past U+10FFFF), by
+** the standard's table rather than the loader's code. */
+static int utf8(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned char c = *p;
+    int len = c < 0x80 ? 1 : c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (!len) return 0;
+    if (len > 1 && (p[1] < lo || p[1] > hi)) return 0;
+    for (int k = 2; k < len; k++)
+      if ((p[k] & 0xC0) != 0x80) return 0;
+    p += len;
+  }
+  return 1;
 }
 
 /* A refusal's line: not empty, one line, NUL-terminated within cap. */
@@ -181,7 +202,7 @@ static void through_sql(const uint8_t *p, size_t n, const char *err, const float
       embed_in_sql(vector, dims);
     }
   }
-  unlink(path); /* an accepted one stays mapped */
+  unlink(path); /* an accepted one stays in memory, read */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -196,6 +217,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   HsModel *m = hs_model_open(p, n, err, sizeof err);
   if (m && err[0]) fail("accepted with an error line", err);
   if (!m) check_line(err, sizeof err);
+  uint8_t *head = malloc(n < HS_MODEL_HEADER ? n + 1 : HS_MODEL_HEADER);
+  char head_err[ERR];
+  if (!head) fail("no memory", NULL);
+  if (n) memcpy(head, p, n < HS_MODEL_HEADER ? n : HS_MODEL_HEADER);
+  if (hs_model_header(head, n, head_err, sizeof head_err)) {
+    check_line(head_err, sizeof head_err);
+    if (m || strcmp(head_err, err) != 0) fail("hs_model_header and hs_model_open disagree", head_err);
+  }
+  free(head);
   HsModel *again = hs_model_open(p, n, small, sizeof small);
   if (!again != !m) fail("a smaller error buffer changed the answer", NULL);
   if (!again) check_line(small, sizeof small);
@@ -221,6 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dims = hs_model_dims(m);
     if ((uint32_t)dims != header_dims) fail("dims not the header's", NULL);
     if (strncmp(hs_model_id(m), (const char *)p + 40, 40) != 0) fail("id not the header's", NULL);
+    if (!utf8(hs_model_id(m))) fail("an id that is not UTF-8", NULL);
     vector = malloc(sizeof(float) * (size_t)dims);
     if (!vector) fail("no memory", NULL);
     embed_checked(m, vector, accepted < LONG);

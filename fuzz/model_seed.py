@@ -2,7 +2,8 @@
 (hybridsql/model_file.py's pack) small enough for libFuzzer (about 20 KB, where the real one is
 23 MB): 32 dims, 1 layer of 2 heads, an ffn of 32, 256 positions, a vocabulary of 75 pieces
 with the special ones, random int8 weights. Each seed is fuzz_model's control byte, then the
-file: one with the checksum left as written, one that the harness seals again.
+file: one with the checksum left as written, one that the harness seals again, and two that it
+seals with an id the loader must refuse (not UTF-8; 40 bytes with no NUL).
 
     python fuzz/model_seed.py     # from the repository root, in a venv with hybridsql
 """
@@ -45,9 +46,13 @@ def main() -> None:
     data = tiny()
     folder = os.path.join(HERE, "corpus", "model")
     os.makedirs(folder, exist_ok=True)
-    for control, name in ((0, "tiny-as-written"), (1, "tiny-sealed")):
+    not_utf8 = data[:40] + b"tiny-caf\xe9".ljust(40, b"\0") + data[80:]
+    unended = data[:40] + b"t" * 40 + data[80:]
+    seeds = {"tiny-as-written": (0, data), "tiny-sealed": (1, data)}
+    seeds.update({"tiny-id-not-utf8": (1, not_utf8), "tiny-id-unended": (1, unended)})
+    for name, (control, content) in seeds.items():
         with open(os.path.join(folder, name), "wb") as f:
-            f.write(bytes([control]) + data)
+            f.write(bytes([control]) + content)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                     int32_t *ids, int64_t cap);
 double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
 const char *hs_model_simd(void);
@@ -122,10 +123,25 @@ class Vocab:
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
 
 
+MODEL_HEADER = 128  # HS_MODEL_HEADER of csrc/model/model.h: a model file's header, its first bytes
+
+
+def model_header(head: bytes, size: int) -> str | None:
+    """hs_model_header: None where a model file of ``size`` bytes, whose first bytes are
+    ``head`` (min(size, MODEL_HEADER) of them), has a header that agrees with its size; else the
+    engine's line, as Model would refuse the whole file with."""
+    if len(head) < min(size, MODEL_HEADER):
+        raise ValueError(f"model_header(): {len(head)} bytes of the header, not {MODEL_HEADER}")
+    ffi, lib = _open()
+    err = ffi.new("char[]", 512)
+    return ffi.string(err).decode() if lib.hs_model_header(head, size, err, len(err)) else None
+
+
 class Model:
     """A model file's bytes (hybridsql/model_file.py) opened by the C engine (csrc/model/model.c):
     ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
-    ``data`` is bytes (copied) or an mmap of the file (used in place, kept open)."""
+    ``data`` is bytes (copied) or an anonymous mmap of the process's own (used in place, kept:
+    nothing may change it while the model lives)."""
 
     def __init__(self, data):
         import mmap

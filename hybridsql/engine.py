@@ -101,7 +101,9 @@ def prepare_sql_embed() -> None:
 def store_model(conn: apsw.Connection, source: Path) -> None:
     """Keeps the model file ``source`` inside the database of ``conn`` (the table MODEL_TABLE),
     where every client's embed() finds it: one self-contained file."""
-    data = Path(source).read_bytes()
+    from hybridsql.local_model import read_model
+
+    data = bytes(read_model(Path(source)))
     with conn:
         conn.execute(f"create table if not exists {MODEL_TABLE}(model blob)")
         conn.execute(f"delete from {MODEL_TABLE}")

@@ -7,9 +7,11 @@ A text's vector here is the one SQL embed() gives it: index and queries share on
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import mmap
 import os
+import stat
 import sys
 import threading
 from collections.abc import Sequence
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 _TOKENIZER = Path(__file__).parent / "data" / "tokenizer.json"
 
 _local_lock = threading.Lock()
-_local_model: list = []  # [model] once opened: the model file mapped, shared by every thread
+_local_model: list = []  # [model] once opened: the model file read, shared by every thread
 _local_vocab: list = []  # [vocab] once read: the C tokenizer over the model's vocabulary
 
 
@@ -55,22 +57,113 @@ def _tokenizer():
 
 
 def _open(path: Path):
-    """The model file at ``path`` mapped and opened by the engine (its pages shared with the
-    extension's own mapping of the same file)."""
+    """The model file at ``path`` read (read_model) and opened by the engine; an EmbeddingError
+    of one line, naming the file, where it cannot be used."""
     from . import _native
+    from .errors import EmbeddingError
 
-    with open(path, "rb") as f:
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _native.Model(data)
+    data = read_model(path)
+    try:
+        return _native.Model(data)
+    except EmbeddingError as e:
+        raise EmbeddingError(f"the model file {path}: {e}") from None
+
+
+def read_model(path: Path) -> mmap.mmap:
+    """The bytes of the model file at ``path``, read into memory of this process's own as
+    csrc/model/embedsql.c reads them (Requirement 14): never mapped, since a file cut short under a
+    mapping kills the process (SIGBUS) and one rewritten in place changes the vectors of a model
+    already open. A FIFO, a device or a folder is refused before a byte of it is read and never
+    blocks (stat, then opened with O_NONBLOCK and checked again), and the header is checked
+    against the file's size before the rest is read. An EmbeddingError of one line, naming the
+    file, where it cannot be read or is no model file."""
+    from .errors import EmbeddingError
+
+    try:
+        return _read(path)
+    except EmbeddingError as e:
+        raise EmbeddingError(f"the model file {path}: {e}") from None
+    except OSError as e:
+        reason = "it is a loop of symbolic links" if e.errno == errno.ELOOP else e.strerror or e
+        raise EmbeddingError(f"the model file {path}: {reason}") from None
+
+
+def _read(path: Path) -> mmap.mmap:
+    """read_model's bytes; the reason alone where it refuses them."""
+    from . import _native
+    from .errors import EmbeddingError
+
+    changed = EmbeddingError("it changed while it was read: try again once it is written")
+    kind = _not_a_file(os.stat(path).st_mode)
+    if kind:
+        raise EmbeddingError(kind)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb", buffering=0) as f:
+        opened = os.fstat(fd)
+        kind = _not_a_file(opened.st_mode)
+        if kind:
+            raise EmbeddingError(kind)
+        if opened.st_size == 0:
+            raise EmbeddingError("it is empty")
+        head = _read_up_to(f, min(opened.st_size, _native.MODEL_HEADER))
+        if len(head) < min(opened.st_size, _native.MODEL_HEADER):
+            raise changed
+        refused = _native.model_header(head, opened.st_size)
+        if refused:
+            raise EmbeddingError(refused)
+        # Anonymous memory: page-aligned as the engine needs, not cleared first; private (a
+        # shared one is a file in shared memory, slower to fill) and in huge pages where Linux
+        # allows them (fewer first touches: docs/benchmarks.md).
+        if hasattr(mmap, "MAP_PRIVATE"):
+            data = mmap.mmap(-1, opened.st_size, flags=mmap.MAP_PRIVATE)
+        else:  # Windows: memory of the process's own already
+            data = mmap.mmap(-1, opened.st_size)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            data.madvise(mmap.MADV_HUGEPAGE)
+        with memoryview(data) as view:
+            got = 0
+            f.seek(0)
+            while got < len(data) and (n := f.readinto(view[got:])):
+                got += n
+        if got < len(data) or data[: len(head)] != head:
+            raise changed
+        if _identity(os.fstat(fd)) != _identity(opened):
+            raise changed
+    return data
+
+
+def _read_up_to(f, n: int) -> bytes:
+    """``n`` bytes from the start of ``f``, fewer where it ends first."""
+    out = b""
+    while len(out) < n and (chunk := f.read(n - len(out))):
+        out += chunk
+    return out
+
+
+def _not_a_file(mode: int) -> str | None:
+    """Why a file of ``mode`` is not read as a model file (csrc/model/embedsql.c's words); None for
+    a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    kind = next((name for test, name in kinds if test(mode)), "")
+    return f"it is not a file ({kind})" if kind else "it is not a file"
+
+
+def _identity(st: os.stat_result) -> tuple:
+    """What tells that a file changed: its device, inode, size, modified and changed times."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _load_local():
     """The engine on the model file the extension would find ($HYBRIDSQL_MODEL, the file beside
-    the library, else the one in the cache folder), opened once per process. Where there is none
-    in the cache folder, or the one there was written by another version, it is written there
-    from the installed ONNX model (as ``hybridsql model`` does), or made in memory where the
-    cache folder cannot be written; an EmbeddingError with the engine's one line where the file
-    cannot be used."""
+    the library, else the one in the cache folder), read and opened once per process: the model
+    keeps the vectors of the file as it was read, whatever happens to the file after. Where there
+    is none in the cache folder, or the one there was written by another version, it is written
+    there from the installed ONNX model (as ``hybridsql model`` does), or made in memory where
+    the cache folder cannot be written; an EmbeddingError of one line, naming the file, where the
+    file cannot be used."""
     from . import engine
     from .errors import EmbeddingError
 
@@ -79,9 +172,9 @@ def _load_local():
             path = engine.found_model()
             try:
                 model = _open(path)
-            except (EmbeddingError, ValueError, OSError) as e:  # ValueError: an empty file
+            except EmbeddingError:
                 if not (path == engine.model_path() and engine.can_write()):
-                    raise _refused(path, e) from e
+                    raise
                 model = _written(path)  # none yet, one of another version, or a partial one
             _local_model.append(model)
         return _local_model[0]
@@ -98,18 +191,6 @@ def _written(path: Path):
     except EmbeddingError:  # a cache folder that cannot be written
         return _native.Model(model_bytes())
     return _open(path)
-
-
-def _refused(path: Path, e: Exception):
-    """The error of a model file that cannot be used: its path, and the engine's line or the
-    system's."""
-    from .errors import EmbeddingError
-
-    if isinstance(e, EmbeddingError):
-        reason = str(e)
-    else:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else "it is empty"
-    return EmbeddingError(f"the model file {path}: {reason}")
 
 
 def _vocab():

@@ -152,6 +152,7 @@ def test_the_exports_are_those_of_the_header():
         "hs_model_embed",
         "hs_model_embed_ids",
         "hs_model_free",
+        "hs_model_header",
         "hs_model_id",
         "hs_model_open",
         "hs_model_simd",

@@ -228,43 +228,6 @@ def test_the_extension_looks_where_python_writes(model_file, tmp_path, monkeypat
     assert shell("select length(embed('x'))") == ("1536", "")
 
 
-SHARED = r"""
-import sys, threading, apsw, hybridsql
-path = sys.argv[1]
-
-def mappings():
-    with open("/proc/self/maps") as f:
-        return sum(line.rstrip().endswith(path) for line in f)
-
-conns = [hybridsql.connect(":memory:") for _ in range(4)]
-conns[0].execute("select embed('one')").fetchall()
-first = mappings()
-threads = [
-    threading.Thread(target=lambda c: c.execute("select embed('two')").fetchall(), args=(c,))
-    for c in conns
-]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-conns[1].execute("select hybridsql_model(?)", (path,)).fetchall()
-print(first, mappings())
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_connections_and_threads_share_one_mapping(model_file):
-    out = subprocess.run(
-        [sys.executable, "-c", SHARED, str(model_file)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "HYBRIDSQL_MODEL": ""},
-        cwd=os.path.dirname(model_file),  # not the checkout, whose hybridsql/ may have no library
-    ).stdout.split()
-    assert out[0] == out[1] and int(out[0]) >= 1
-
-
 def test_an_interrupt_stops_a_long_embed_between_windows(model_file):
     """sqlite3_interrupt during embed(): it stops at the next window with its own error, where
     SQLite alone could stop the statement only once the call returned."""

@@ -129,12 +129,24 @@ def test_the_converter_refuses_a_graph_it_does_not_know(tmp_path):
 def test_the_fuzzers_seeds_are_model_files_the_engine_runs():
     """fuzz/fuzz_model.c's seeds (its control byte, then a small model of the real format,
     written by fuzz/model_seed.py) open and embed: a seed the loader refused would leave every
-    check behind the header unfuzzed. A change of the format must write them again."""
+    check behind the header unfuzzed. A change of the format must write them again. The two
+    seeds of a bad id are refused by that check alone, once the harness seals them."""
     seeds = sorted(glob.glob(os.path.join(ROOT, "fuzz", "corpus", "model", "tiny-*")))
-    assert len(seeds) == 2
+    assert [os.path.basename(s) for s in seeds] == [
+        "tiny-as-written",
+        "tiny-id-not-utf8",
+        "tiny-id-unended",
+        "tiny-sealed",
+    ]
     for seed in seeds:
         with open(seed, "rb") as f:
-            model = _native.Model(f.read()[1:])
+            data = f.read()[1:]
+        if "-id-" in seed:
+            assert refusal(resealed(bytearray(data))) == (
+                f"the model file's id is not UTF-8 text of 1 to 39 bytes ending in NUL: {REMAKE}"
+            )
+            continue
+        model = _native.Model(data)
         assert (model.model_id, model.dims) == ("tiny-fuzz-seed", 32)
         vector = np.frombuffer(model.embed("how do I roll back a deploy freeze"), np.float32)
         assert abs(float(np.linalg.norm(vector)) - 1) < 1e-5
@@ -210,6 +222,41 @@ def test_bytes_after_the_end_and_shapes_it_cannot_run_are_refused(model_bytes):
         f"the model file's sections do not fill its {len(model_bytes)} bytes as its shapes say: "
         + REMAKE
     )
+
+
+def test_a_model_id_not_utf8_or_not_ended_is_refused_with_one_line(model_bytes):
+    """The id was taken as it came: Model().model_id then raised UnicodeDecodeError, and SQL's
+    hybridsql_model() returned text that was not UTF-8; one of 40 bytes (no NUL) was refused as
+    shapes the engine cannot run."""
+    line = f"the model file's id is not UTF-8 text of 1 to 39 bytes ending in NUL: {REMAKE}"
+    for bad in (b"caf\xe9", b"\xed\xa0\x80 surrogate", b"\xc0\xaf overlong", b"a" * 40, b""):
+        data = bytearray(model_bytes)
+        data[40:80] = bad.ljust(40, b"\0")
+        assert refusal(resealed(data)) == line, bad
+    data = bytearray(model_bytes)
+    data[40:80] = "modèle-ü-部".encode().ljust(40, b"\0")
+    assert _native.Model(resealed(data)).model_id == "modèle-ü-部"
+
+
+def test_the_header_alone_gives_the_line_the_whole_file_would(model_bytes):
+    """hs_model_header, which a reader asks before it reads the rest of a file, refuses exactly
+    the files whose header hs_model_open refuses, with the same line, and bounds the size."""
+    other_version = bytearray(model_bytes)
+    other_version[16:20] = struct.pack("<I", 2)
+    huge = bytearray(model_bytes[:128])
+    huge[24:32] = struct.pack("<Q", 2 << 30)
+    for data in (b"", model_bytes[:100], model_bytes[:5000], model_bytes + bytes(64)):
+        assert _native.model_header(data[:128], len(data)) == refusal(data)
+    for data in (b"SQLite format 3\0" + bytes(4096), bytes(other_version), bytes(huge)):
+        assert _native.model_header(data[:128], len(data)) == refusal(data)
+    assert refusal(bytes(huge)) == (
+        f"the model file's header gives it {2 << 30} bytes, over the 1024 MiB a model file may"
+        f" have: {REMAKE}"
+    )
+    flipped = bytearray(model_bytes)
+    flipped[5000] ^= 1
+    assert _native.model_header(model_bytes[:128], len(model_bytes)) is None
+    assert _native.model_header(bytes(flipped[:128]), len(flipped)) is None  # the checksum's
 
 
 FIELDS = st.tuples(

@@ -324,7 +324,7 @@ def embed_script():
 @pytest.mark.parametrize("name", [n for n in CHOSEN if n != NATIVE])
 def test_embed_gives_the_native_vector(shells, beside, name):
     """embed() in each platform's shell, its model file found beside its library (dladdr,
-    dl_iterate_phdr, GetModuleFileNameW; mmap, MapViewOfFile): the native vector within 1e-5 a
+    dl_iterate_phdr, GetModuleFileNameW; pread, ReadFile): the native vector within 1e-5 a
     component, the zero vector where the native one is."""
     from hybridsql import engine
 

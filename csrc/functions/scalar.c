@@ -23,7 +23,7 @@
 **
 ** The extension's other SQL functions have their requirements in their own files: vector_index
 ** (Requirement 10) in vector_index/vector_index.c, bm25_candidate (11) in
-** functions/bm25_candidate.c, embed() and hybridsql_model() (12 to 15) in model/embedsql.c.
+** functions/bm25_candidate.c, embed() and hybridsql_model() (12 to 16) in model/embedsql.c.
 **
 ** Requirements (the code cites them by number):
 **

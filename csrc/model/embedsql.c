@@ -1,6 +1,6 @@
 /*
-** embed() in SQL: the embedding engine of csrc/model.h behind two SQL functions, and the model
-** file it runs, found, mapped once per process and shared by every connection.
+** embed() in SQL: the embedding engine of csrc/model/model.h behind two SQL functions, and the
+** model file it runs, found, read once per process and shared by every connection.
 **
 **   embed(text)                -> BLOB, float32 little-endian, 384 values
 **       the text's vector by all-MiniLM-L6-v2 (int8), as the Python layer's local model.
@@ -10,7 +10,7 @@
 **       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsmodel')
 **       -> all-MiniLM-L6-v2-int8
 **
-** Requirements (continuing those of csrc/hybridsql.c):
+** Requirements (the extension's numbers: csrc/hybridsql.c says where 1 to 11 are):
 **
 ** 12. embed(text): NULL in gives NULL out; a text gives the BLOB of hs_model_dims() float32
 **    values that hs_model_embed() computes (its windows, pooling and zero vector); any other
@@ -19,20 +19,50 @@
 **    (Requirement 13), and the SIMD path may change the last bits.  A constant argument (a
 **    literal, a bound parameter) is embedded once per statement (sqlite3_set_auxdata).
 ** 13. The model a connection's embed() runs is the first of: the one hybridsql_model() named
-**    on it; the file $HYBRIDSQL_MODEL; the first row's `model` BLOB of the table
-**    main.hybridsql_model (a database that carries its model); the file HS_MODEL_FILE beside
-**    the loaded library; HS_MODEL_FILE in the user's cache folder ($HYBRIDSQL_CACHE_DIR, else
+**    on it; the file $HYBRIDSQL_MODEL; the model the database keeps in its table
+**    main.hybridsql_model (Requirement 16); the file HS_MODEL_FILE beside the loaded library;
+**    HS_MODEL_FILE in the user's cache folder ($HYBRIDSQL_CACHE_DIR, else
 **    %LOCALAPPDATA%\hybridsql\Cache, ~/Library/Caches/hybridsql, $XDG_CACHE_HOME/hybridsql or
-**    ~/.cache/hybridsql: hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  It
-**    is looked for at the connection's first embed(), not when the extension loads, and kept.
-**    None found, or one that hs_model_open() refuses (missing, truncated, foreign), is an error
-**    of one line that names the file and what to do; never a crash or a wrong vector.
-** 14. A model file is mapped (mmap, MapViewOfFile) and checked once per process, and a model
-**    BLOB copied and checked once per process and content: every connection, in any thread,
-**    shares it.  Models stay until the process exits (a connection may hold one any time).
+**    ~/.cache/hybridsql: hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  The
+**    user's explicit choices outrank the database's model, which outranks the defaults: a
+**    database is data someone else may have written, and a user who does not trust its model
+**    names one of their own first.  It is looked for at the connection's first embed(), not
+**    when the extension loads, and kept.  None found, or one that hs_model_open() refuses
+**    (missing, truncated, foreign), is an error of one line that names the file and what to
+**    do; never a crash or a wrong vector.
+** 14. A model file is read into memory of the process's own and checked (hs_model_open) once per
+**    process and file, and a model BLOB copied and checked once per process and content: every
+**    connection, in any thread, shares it.  Only a regular file is read: a FIFO, a device or a
+**    folder is refused before a byte of it is read, and never blocks (opened with O_NONBLOCK
+**    after stat; Windows: its type checked after opening).  Its header is read and checked
+**    first (hs_model_header), so that a file's size is checked before the rest is allocated.
+**    Not mapped: a file cut short under a mapping killed the process (SIGBUS), and one rewritten
+**    in place changed its vectors.  A copy cannot change: a connection keeps the vectors of the
+**    model it found, whatever happens to the file, and a file that changes while it is read is
+**    refused ("changed while it was read").  Each model keeps its file's identity (device,
+**    inode, size, modified and changed times; Windows: volume, file index, size, write and
+**    creation times) and header (its checksum): a new lookup by path (a new connection's first
+**    embed(), hybridsql_model('PATH') again) whose file is no longer that one reads it again
+**    (and shares the copy read before where the bytes are the same: a file touched or copied
+**    again).  Models stay until the process exits (a connection may hold one any time).
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
+** 16. A database's model is the `model` BLOB of the first row (the lowest rowid) of main's
+**    ordinary table hybridsql_model, as `hybridsql model --into FILE` writes it.  Looking for
+**    it runs nothing of the database's: no view, virtual table, trigger, generated column,
+**    index or collation of its own.  A view, a virtual table, a WITHOUT ROWID table, a table
+**    with generated columns or no column `model`, and an object hybridsql_model in temp (which
+**    unqualified SQL would read in its place) are refused, each with one line that names what
+**    was found and what to do; no such table, or no row, is no model (the next place is
+**    looked in).  The BLOB's header (the magic, its declared size, at most HS_STORED_MAX) is
+**    read and checked before anything else of it; then its bytes are copied once and checked
+**    by hs_model_open().  A refusal is kept for the connection: every later embed() says the
+**    same line at once (hybridsql_model() still names another model); a failure to read (a
+**    busy or damaged file) is not kept.  A stored model changes the vectors of that
+**    connection's embed() and nothing else: it is weights and a vocabulary, never code.
+**    embed() or hybridsql_model() called from inside the lookup (an authorizer, a progress
+**    handler) is an error of one line, never a second lookup.
 */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr */
@@ -65,19 +95,29 @@ SQLITE_EXTENSION_INIT3
 
 /* The model file's name, beside the library and in the cache folder (Requirement 13). */
 #define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsmodel"
-#define HS_PATH 1024 /* a folder's path, at most */
+#define HS_PATH 1024 /* a loader's line, at most */
 #define HS_ERR 4096  /* an error's text, at most */
 /* What to do when the file is not there or not a model. */
 #define HS_MAKE_ONE "write it with `hybridsql model` (pip install 'hybridsql[local]')"
 
 /* ---- The models of this process (Requirement 14) ---- */
 
+/* A model file's identity when it was read: a new lookup by path reads the file again unless it
+** is still this one (Requirement 14).  The header holds the checksum, so that a file rewritten
+** with another model in place is told apart even where its times did not move. */
+typedef struct {
+  uint64_t device, inode, size;
+  int64_t modified, changed; /* nanoseconds (Windows: 100 ns) since an epoch */
+  unsigned char header[HS_MODEL_HEADER];
+} FileId;
+
 typedef struct Model {
   struct Model *next;
-  char *path;        /* the file, resolved; NULL for a model read from a BLOB */
-  const void *data;  /* its bytes: mapped, or a copy of the BLOB */
+  char *path;        /* the file as first named; NULL for a model read from a BLOB */
+  const void *data;  /* its bytes: a copy of the file's (private_bytes), or of the BLOB's */
   size_t n;
   HsModel *model;
+  FileId file;       /* the file's identity when it was read (a file's model only) */
 } Model;
 
 static Model *models; /* only added to, under the lock; never freed */
@@ -109,7 +149,29 @@ static void model_error(char *err, const char *where, const char *why) {
   snprintf(err, HS_ERR, "embed(): %s %s; %s, or name another", where, why, HS_MAKE_ONE);
 }
 
+static int same_file(const FileId *a, const FileId *b) {
+  return a->device == b->device && a->inode == b->inode && a->size == b->size &&
+         a->modified == b->modified && a->changed == b->changed &&
+         memcmp(a->header, b->header, sizeof a->header) == 0;
+}
+
+/* a + b in memory from malloc; NULL when there is none. */
+static char *joined(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  char *out = malloc(na + nb + 1);
+  if (out) {
+    memcpy(out, a, na);
+    memcpy(out + na, b, nb + 1);
+  }
+  return out;
+}
+
+/* A file is opened, checked to be a regular file before a byte of it is read, read from an
+** offset, and closed.  file_open writes its identity, header aside, into id; on failure it says
+** why in a few words ("does not exist", "is not a file (a FIFO)"). */
 #if defined(_WIN32)
+typedef HANDLE File;
+
 /* A UTF-8 path as Windows takes it; NULL on failure. */
 static wchar_t *wide(const char *s) {
   int n = MultiByteToWideChar(CP_UTF8, 0, s, -1, 0, 0);
@@ -121,139 +183,335 @@ static wchar_t *wide(const char *s) {
   return w;
 }
 
-static char *resolve(const char *path) {
-  wchar_t *w = wide(path), full[MAX_PATH * 4];
-  DWORD n = w ? GetFullPathNameW(w, MAX_PATH * 4, full, 0) : 0;
-  free(w);
-  if (n == 0 || n >= MAX_PATH * 4) return 0;
-  int len = WideCharToMultiByte(CP_UTF8, 0, full, -1, 0, 0, 0, 0);
-  char *out = len > 0 ? malloc((size_t)len) : 0;
-  if (out) WideCharToMultiByte(CP_UTF8, 0, full, -1, out, len, 0, 0);
-  return out;
+static const char *open_error(DWORD e) {
+  switch (e) {
+    case ERROR_FILE_NOT_FOUND:
+    case ERROR_PATH_NOT_FOUND:
+    case ERROR_INVALID_NAME: return "does not exist";
+    case ERROR_CANT_RESOLVE_FILENAME: return "is a loop of symbolic links";
+    case ERROR_ACCESS_DENIED: return "cannot be read: check its permissions";
+    default: return "cannot be read";
+  }
 }
 
-/* Maps the file read-only: 0, or 1 with *why set ("does not exist", ...). */
-static int map_file(const char *path, const void **data, size_t *n, const char **why) {
-  wchar_t *w = wide(path);
-  HANDLE f = w ? CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, 0,
-                             OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, 0)
-               : INVALID_HANDLE_VALUE;
-  free(w);
-  if (f == INVALID_HANDLE_VALUE) {
-    DWORD e = GetLastError();
-    *why = e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? "does not exist"
-                                                                   : "cannot be read";
-    return 1;
-  }
-  LARGE_INTEGER size;
-  if (!GetFileSizeEx(f, &size) || size.QuadPart == 0) {
-    CloseHandle(f);
-    *why = "is empty: it is not a model file";
-    return 1;
-  }
-  HANDLE map = CreateFileMappingW(f, 0, PAGE_READONLY, 0, 0, 0);
-  CloseHandle(f);
-  void *p = map ? MapViewOfFile(map, FILE_MAP_READ, 0, 0, 0) : 0;
-  if (map) CloseHandle(map); /* the view keeps the mapping */
-  if (!p) {
-    *why = "cannot be mapped into memory";
-    return 1;
-  }
-  *data = p;
-  *n = (size_t)size.QuadPart;
+static int file_identity(File f, FileId *id) {
+  BY_HANDLE_FILE_INFORMATION info;
+  if (!GetFileInformationByHandle(f, &info)) return 1;
+  id->device = info.dwVolumeSerialNumber;
+  id->inode = (uint64_t)info.nFileIndexHigh << 32 | info.nFileIndexLow;
+  id->size = (uint64_t)info.nFileSizeHigh << 32 | info.nFileSizeLow;
+  id->modified = (int64_t)((uint64_t)info.ftLastWriteTime.dwHighDateTime << 32 |
+                           info.ftLastWriteTime.dwLowDateTime);
+  id->changed = (int64_t)((uint64_t)info.ftCreationTime.dwHighDateTime << 32 |
+                          info.ftCreationTime.dwLowDateTime);
   return 0;
 }
 
-static void unmap_file(const void *data, size_t n) {
+static int file_open(const char *path, File *out, FileId *id, const char **why) {
+  wchar_t *w = wide(path);
+  if (!w) {
+    *why = "does not exist";
+    return 1;
+  }
+  DWORD attributes = GetFileAttributesW(w);
+  if (attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY)) {
+    free(w);
+    *why = "is not a file (a folder)";
+    return 1;
+  }
+  /* Shared for writing too: a file another program holds open is read, and a change found. */
+  HANDLE f = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                         0, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, 0);
+  DWORD e = GetLastError();
+  free(w);
+  if (f == INVALID_HANDLE_VALUE) {
+    *why = open_error(e);
+    return 1;
+  }
+  /* A pipe or a device (CON, COM1) opens at once but may block the first read. */
+  if (GetFileType(f) != FILE_TYPE_DISK) {
+    CloseHandle(f);
+    *why = "is not a file (a pipe or a device)";
+    return 1;
+  }
+  if (file_identity(f, id)) {
+    CloseHandle(f);
+    *why = "cannot be read";
+    return 1;
+  }
+  *out = f;
+  return 0;
+}
+
+/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
+static int file_read(File f, void *buf, size_t n, uint64_t at) {
+  char *p = buf;
+  while (n > 0) {
+    OVERLAPPED o = {0};
+    o.Offset = (DWORD)at;
+    o.OffsetHigh = (DWORD)(at >> 32);
+    DWORD want = n > (1u << 30) ? (1u << 30) : (DWORD)n, got = 0;
+    if (!ReadFile(f, p, want, &got, &o)) return GetLastError() == ERROR_HANDLE_EOF ? 1 : -1;
+    if (got == 0) return 1;
+    p += got;
+    n -= got;
+    at += got;
+  }
+  return 0;
+}
+
+static void file_close(File f) { CloseHandle(f); }
+
+static void *private_bytes(size_t n) { return malloc(n); }
+static void private_free(void *p, size_t n) {
   (void)n;
-  UnmapViewOfFile(data);
+  free(p);
 }
 
 static int exists(const char *path) {
   wchar_t *w = wide(path);
   DWORD a = w ? GetFileAttributesW(w) : INVALID_FILE_ATTRIBUTES;
+  DWORD e = GetLastError();
   free(w);
-  return a != INVALID_FILE_ATTRIBUTES;
+  return a != INVALID_FILE_ATTRIBUTES || (e != ERROR_FILE_NOT_FOUND && e != ERROR_PATH_NOT_FOUND);
 }
 #else
-static char *resolve(const char *path) { return realpath(path, 0); }
+typedef int File;
 
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 || errno != ENOENT;
+#if defined(__APPLE__)
+#define HS_MTIME(st) ((int64_t)(st).st_mtimespec.tv_sec * 1000000000 + (st).st_mtimespec.tv_nsec)
+#define HS_CTIME(st) ((int64_t)(st).st_ctimespec.tv_sec * 1000000000 + (st).st_ctimespec.tv_nsec)
+#else
+#define HS_MTIME(st) ((int64_t)(st).st_mtim.tv_sec * 1000000000 + (st).st_mtim.tv_nsec)
+#define HS_CTIME(st) ((int64_t)(st).st_ctim.tv_sec * 1000000000 + (st).st_ctim.tv_nsec)
+#endif
+
+static const char *open_error(int e) {
+  switch (e) {
+    case ENOENT:
+    case ENOTDIR: return "does not exist";
+    case ELOOP: return "is a loop of symbolic links";
+    case EACCES:
+    case EPERM: return "cannot be read: check its permissions";
+    case ENAMETOOLONG: return "is a path longer than this system takes";
+    default: return "cannot be read";
+  }
 }
 
-static int map_file(const char *path, const void **data, size_t *n, const char **why) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *why = exists(path) ? "cannot be read: check its permissions" : "does not exist";
-    return 1;
-  }
+static const char *not_a_file(mode_t mode) {
+  if (S_ISDIR(mode)) return "is not a file (a folder)";
+  if (S_ISFIFO(mode)) return "is not a file (a FIFO)";
+  if (S_ISSOCK(mode)) return "is not a file (a socket)";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "is not a file (a device)";
+  return "is not a file";
+}
+
+static int file_identity(File f, FileId *id) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    *why = "is not a file";
-    return 1;
-  }
-  if (st.st_size == 0) {
-    close(fd);
-    *why = "is empty: it is not a model file";
-    return 1;
-  }
-  void *p = mmap(0, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd); /* the mapping keeps the file */
-  if (p == MAP_FAILED) {
-    *why = "cannot be mapped into memory";
-    return 1;
-  }
-  *data = p;
-  *n = (size_t)st.st_size;
+  if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) return 1;
+  id->device = (uint64_t)st.st_dev;
+  id->inode = (uint64_t)st.st_ino;
+  id->size = (uint64_t)st.st_size;
+  id->modified = HS_MTIME(st);
+  id->changed = HS_CTIME(st);
   return 0;
 }
 
-static void unmap_file(const void *data, size_t n) { munmap((void *)data, n); }
+static int file_open(const char *path, File *out, FileId *id, const char **why) {
+  /* The type first, so that a device is never opened (some act when opened); then opened
+  ** without blocking (a FIFO would block open() until a writer came) and checked again, as
+  ** the path may name another file by then. */
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    *why = open_error(errno);
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *why = not_a_file(st.st_mode);
+    return 1;
+  }
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    *why = open_error(errno);
+    return 1;
+  }
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    *why = "cannot be read";
+    return 1;
+  }
+  if (!S_ISREG(st.st_mode) || file_identity(fd, id) != 0) {
+    close(fd);
+    *why = not_a_file(st.st_mode);
+    return 1;
+  }
+  *out = fd;
+  return 0;
+}
+
+/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
+static int file_read(File f, void *buf, size_t n, uint64_t at) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t got = pread(f, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) return 1;
+    p += got;
+    n -= (size_t)got;
+    at += (uint64_t)got;
+  }
+  return 0;
+}
+
+static void file_close(File f) { close(f); }
+
+/* Memory for a file's copy, in pages of its own: on Linux in huge pages where the system allows
+** them (madvise), as the copy's first touch of some 5,600 pages of 4 KB took longer than the
+** copy itself (docs/benchmarks.md).  NULL when there is none. */
+static void *private_bytes(size_t n) {
+  void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+#if defined(MADV_HUGEPAGE)
+  madvise(p, n, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+static void private_free(void *p, size_t n) {
+  if (p) munmap(p, n);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR);
+}
 #endif
 
-/* The model of the file at path, mapped and checked at its first use in the process; NULL with
-** err set ("embed(): WHERE does not exist; ...") on any failure.  where names the file for the
-** user: "the model file /x" or "$HYBRIDSQL_MODEL (/x)". */
+/* The error of a file that changed or failed between two reads. */
+static void read_error(char *err, const char *where, int rc) {
+  if (rc > 0) {
+    snprintf(err, HS_ERR, "embed(): %s changed while it was read: try again once it is written",
+             where);
+  } else {
+    model_error(err, where, "cannot be read");
+  }
+}
+
+/* The file's model, read and checked, added to the models: under the lock.  Its whole bytes
+** are copied into memory of the process's own, and its identity checked again after: a file
+** that changes under the process or is cut short can no longer reach a vector (a mapping gave
+** SIGBUS, or other weights, then). */
+static const Model *file_model_read(File f, const char *path, const FileId *id, const char *where,
+                                    char *err) {
+  enum { READ = 0, CHANGED = 1, FAILED = -1, NOMEM = 2, REFUSED = 3 };
+  size_t n = (size_t)id->size; /* at most HS_MODEL_MOST: hs_model_header said so */
+  void *data = private_bytes(n);
+  char *name = joined(path, "");
+  char why[HS_PATH] = "";
+  HsModel *m = 0;
+  FileId now;
+  int rc = data && name ? file_read(f, data, n, 0) : NOMEM;
+  if (rc == READ && file_identity(f, &now) != 0) rc = FAILED;
+  if (rc == READ) {
+    memcpy(now.header, data, sizeof now.header);
+    if (!same_file(id, &now)) rc = CHANGED;
+  }
+  const Model *same = 0; /* one read before from the same bytes: the file touched, copied again */
+  for (Model *x = models; rc == READ && x && !same; x = x->next) {
+    if (x->path && x->n == n && memcmp(x->data, data, n) == 0) same = x;
+  }
+  if (same) {
+    Model *x = model_add(name, same->data, n, same->model); /* its identity now, shared bytes */
+    if (x) {
+      x->file = *id;
+      private_free(data, n);
+      return x;
+    }
+    rc = NOMEM;
+  } else if (rc == READ) {
+    m = hs_model_open(data, n, why, sizeof why);
+    Model *x = m ? model_add(name, data, n, m) : 0;
+    if (x) {
+      x->file = *id;
+      return x;
+    }
+    rc = m ? NOMEM : REFUSED;
+  }
+  if (rc == NOMEM) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+  } else if (rc == REFUSED) {
+    snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
+  } else {
+    read_error(err, where, rc);
+  }
+  hs_model_free(m);
+  private_free(data, n);
+  free(name);
+  return 0;
+}
+
+/* The model of the file at path: the one read before while the file is still that one (its
+** identity and header), else read and checked now; NULL with err set ("embed(): WHERE does not
+** exist; ...") on any failure.  where names the file for the user: "the model file /x" or
+** "$HYBRIDSQL_MODEL (/x)". */
 static const Model *model_from_file(const char *path, const char *where, char *err) {
-  char *full = resolve(path);
-  if (!full) {
-    model_error(err, where, exists(path) ? "cannot be read: check its permissions" : "does not exist");
-    return 0;
-  }
-  models_lock();
-  const Model *found = 0;
-  for (Model *x = models; x && !found; x = x->next) {
-    if (x->path && strcmp(x->path, full) == 0) found = x;
-  }
-  if (found) {
-    models_unlock();
-    free(full);
-    return found;
-  }
-  const void *data;
-  size_t n;
+  File f;
+  FileId id;
   const char *why;
-  if (map_file(full, &data, &n, &why) != 0) {
-    models_unlock();
-    free(full);
+  if (file_open(path, &f, &id, &why) != 0) {
     model_error(err, where, why);
     return 0;
   }
+  const Model *found = 0;
+  size_t head = id.size < HS_MODEL_HEADER ? (size_t)id.size : HS_MODEL_HEADER;
   char why_open[HS_PATH] = "";
-  HsModel *m = hs_model_open(data, n, why_open, sizeof why_open);
-  if (m) found = model_add(full, data, n, m);
+  int rc;
+  memset(id.header, 0, sizeof id.header);
+  if (id.size == 0) {
+    model_error(err, where, "is empty: it is not a model file");
+  } else if ((rc = file_read(f, id.header, head, 0)) != 0) {
+    read_error(err, where, rc);
+  } else if (hs_model_header(id.header, id.size, why_open, sizeof why_open) != 0) {
+    snprintf(err, HS_ERR, "embed(): %s: %s", where, why_open);
+  } else {
+    models_lock();
+    for (Model *x = models; x && !found; x = x->next) {
+      if (x->path && same_file(&x->file, &id)) found = x;
+    }
+    if (!found) found = file_model_read(f, path, &id, where, err);
+    models_unlock();
+  }
+  file_close(f);
+  return found;
+}
+
+/* The model of the n bytes at copy (from malloc, 8-aligned; taken over), one per process and
+** content: the copy is freed where the process holds the same bytes already, or where the engine
+** refuses them (then *refused is set, and err says why after "embed(): WHERE: "). */
+static const Model *model_adopt(void *copy, size_t n, const char *where, char *err, int *refused) {
+  models_lock();
+  const Model *found = 0;
+  for (Model *x = models; x && !found; x = x->next) {
+    if (!x->path && x->n == n && memcmp(x->data, copy, n) == 0) found = x;
+  }
+  if (found) {
+    models_unlock();
+    free(copy);
+    return found;
+  }
+  char why[HS_PATH] = "";
+  HsModel *m = hs_model_open(copy, n, why, sizeof why);
+  if (m) found = model_add(0, copy, n, m);
   models_unlock();
   if (!found) {
     if (m) hs_model_free(m);
-    unmap_file(data, n);
-    free(full);
+    free(copy);
     if (m) {
       snprintf(err, HS_ERR, "embed(): out of memory");
     } else {
-      snprintf(err, HS_ERR, "embed(): %s: %s", where, why_open);
+      snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
+      *refused = 1;
     }
   }
   return found;
@@ -272,32 +530,23 @@ static const Model *model_from_blob(const void *blob, size_t n, const char *wher
   for (Model *x = models; x && !found; x = x->next) {
     if (!x->path && x->n == n && memcmp(x->data, blob, n) == 0) found = x;
   }
-  if (found) {
-    models_unlock();
-    return found;
-  }
-  void *copy = malloc(n ? n : 1);
-  char why[HS_PATH] = "";
-  HsModel *m = copy ? hs_model_open(memcpy(copy, blob, n), n, why, sizeof why) : 0;
-  if (m) found = model_add(0, copy, n, m);
   models_unlock();
-  if (!found) {
-    if (m) hs_model_free(m);
-    free(copy);
-    if (!copy || m) {
-      snprintf(err, HS_ERR, "embed(): out of memory");
-    } else {
-      snprintf(err, HS_ERR, "embed(): %s: %s", where, why);
-    }
+  if (found) return found;
+  void *copy = malloc(n ? n : 1);
+  if (!copy) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return 0;
   }
-  return found;
+  int refused = 0;
+  return model_adopt(memcpy(copy, blob, n), n, where, err, &refused);
 }
 
 /* ---- Where the model file is looked for (Requirement 13) ---- */
 
-/* The folder of the loaded library, with a trailing separator, into buf; 0 if unknown. */
+/* The folder of the loaded library, with a trailing separator, in memory from malloc; NULL if
+** unknown. */
 #if defined(_WIN32)
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   HMODULE self;
   wchar_t path[MAX_PATH * 4];
   if (!GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS |
@@ -307,12 +556,17 @@ static int library_folder(char *buf, size_t cap) {
   }
   DWORD n = GetModuleFileNameW(self, path, MAX_PATH * 4);
   if (n == 0 || n >= MAX_PATH * 4) return 0;
-  int len = WideCharToMultiByte(CP_UTF8, 0, path, -1, buf, (int)cap, 0, 0);
-  if (len <= 0) return 0;
-  char *slash = strrchr(buf, '\\');
-  if (!slash) return 0;
+  int len = WideCharToMultiByte(CP_UTF8, 0, path, -1, 0, 0, 0, 0);
+  char *buf = len > 0 ? malloc((size_t)len) : 0;
+  char *slash = buf && WideCharToMultiByte(CP_UTF8, 0, path, -1, buf, len, 0, 0) == len
+                    ? strrchr(buf, '\\')
+                    : 0;
+  if (!slash) {
+    free(buf);
+    return 0;
+  }
   slash[1] = 0;
-  return 1;
+  return buf;
 }
 #elif defined(__linux__)
 /* dl_iterate_phdr is in libc itself (dladdr needs libdl before glibc 2.34). */
@@ -335,78 +589,401 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
   return 0;
 }
 
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   Found f = {0, (uintptr_t)(void *)library_folder};
-  if (!dl_iterate_phdr(find_self, &f) || !f.name || !*f.name) return 0;
-  const char *slash = strrchr(f.name, '/');
-  size_t len = slash ? (size_t)(slash - f.name) + 1 : 0;
-  if (!slash || len >= cap) return 0;
-  memcpy(buf, f.name, len);
-  buf[len] = 0;
-  return 1;
+  if (!dl_iterate_phdr(find_self, &f) || !f.name || !strrchr(f.name, '/')) return 0;
+  char *buf = joined(f.name, "");
+  if (buf) strrchr(buf, '/')[1] = 0;
+  return buf;
 }
 #else
-static int library_folder(char *buf, size_t cap) {
+static char *library_folder(void) {
   Dl_info info;
-  if (!dladdr((void *)library_folder, &info) || !info.dli_fname) return 0;
-  const char *slash = strrchr(info.dli_fname, '/');
-  size_t len = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
-  if (!slash || len >= cap) return 0;
-  memcpy(buf, info.dli_fname, len);
-  buf[len] = 0;
-  return 1;
+  if (!dladdr((void *)library_folder, &info) || !info.dli_fname || !strrchr(info.dli_fname, '/'))
+    return 0;
+  char *buf = joined(info.dli_fname, "");
+  if (buf) strrchr(buf, '/')[1] = 0;
+  return buf;
 }
 #endif
 
-/* hybridsql.embed.cache_dir(), with a trailing separator, into buf; 0 if there is none. */
-static int cache_folder(char *buf, size_t cap) {
+/* hybridsql.embed.cache_dir(), with a trailing separator, in memory from malloc (a path of any
+** length); NULL if there is none. */
+static char *cache_folder(void) {
   const char *chosen = getenv("HYBRIDSQL_CACHE_DIR");
-  int n;
 #if defined(_WIN32)
   const char *local = getenv("LOCALAPPDATA");
-  if (chosen && *chosen) {
-    n = snprintf(buf, cap, "%s\\", chosen);
-  } else if (local && *local) {
-    n = snprintf(buf, cap, "%s\\hybridsql\\Cache\\", local);
-  } else {
-    const char *home = getenv("USERPROFILE");
-    if (!home || !*home) return 0;
-    n = snprintf(buf, cap, "%s\\.cache\\hybridsql\\", home);
-  }
+  const char *home = getenv("USERPROFILE");
+  if (chosen && *chosen) return joined(chosen, "\\");
+  if (local && *local) return joined(local, "\\hybridsql\\Cache\\");
+  if (home && *home) return joined(home, "\\.cache\\hybridsql\\");
 #else
   const char *home = getenv("HOME");
   const char *xdg = getenv("XDG_CACHE_HOME");
-  if (chosen && *chosen) {
-    n = snprintf(buf, cap, "%s/", chosen);
+  if (chosen && *chosen) return joined(chosen, "/");
 #if defined(__APPLE__)
-  } else if (home && *home) {
-    n = snprintf(buf, cap, "%s/Library/Caches/hybridsql/", home);
-#else
-  } else if (xdg && *xdg) {
-    n = snprintf(buf, cap, "%s/hybridsql/", xdg);
-  } else if (home && *home) {
-    n = snprintf(buf, cap, "%s/.cache/hybridsql/", home);
-#endif
-  } else {
-    return 0;
-  }
   (void)xdg;
+  if (home && *home) return joined(home, "/Library/Caches/hybridsql/");
+#else
+  if (xdg && *xdg) return joined(xdg, "/hybridsql/");
+  if (home && *home) return joined(home, "/.cache/hybridsql/");
 #endif
-  return n > 0 && (size_t)n < cap;
+#endif
+  return 0;
+}
+
+/* The model file beside the library, else the cache folder's (Requirement 13); NULL with err
+** set if neither is there or the one there is refused. */
+static const Model *model_in_folders(char *err) {
+  char *folders[2] = {library_folder(), cache_folder()};
+  const Model *found = 0;
+  int looked = 0;
+  for (int i = 0; i < 2 && !looked; i++) {
+    char *path = folders[i] ? joined(folders[i], HS_MODEL_FILE) : 0;
+    if (folders[i] && !path) {
+      snprintf(err, HS_ERR, "embed(): out of memory");
+      looked = 1;
+    } else if (path && exists(path)) {
+      char where[HS_ERR];
+      snprintf(where, sizeof where, "the model file %s", path);
+      found = model_from_file(path, where, err);
+      looked = 1;
+    }
+    free(path);
+  }
+  if (!looked) {
+    const char *folder = folders[1] ? folders[1] : folders[0] ? folders[0] : "";
+    snprintf(err, HS_ERR,
+             "embed(): no model file: " HS_MAKE_ONE " to %s%s, or name one with $HYBRIDSQL_MODEL"
+             " or hybridsql_model('PATH')",
+             folder, HS_MODEL_FILE);
+  }
+  free(folders[0]);
+  free(folders[1]);
+  return found;
+}
+
+/* ---- A database's own model (Requirements 13 and 16) ---- */
+
+#define HS_TABLE "hybridsql_model" /* where a database keeps its model: engine.MODEL_TABLE */
+/* The bytes a database's model may have: ten times the model `hybridsql model` writes, room
+** for a larger model of the same engine, and no more (Requirement 16). */
+#define HS_STORED_MAX (256u << 20)
+/* The start of model_file.py's format: the magic, and the file's bytes at offset 24. */
+#define HS_HEADER 128
+static const char HS_MAGIC[16] = "hybridsql model";
+/* What a refusal of a database's model tells the user to do. */
+#define HS_KEEP                                                                                \
+  "a database keeps its model in an ordinary table hybridsql_model(model BLOB) as `hybridsql"   \
+  " model --into FILE` writes it; or name a model with hybridsql_model('PATH') or"              \
+  " $HYBRIDSQL_MODEL"
+
+/* What a lookup of a database's model found. */
+typedef enum {
+  LOOKED_NONE,    /* no table hybridsql_model, or no row: look further */
+  LOOKED_FOUND,   /* the model */
+  LOOKED_REFUSED, /* what the database holds is no model: said again at each embed() */
+  LOOKED_FAILED,  /* the database could not be read (busy, I/O, memory): asked again next time */
+  LOOKED_STOPPED  /* interrupted */
+} Looked;
+
+/* The text after the spaces and comments at s, as SQLite's tokenizer skips them. */
+static const char *past_space(const char *s) {
+  for (;;) {
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\f' || *s == '\r') s++;
+    if (s[0] == '-' && s[1] == '-') {
+      while (*s && *s != '\n') s++;
+    } else if (s[0] == '/' && s[1] == '*') {
+      const char *end = strstr(s + 2, "*/");
+      s = end ? end + 2 : s + strlen(s);
+    } else {
+      return s;
+    }
+  }
+}
+
+static int is_name_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '_' || ch == '$' || (unsigned char)ch >= 0x80;
+}
+
+/* Whether *s, past spaces and comments, is the keyword word (in any case); moves *s past it. */
+static int keyword(const char **s, const char *word) {
+  const char *at = past_space(*s);
+  size_t n = strlen(word);
+  if (sqlite3_strnicmp(at, word, (int)n) != 0 || is_name_char(at[n])) return 0;
+  *s = at + n;
+  return 1;
+}
+
+/* Whether s, past spaces and comments, is the name hybridsql_model alone (not a schema's name
+** before a dot), bare or quoted ("", ``, '', []) and in any case, as SQLite reads a name. */
+static int names_table(const char *s) {
+  char name[sizeof HS_TABLE + 1];
+  size_t n = 0;
+  s = past_space(s);
+  char close = *s == '"' ? '"' : *s == '`' ? '`' : *s == '\'' ? '\'' : *s == '[' ? ']' : 0;
+  if (close) {
+    for (s++; *s && (*s != close || (close != ']' && s[1] == close)); s++) {
+      if (*s == close) s++; /* a doubled quote is one */
+      if (n == sizeof name - 1) return 0;
+      name[n++] = *s;
+    }
+    if (*s++ != close) return 0;
+  } else {
+    while (is_name_char(*s)) {
+      if (n == sizeof name - 1) return 0;
+      name[n++] = *s++;
+    }
+  }
+  name[n] = 0;
+  return *past_space(s) != '.' && sqlite3_stricmp(name, HS_TABLE) == 0;
+}
+
+/* What SQLite made of a schema's sql, the statement it runs to load the object: an ordinary
+** table named hybridsql_model ("table", WITHOUT ROWID and generated columns aside), or what
+** else; NULL where it is not CREATE TABLE of that name (a file's schema may hold any text that
+** SQLite parses, whatever its columns type and name say). */
+static const char *created(const char *sql) {
+  if (!sql || !keyword(&sql, "create")) return "not an ordinary table";
+  if (keyword(&sql, "table")) return names_table(sql) ? "table" : "not an ordinary table";
+  if (keyword(&sql, "view")) return "a view, whose SQL embed() does not run";
+  if (keyword(&sql, "virtual")) return "a virtual table, whose module embed() does not run";
+  return "not an ordinary table";
+}
+
+/* One statement of the lookup prepared and stepped once: SQLITE_ROW, SQLITE_DONE or the error. */
+static int first_row(sqlite3 *db, const char *sql, sqlite3_stmt **st) {
+  int rc = sqlite3_prepare_v2(db, sql, -1, st, 0);
+  return rc == SQLITE_OK ? sqlite3_step(*st) : rc;
+}
+
+/* The lookup's failure to read: one line with SQLite's reason; LOOKED_STOPPED where it was
+** interrupted (SQLite's own error then reaches the caller, as from embed() itself). */
+static Looked failed(sqlite3 *db, int rc, char *err) {
+  snprintf(err, HS_ERR, "embed(): cannot look for a model in this database's table %s: %s",
+           HS_TABLE, sqlite3_errmsg(db));
+  return rc == SQLITE_INTERRUPT ? LOOKED_STOPPED : LOOKED_FAILED;
+}
+
+/* A refusal of what the database holds: why, then what to do. */
+static void refused(char *err, const char *why) {
+  snprintf(err, HS_ERR, "embed(): %s; %s", why, HS_KEEP);
+}
+
+/* Whether the BLOB open in b equals the n bytes at data, read a block at a time. */
+static int blob_equals(sqlite3_blob *b, const unsigned char *data, int n, int *rc) {
+  unsigned char block[16384];
+  for (int at = 0; at < n; at += (int)sizeof block) {
+    int len = n - at < (int)sizeof block ? n - at : (int)sizeof block;
+    if ((*rc = sqlite3_blob_read(b, block, len, at)) != SQLITE_OK) return 0;
+    if (memcmp(block, data + at, (size_t)len) != 0) return 0;
+  }
+  return 1;
+}
+
+/* The model in the BLOB of n bytes open in b (Requirement 16): its header checked before
+** anything else is read, a model of the same bytes in the process used as it is, else the
+** bytes copied once and opened. */
+static Looked model_in_blob(sqlite3 *db, sqlite3_blob *b, int n, const Model **found, char *err) {
+  const char *where = "the model in the table " HS_TABLE;
+  unsigned char header[HS_HEADER];
+  uint64_t size = 0;
+  int rc, engine_refused = 0;
+  if (n >= HS_HEADER) {
+    if ((rc = sqlite3_blob_read(b, header, HS_HEADER, 0)) != SQLITE_OK) return failed(db, rc, err);
+    memcpy(&size, header + 24, sizeof size); /* little-endian, as model.c requires of its host */
+    if (memcmp(header, HS_MAGIC, sizeof HS_MAGIC) != 0) {
+      snprintf(err, HS_ERR,
+               "embed(): the table %s holds a BLOB of %d bytes in its column model that is not"
+               " a model file (it does not start with \"hybridsql model\"); store one with"
+               " `hybridsql model --into FILE`",
+               HS_TABLE, n);
+      return LOOKED_REFUSED;
+    }
+    if (size > HS_STORED_MAX) {
+      snprintf(err, HS_ERR,
+               "embed(): %s has %llu bytes, more than the %u MiB a database's model may have;"
+               " name a model file with hybridsql_model('PATH') or $HYBRIDSQL_MODEL",
+               where, (unsigned long long)size, HS_STORED_MAX >> 20);
+      return LOOKED_REFUSED;
+    }
+    if (size != (uint64_t)n) {
+      snprintf(err, HS_ERR,
+               "embed(): %s is damaged: its header says %llu bytes, its BLOB has %d; store it"
+               " again with `hybridsql model --into FILE`",
+               where, (unsigned long long)size, n);
+      return LOOKED_REFUSED;
+    }
+    /* The models never go and a node never changes once added: the list is walked unlocked. */
+    models_lock();
+    const Model *x = models;
+    models_unlock();
+    for (; x; x = x->next) {
+      if (x->path || x->n != (size_t)n || memcmp(x->data, header, HS_HEADER) != 0) continue;
+      if (blob_equals(b, x->data, n, &rc)) {
+        *found = x;
+        return LOOKED_FOUND;
+      }
+      if (rc != SQLITE_OK) return failed(db, rc, err);
+    }
+  }
+  unsigned char *copy = malloc(n ? (size_t)n : 1);
+  if (!copy) {
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return LOOKED_FAILED;
+  }
+  if (n && (rc = sqlite3_blob_read(b, copy, n, 0)) != SQLITE_OK) {
+    free(copy);
+    return failed(db, rc, err);
+  }
+  *found = model_adopt(copy, (size_t)n, where, err, &engine_refused);
+  return *found ? LOOKED_FOUND : engine_refused ? LOOKED_REFUSED : LOOKED_FAILED;
+}
+
+/* The model of main.hybridsql_model (Requirement 16).  Nothing of the database's runs: the
+** object is found in the schema tables and its kind told by the statement that made it; only
+** an ordinary rowid table with a column model and no generated column is read, through a
+** statement on the table itself and a BLOB handle.  Every statement of the lookup runs inside
+** one read of the database (the first on main, still open), which no other process's change
+** can cut into. */
+static Looked model_in_database(sqlite3 *db, const Model **found, char *err) {
+  static const char *const rowid_names[3] = {"rowid", "_rowid_", "oid"};
+  sqlite3_stmt *schema = 0, *st = 0;
+  sqlite3_blob *b = 0;
+  Looked looked = LOOKED_REFUSED;
+  char sql[256], why[256];
+  const char *kind, *type;
+  /* A column named rowid, _rowid_ or oid hides the rowid: it is read by the first name left */
+  int taken[3] = {0, 0, 0}, model_column = 0, generated = 0, rowid_name = 0;
+  int rc = first_row(db,
+                     "select type from temp.sqlite_master where type in ('table', 'view') and"
+                     " name = '" HS_TABLE "' collate nocase",
+                     &st);
+  if (rc == SQLITE_ROW) {
+    snprintf(why, sizeof why,
+             "temp.%s is a %s of this connection, where embed() never looks for a model: drop it",
+             HS_TABLE, (const char *)sqlite3_column_text(st, 0));
+    refused(err, why);
+    goto done;
+  }
+  if (rc != SQLITE_DONE) goto read_failed;
+  rc = first_row(db,
+                 "select sql from main.sqlite_master where type in ('table', 'view') and name"
+                 " = '" HS_TABLE "' collate nocase",
+                 &schema);
+  if (rc == SQLITE_DONE) {
+    looked = LOOKED_NONE;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) goto read_failed;
+  kind = created((const char *)sqlite3_column_text(schema, 0));
+  if (strcmp(kind, "table") != 0) {
+    snprintf(why, sizeof why, "main.%s is %s", HS_TABLE, kind);
+    refused(err, why);
+    goto done;
+  }
+
+  /* table_xinfo (SQLite 3.26) names generated columns too; before it, table_info (no SQLite
+  ** before 3.31 has generated columns) answers. */
+  for (int pass = 0; pass < 2 && !model_column; pass++) {
+    sqlite3_finalize(st);
+    rc = first_row(db,
+                   pass ? "pragma main.table_info('" HS_TABLE "')"
+                        : "pragma main.table_xinfo('" HS_TABLE "')",
+                   &st);
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+      const char *name = (const char *)sqlite3_column_text(st, 1);
+      if (!name) continue;
+      model_column |= sqlite3_stricmp(name, "model") == 0;
+      generated |= !pass && sqlite3_column_int(st, 6) >= 2;
+      for (int i = 0; i < 3; i++) taken[i] |= sqlite3_stricmp(name, rowid_names[i]) == 0;
+    }
+    if (rc != SQLITE_DONE) goto read_failed;
+  }
+  if (!model_column) {
+    refused(err, "main." HS_TABLE " has no column model");
+    goto done;
+  }
+  if (generated) {
+    refused(err, "main." HS_TABLE " has generated columns, whose values SQL computes");
+    goto done;
+  }
+  /* index_info of a WITHOUT ROWID table names its primary key (SQLite 3.30; before it, the
+  ** select below finds no rowid and says so). */
+  sqlite3_finalize(st);
+  rc = first_row(db, "pragma main.index_info('" HS_TABLE "')", &st);
+  if (rc == SQLITE_ROW) {
+    refused(err, "main." HS_TABLE " is a WITHOUT ROWID table, which has no BLOB handle to read");
+    goto done;
+  }
+  if (rc != SQLITE_DONE) goto read_failed;
+  while (rowid_name < 3 && taken[rowid_name]) rowid_name++;
+  if (rowid_name == 3) {
+    refused(err, "main." HS_TABLE " has columns named rowid, _rowid_ and oid, which hide the"
+                 " rowid its model is read by");
+    goto done;
+  }
+
+  /* The first row's rowid and the model's type, read from the table alone (NOT INDEXED: no
+  ** index of the database's, whatever it holds) and without the BLOB itself. */
+  snprintf(sql, sizeof sql,
+           "select %s, typeof(model) from main.%s not indexed order by %s limit 1",
+           rowid_names[rowid_name], HS_TABLE, rowid_names[rowid_name]);
+  sqlite3_finalize(st);
+  rc = first_row(db, sql, &st);
+  if (rc == SQLITE_DONE) {
+    looked = LOOKED_NONE;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) goto read_failed;
+  type = (const char *)sqlite3_column_text(st, 1);
+  if (!type || strcmp(type, "blob") != 0) {
+    snprintf(err, HS_ERR,
+             "embed(): the table %s holds %s in its column model, not the model file's bytes;"
+             " store them with `hybridsql model --into FILE`",
+             HS_TABLE, !type || strcmp(type, "null") == 0 ? "NULL" : type);
+    goto done;
+  }
+  rc = sqlite3_blob_open(db, "main", HS_TABLE, "model", sqlite3_column_int64(st, 0), 0, &b);
+  if (rc != SQLITE_OK) goto read_failed;
+  looked = model_in_blob(db, b, sqlite3_blob_bytes(b), found, err);
+  goto done;
+
+read_failed:
+  looked = failed(db, rc, err);
+done:
+  sqlite3_blob_close(b);
+  sqlite3_finalize(st);
+  sqlite3_finalize(schema);
+  return looked;
 }
 
 /* ---- The SQL functions ---- */
 
-/* What a connection's embed() and hybridsql_model() share: the model they run once found.  One
+/* What a connection's embed() and hybridsql_model() share: the model they run once found, or
+** the line that refused the database's (Requirement 16), and whether a lookup runs now.  One
 ** reference a function registered; the last one to go frees it. */
+/* A call from inside a lookup: SQLite runs the application's callbacks (an authorizer, a
+** progress handler, a trace) within the lookup's statements. */
+#define HS_LOOKING                                                                              \
+  "called while this connection looks for its model (from inside the lookup: an authorizer,"    \
+  " progress handler or trace callback)"
+
 typedef struct {
   int refs;
+  int looking;  /* conn_model() runs: a call from inside it is refused, never recursion */
+  int stopped;  /* the last lookup was interrupted */
   const Model *model;
+  char *refused; /* from sqlite3_malloc */
 } Conn;
 
 static void conn_release(void *p) {
   Conn *c = p;
-  if (--c->refs == 0) sqlite3_free(c);
+  if (--c->refs == 0) {
+    sqlite3_free(c->refused);
+    sqlite3_free(c);
+  }
 }
 
 static const char *sql_type(sqlite3_value *v) {
@@ -418,58 +995,28 @@ static const char *sql_type(sqlite3_value *v) {
   }
 }
 
-/* The model in main.hybridsql_model, or NULL with err empty when there is no such table or
-** row, or NULL with err set when its BLOB is no model. */
-static const Model *model_in_database(sqlite3 *db, char *err) {
-  sqlite3_stmt *st = 0;
-  const Model *found = 0;
-  if (sqlite3_prepare_v2(db, "select model from main.hybridsql_model limit 1", -1, &st, 0) !=
-      SQLITE_OK) {
-    return 0; /* no such table */
-  }
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    const void *blob = sqlite3_column_blob(st, 0);
-    int n = sqlite3_column_bytes(st, 0);
-    if (sqlite3_column_type(st, 0) != SQLITE_BLOB) {
-      snprintf(err, HS_ERR,
-               "embed(): the table hybridsql_model holds %s in its column model, not the model"
-               " file's bytes; store them with `hybridsql model --into FILE`",
-               sqlite3_column_type(st, 0) == SQLITE_NULL ? "NULL" : sql_type(sqlite3_column_value(st, 0)));
-    } else {
-      found = model_from_blob(blob, (size_t)n, "the model in the table hybridsql_model", err);
-    }
-  }
-  sqlite3_finalize(st);
-  return found;
-}
-
 /* The connection's model, found as Requirement 13 says; NULL with err set if none. */
 static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
   if (c->model) return c->model;
-  char where[HS_PATH + 128];
   const char *env = getenv("HYBRIDSQL_MODEL");
   if (env && *env) {
+    char where[HS_ERR];
     snprintf(where, sizeof where, "$HYBRIDSQL_MODEL (%s)", env);
     return c->model = model_from_file(env, where, err);
   }
-  err[0] = 0;
-  if ((c->model = model_in_database(db, err)) || err[0]) return c->model;
-  char beside[HS_PATH], cache[HS_PATH], path[HS_PATH + 64];
-  int has_beside = library_folder(beside, sizeof beside);
-  int has_cache = cache_folder(cache, sizeof cache);
-  const char *folders[2] = {has_beside ? beside : 0, has_cache ? cache : 0};
-  for (int i = 0; i < 2; i++) {
-    if (!folders[i]) continue;
-    snprintf(path, sizeof path, "%s%s", folders[i], HS_MODEL_FILE);
-    if (!exists(path)) continue;
-    snprintf(where, sizeof where, "the model file %s", path);
-    return c->model = model_from_file(path, where, err);
+  const Model *stored = 0;
+  if (c->refused) {
+    snprintf(err, HS_ERR, "%s", c->refused);
+    return 0;
   }
-  snprintf(err, HS_ERR,
-           "embed(): no model file: " HS_MAKE_ONE " to %s%s, or name one with $HYBRIDSQL_MODEL"
-           " or hybridsql_model('PATH')",
-           has_cache ? cache : (has_beside ? beside : ""), HS_MODEL_FILE);
-  return 0;
+  switch (model_in_database(db, &stored, err)) {
+    case LOOKED_FOUND: return c->model = stored;
+    case LOOKED_REFUSED: c->refused = sqlite3_mprintf("%s", err); return 0;
+    case LOOKED_STOPPED: c->stopped = 1; return 0;
+    case LOOKED_FAILED: return 0;
+    case LOOKED_NONE: break;
+  }
+  return c->model = model_in_folders(err);
 }
 
 #if defined(SQLITE_CORE)
@@ -498,7 +1045,18 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR];
   sqlite3 *db = sqlite3_context_db_handle(ctx);
+  if (c->looking) {
+    sqlite3_result_error(ctx, "embed(): " HS_LOOKING "; call it after", -1);
+    return;
+  }
+  c->looking = 1;
   const Model *model = conn_model(db, c, err);
+  c->looking = 0;
+  if (!model && c->stopped) {
+    c->stopped = 0;
+    sqlite3_result_error_code(ctx, SQLITE_INTERRUPT); /* as below */
+    return;
+  }
   if (!model) {
     sqlite3_result_error(ctx, err, -1);
     return;
@@ -540,6 +1098,10 @@ static void model_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR], where[HS_PATH + 128];
   const Model *model = 0;
+  if (c->looking) {
+    sqlite3_result_error(ctx, "hybridsql_model(): " HS_LOOKING "; call it before or after", -1);
+    return;
+  }
   switch (sqlite3_value_type(argv[0])) {
     case SQLITE_NULL: return;
     case SQLITE_TEXT: {
@@ -580,8 +1142,8 @@ static void model_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 int hs_embed_register(sqlite3 *db) {
   Conn *c = sqlite3_malloc(sizeof *c);
   if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof *c);
   c->refs = 2;
-  c->model = 0;
   /* Not INNOCUOUS: it reads files the environment names.  hybridsql_model() reads any file it
   ** is given, so a schema (a view, a trigger) may not call it: DIRECTONLY. */
   int rc = sqlite3_create_function_v2(db, "embed", 1, SQLITE_UTF8, c, embed_func, 0, 0,

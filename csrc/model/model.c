@@ -1,7 +1,7 @@
 /*
 ** The embedding model's engine: all-MiniLM-L6-v2 (BERT, 6 layers of 384, 12 heads) with int8
 ** weights, read from one model file (hybridsql/model_file.py writes it; its docstring is the
-** format).  It knows nothing of SQLite; csrc/model.h is its contract.
+** format).  It knows nothing of SQLite; csrc/model/model.h is its contract.
 **
 ** Written like llama2.c's run.c: the weights are plain pointers into the caller's bytes, and one
 ** function (forward) runs a window through the whole network over plain arrays.  It computes
@@ -25,7 +25,7 @@
 ** kernel that takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
 ** portable C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD;
 ** hs_model_simd() names it); attention and GELU are portable C that the AVX2 path compiles a
-** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
+** second time for AVX2.  AVX-512 pays here, unlike in the dot products of kernels/: a window's
 ** matmuls are compute-bound.
 */
 #include "model.h"
@@ -52,7 +52,7 @@
 #endif
 
 #define HS_FORMAT 1
-#define HS_HEADER_BYTES 128
+#define HS_HEADER_BYTES HS_MODEL_HEADER
 #define HS_ALIGN 64
 #define HS_ID_BYTES 40
 #define HS_WINDOW 256    /* tokens a window, [CLS] and [SEP] included */
@@ -667,6 +667,19 @@ static void take_linear(Sections *f, Linear *l, uint64_t in, uint64_t out) {
   l->bias = take(f, out, 4);
 }
 
+/* Writes a refusal's line into err (when there is one): 1, a header's answer. */
+static int say(char *err, size_t errcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int say(char *err, size_t errcap, const char *fmt, ...) {
+  if (err && errcap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errcap, fmt, ap);
+    va_end(ap);
+  }
+  return 1;
+}
+
 static HsModel *refuse(HsModel *m, char *err, size_t errcap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -681,36 +694,71 @@ static HsModel *refuse(HsModel *m, char *err, size_t errcap, const char *fmt, ..
   return NULL;
 }
 
-HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
-  const uint8_t *p = data;
+int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap) {
+  const uint8_t *p = head;
   if (err && errcap) err[0] = 0;
-  if (!data || n < HS_HEADER_BYTES)
-    return refuse(NULL, err, errcap, "the model file is truncated (%llu bytes, not even a header): " HS_REMAKE,
-                  (unsigned long long)n);
+  if (!head || size < HS_HEADER_BYTES)
+    return say(err, errcap, "the model file is truncated (%llu bytes, not even a header): " HS_REMAKE,
+               (unsigned long long)size);
   if (memcmp(p, MAGIC, sizeof(MAGIC)) != 0)
-    return refuse(NULL, err, errcap,
-                  "not a hybridsql model file (it does not start with \"hybridsql model\"): name the file "
-                  "that `hybridsql model` writes");
+    return say(err, errcap,
+               "not a hybridsql model file (it does not start with \"hybridsql model\"): name the file "
+               "that `hybridsql model` writes");
   uint32_t version = u32_at(p + 16);
   if (version != HS_FORMAT)
-    return refuse(NULL, err, errcap,
-                  "the model file has format version %u, this hybridsql reads version %d: " HS_REMAKE,
-                  version, HS_FORMAT);
-  uint64_t size = u64_at(p + 24);
-  if (u32_at(p + 20) != HS_HEADER_BYTES || size % 8 != 0)
-    return refuse(NULL, err, errcap, "the model file's header is damaged: " HS_REMAKE);
-  if (n < size)
-    return refuse(NULL, err, errcap, "the model file is truncated (%llu of %llu bytes): " HS_REMAKE,
-                  (unsigned long long)n, (unsigned long long)size);
-  if (n > size)
-    return refuse(NULL, err, errcap,
-                  "the model file has %llu bytes after its end (%llu bytes): " HS_REMAKE,
-                  (unsigned long long)(n - size), (unsigned long long)size);
+    return say(err, errcap,
+               "the model file has format version %u, this hybridsql reads version %d: " HS_REMAKE,
+               version, HS_FORMAT);
+  uint64_t declared = u64_at(p + 24);
+  if (u32_at(p + 20) != HS_HEADER_BYTES || declared % 8 != 0)
+    return say(err, errcap, "the model file's header is damaged: " HS_REMAKE);
+  /* Before the sizes are compared: a caller allocates what the header gives once they agree. */
+  if (declared > HS_MODEL_MOST)
+    return say(err, errcap,
+               "the model file's header gives it %llu bytes, over the %llu MiB a model file may "
+               "have: " HS_REMAKE,
+               (unsigned long long)declared, (unsigned long long)(HS_MODEL_MOST >> 20));
+  if (size < declared)
+    return say(err, errcap, "the model file is truncated (%llu of %llu bytes): " HS_REMAKE,
+               (unsigned long long)size, (unsigned long long)declared);
+  if (size > declared)
+    return say(err, errcap, "the model file has %llu bytes after its end (%llu bytes): " HS_REMAKE,
+               (unsigned long long)(size - declared), (unsigned long long)declared);
+  return 0;
+}
+
+/* Whether the n bytes at s are UTF-8 as Python's strict decoder takes it: no overlong form, no
+** surrogate, nothing past U+10FFFF. */
+static int is_utf8(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                                      : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (len == 0 || len > n - i) return 0;
+    for (size_t k = 1; k < len; k++)
+      if ((s[i + k] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) ||
+        (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
+
+HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
+  const uint8_t *p = data;
+  if (hs_model_header(data, n, err, errcap)) return NULL;
   if (((uintptr_t)data % 8) != 0)
     return refuse(NULL, err, errcap, "the model's bytes are not aligned to 8 bytes in memory: copy them to memory from malloc");
   if (checksum(p, n) != u64_at(p + 32))
     return refuse(NULL, err, errcap,
                   "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE);
+  const uint8_t *id = p + 40, *id_end = memchr(id, 0, HS_ID_BYTES);
+  if (!id_end || id_end == id || !is_utf8(id, (size_t)(id_end - id)))
+    return refuse(NULL, err, errcap,
+                  "the model file's id is not UTF-8 text of 1 to %d bytes ending in NUL: " HS_REMAKE,
+                  HS_ID_BYTES - 1);
 
   HsModel *m = calloc(1, sizeof(*m));
   if (!m) return refuse(NULL, err, errcap, "out of memory opening the model");
@@ -725,8 +773,7 @@ HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
              shape[0] / shape[2] <= HS_HEAD &&
              shape[3] >= HS_BLOCK && shape[3] <= 16384 && shape[3] % HS_BLOCK == 0 &&
              shape[4] >= 4 && shape[4] <= 1000000 && shape[5] >= HS_WINDOW &&
-             shape[5] <= 65536 && shape[6] >= 1 && shape[6] <= 16 && m->eps > 0 && m->eps < 1 &&
-             m->id[0] && memchr(m->id, 0, HS_ID_BYTES);
+             shape[5] <= 65536 && shape[6] >= 1 && shape[6] <= 16 && m->eps > 0 && m->eps < 1;
   if (!fits)
     return refuse(m, err, errcap,
                   "the model file's shapes are not a model this engine runs (%u dims, %u layers, "

@@ -1,5 +1,5 @@
 /*
-** The embedding model's tokenizer (csrc/tokenizer.c): BERT's WordPiece exactly as
+** The embedding model's tokenizer (csrc/model/tokenizer.c): BERT's WordPiece exactly as
 ** hybridsql/data/tokenizer.json (the tokenizers library that LocalProvider runs) reads a text:
 ** BertNormalizer (control characters dropped, white space made spaces, CJK ideographs split,
 ** NFD with the nonspacing marks dropped, lower case), BertPreTokenizer (split at white space and
@@ -7,8 +7,8 @@
 ** word of over 100 characters or one the pieces cannot spell), and the added tokens [PAD] [UNK]
 ** [CLS] [SEP] [MASK] matched in the raw text first.  It knows nothing of SQLite or of the model.
 **
-** The contract between tokenizer.c and its callers (csrc/model.c, and Python's tests through
-** csrc/hybridsql.h); both sides are written against it.
+** The contract between tokenizer.c and its callers (csrc/model/model.c, and Python's tests
+** through csrc/hybridsql.h); both sides are written against it.
 */
 #ifndef HYBRIDSQL_TOKENIZER_H
 #define HYBRIDSQL_TOKENIZER_H
