@@ -1,4 +1,4 @@
-"""Builds the one C source into a plain SQLite loadable library, ``hybridsql/hybridsql.so``
+"""Builds the C sources of csrc/ into a plain SQLite loadable library, ``hybridsql/hybridsql.so``
 (``.dylib`` on macOS, ``.dll`` on Windows), with the system C compiler.
 
 The library has no Python in it: the stock ``sqlite3`` shell can ``.load`` it (SQLite derives
@@ -12,6 +12,7 @@ platform and is tagged ``py3-none-<platform>``.
 - ``HYBRIDSQL_SANITIZE=1``: build with AddressSanitizer and UndefinedBehaviorSanitizer.
 """
 
+import glob
 import os
 import re
 import shlex
@@ -125,7 +126,8 @@ class Wheel(bdist_wheel):
 
 library = Extension(
     "hybridsql.hybridsql",
-    sources=["csrc/hybridsql.c", "csrc/model.c", "csrc/tokenizer.c", "csrc/embedsql.c"],
+    # Every C file under csrc/ (docs/architecture.md has the map), as scripts/platforms.py's.
+    sources=sorted(glob.glob("csrc/**/*.c", recursive=True)),
     include_dirs=["csrc"],
     define_macros=[("HYBRIDSQL_VERSION", f'"{package_version()}"')],
     extra_compile_args=COMPILE_ARGS,

@@ -1,4 +1,4 @@
-"""The C embedding engine (csrc/model.c) against onnxruntime (tests/onnx_reference.py, what
+"""The C embedding engine (csrc/model/model.c) against onnxruntime (tests/onnx_reference.py, what
 LocalProvider ran before the engine): agreement, a query's time, and indexing chunks per
 CPU-second.
 

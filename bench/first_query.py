@@ -6,7 +6,8 @@
 
 callgrind counts instructions exactly whatever the machine's load; --toggle-collect=vx_filter
 counts the extension's xFilter alone (every block read, summed and scanned), which needs a build
-with its symbols (setup.py strips them: compile csrc/hybridsql.c with -g, named hybridsql.so).
+with its symbols (setup.py strips them: compile the C files of csrc/ with -g into one library
+named hybridsql.so, docs/platforms.md's command with -g).
 """
 
 import sys

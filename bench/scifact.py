@@ -11,7 +11,7 @@ with the local model: about 15 minutes on 2 cores); later runs reuse it. ``--emb
 abstract one chunk read in windows (the default), one chunk cut at the model's first 256 tokens
 (as before windows), or cut into chunks of the window searched one result per document
 (group_by_file), each in its own file. ``--engines`` reads the SciFact vectors of the C engine
-(csrc/model.c) and of onnxruntime that ``bench/embed_engine.py --save`` wrote, indexes the
+(csrc/model/model.c) and of onnxruntime that ``bench/embed_engine.py --save`` wrote, indexes the
 corpus with each, and compares the same searches: nDCG@10 of each, and the share of queries
 whose top 10 is the same ids in the same order.
 """

@@ -1,7 +1,8 @@
-"""Speed of the C tokenizer (csrc/tokenizer.c) against the tokenizers library, as LocalProvider
-reads texts (encode_windows, 8 windows), on the texts of tests/data: word pieces per CPU-second
-over SciFact's 3,000 documents and the CJK notes, and the median time of one query (SciFact's
-200 queries, one call each). The library runs on one thread (RAYON_NUM_THREADS=1), as the C does.
+"""Speed of the C tokenizer (csrc/model/tokenizer.c) against the tokenizers library, as
+LocalProvider reads texts (encode_windows, 8 windows), on the texts of tests/data: word pieces per
+CPU-second over SciFact's 3,000 documents and the CJK notes, and the median time of one query
+(SciFact's 200 queries, one call each). The library runs on one thread (RAYON_NUM_THREADS=1), as
+the C does.
 
 Run from the repository root: ``PYTHONPATH=. python bench/tokenizer_speed.py``.
 """

@@ -1,28 +1,24 @@
 /*
-** The kernels of hybridsql.c that Python calls through cffi in ABI mode (hybridsql/_native.py
-** opens the loadable library itself). They know nothing of SQLite. The library exports these
-** and sqlite3_hybridsql_init, nothing else. _native.py's cdef repeats these declarations;
-** tests/test_extension.py checks that the two agree.
+** What the library exports besides SQLite's entry point (hybridsql.c): the kernels Python calls
+** through cffi in ABI mode (hybridsql/_native.py opens the loadable library itself).  They know
+** nothing of SQLite.  The library exports these and sqlite3_hybridsql_init, nothing else.
+** Each is declared, with HS_EXPORT, in the header of the file that defines it (kernels/simd.h,
+** model/tokenizer.h, model/model.h); these are copies for the library's users, which the
+** compiler checks against those in hybridsql.c, where both are seen.  _native.py's cdef repeats
+** them; tests/test_extension.py checks that the two agree.
 */
 #ifndef HYBRIDSQL_H
 #define HYBRIDSQL_H
 #include <stddef.h>
 #include <stdint.h>
 
-/* What the library exports; every build hides the rest (-fvisibility=hidden). */
-#if defined(_WIN32)
-#define HS_EXPORT __declspec(dllexport)
-#elif defined(__GNUC__) || defined(__clang__)
-#define HS_EXPORT __attribute__((visibility("default")))
-#else
-#define HS_EXPORT
-#endif
+#include "common.h" /* HS_EXPORT */
 
 HS_EXPORT const char *hs_simd_path(void);
 HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d);
 HS_EXPORT double hs_cosine(const float *a, const float *b, int64_t d);
 
-/* The tokenizer of csrc/tokenizer.h (its contract), exported for the tests. */
+/* The tokenizer of model/tokenizer.h (its contract), exported for the tests. */
 HS_EXPORT struct HsVocab *hs_vocab_new(const char *blob, int64_t len, int32_t n);
 HS_EXPORT void hs_vocab_free(struct HsVocab *v);
 HS_EXPORT int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
@@ -30,7 +26,7 @@ HS_EXPORT int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t
                               int32_t *ids, int64_t cap);
 HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 
-/* The embedding model's engine (csrc/model.h is its contract; struct HsModel is its HsModel),
+/* The embedding model's engine (model/model.h is its contract; struct HsModel is its HsModel),
 ** the SIMD path of its matmul, and one function for the tests: the vector of word-piece ids, as
 ** hs_model_embed makes it from a text's (-1 when an id is not in the vocabulary). */
 HS_EXPORT int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);

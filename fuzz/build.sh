@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds fuzz/build/fuzz_sql: csrc/hybridsql.c (with the engine's C files) with libFuzzer
+# Builds fuzz/build/fuzz_sql: every C file of csrc/ (the library) with libFuzzer
 # coverage, ASan and UBSan, linked with the harness (instrumented by the sanitizers only, so its
 # input decoding costs little) and the system libsqlite3; and fuzz/build/fuzz_tokenizer:
-# csrc/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the model
-# file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model.c and the SQL ways
-# to it (hybridsql_model() of a BLOB or a file) of csrc/embedsql.c, linked as fuzz_sql is; and
+# csrc/model/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the
+# model file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model/model.c and the
+# SQL ways to it (hybridsql_model() of a BLOB or a file) of csrc/model/embedsql.c, linked as
+# fuzz_sql is (with the whole library: embed() reaches SQLite through functions/args.c); and
 # fuzz/build/fuzz_lookup: embed()'s lookup of a database's own model (embedsql.c), likewise. Needs
 # clang and libsqlite3-dev. UBSan's checks are recoverable only so that fuzz/ubsan.supp can name
 # known bugs; run.sh halts on every other report.
@@ -14,26 +15,29 @@ mkdir -p fuzz/build
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' hybridsql/__init__.py)
 FLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize-recover=undefined -Wall -Wextra -Werror
        -DSQLITE_CORE -Icsrc "-DHYBRIDSQL_VERSION=\"$VERSION\"")
-for source in hybridsql model tokenizer embedsql; do
-  clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c "csrc/$source.c" \
-    -o "fuzz/build/$source.o"
-done
+# Each C file of csrc/ into fuzz/build/lib/, named by its path (vector_index/scan.c: vector_index-scan.o).
+rm -rf fuzz/build/lib && mkdir -p fuzz/build/lib
+LIBRARY=()
+while IFS= read -r source; do
+  name=${source#csrc/}
+  object="fuzz/build/lib/${name//\//-}"
+  object="${object%.c}.o"
+  clang "${FLAGS[@]}" -fsanitize=fuzzer-no-link,address,undefined -c "$source" -o "$object"
+  LIBRARY+=("$object")
+done < <(find csrc -name '*.c' | sort)
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_sql.c -o fuzz/build/fuzz_sql.o
-clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o fuzz/build/hybridsql.o \
-  fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_sql.o "${LIBRARY[@]}" -lsqlite3 -lm \
   -o fuzz/build/fuzz_sql
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_model.c -o fuzz/build/fuzz_model.o
-clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_model.o fuzz/build/hybridsql.o \
-  fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_model.o "${LIBRARY[@]}" -lsqlite3 -lm \
   -o fuzz/build/fuzz_model
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_lookup.c -o fuzz/build/fuzz_lookup.o
-clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_lookup.o fuzz/build/hybridsql.o \
-  fuzz/build/model.o fuzz/build/tokenizer.o fuzz/build/embedsql.o -lsqlite3 -lm \
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_lookup.o "${LIBRARY[@]}" -lsqlite3 -lm \
   -o fuzz/build/fuzz_lookup
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
   -o fuzz/build/fuzz_tokenizer.o
-clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o fuzz/build/tokenizer.o \
-  -o fuzz/build/fuzz_tokenizer
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o \
+  fuzz/build/lib/model-tokenizer.o -o fuzz/build/fuzz_tokenizer
 python3 - <<'EOF'
 import json
 

@@ -1,6 +1,6 @@
 """atheris harness: the Python SQL functions against the C extension, on the same arguments.
 
-hybridsql/db/functions.py promises the semantics and error texts of csrc/hybridsql.c. Each input
+hybridsql/db/functions.py promises the semantics and error texts of csrc/functions/. Each input
 picks a statement, a Python math (numpy's: the C kernels through cffi; numpy itself; pure
 Python) and bound values (NULL, interesting and
 raw integers and doubles, NaN, infinities, text, blobs of any length, float32 blobs, JSON of any

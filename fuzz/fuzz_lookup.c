@@ -1,6 +1,6 @@
 /*
 ** A libFuzzer harness for the lookup of a database's own model (Requirement 16 of
-** csrc/embedsql.c): a database the input makes (tables, views, triggers, virtual tables,
+** csrc/model/embedsql.c): a database the input makes (tables, views, triggers, virtual tables,
 ** indexes, generated columns, WITHOUT ROWID and STRICT tables, BLOBs huge, empty, of every type,
 ** a model's header changed, sqlite_master edited under writable_schema), a connection that adds
 ** temp objects and attached databases, then embed() on that connection, twice.
@@ -48,7 +48,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "sqlite3.h"
 
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);

@@ -1,8 +1,8 @@
 /*
-** A libFuzzer harness for the model loader (hs_model_open of csrc/model.c, the contract in
-** csrc/model.h) and the two ways SQL reaches it (csrc/embedsql.c): a model file's bytes as a
-** BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which reads it.  When
-** the loader accepts the bytes, one embed() of a short text runs on them, so that a file
+** A libFuzzer harness for the model loader (hs_model_open of csrc/model/model.c, the contract
+** in csrc/model/model.h) and the two ways SQL reaches it (csrc/model/embedsql.c): a model file's
+** bytes as a BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which reads it.
+** When the loader accepts the bytes, one embed() of a short text runs on them, so that a file
 ** wrongly accepted (an offset, a size, a vocabulary that does not hold) is read through.
 **
 ** The input:
@@ -42,7 +42,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "sqlite3.h"
 
 int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);

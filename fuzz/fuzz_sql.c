@@ -1,9 +1,10 @@
 /*
 ** A libFuzzer harness for the argument parsing of every SQL function in
-** csrc/hybridsql.c, of the virtual table module vector_index and of the FTS5
-** function bm25_candidate, through SQLite itself.
+** csrc/functions/, of the virtual table module vector_index (csrc/vector_index/)
+** and of the FTS5 function bm25_candidate, through SQLite itself.
 **
-** hybridsql.c is compiled into the fuzzer with SQLITE_CORE, so its functions
+** The library (every C file of csrc/) is compiled into the fuzzer with
+** SQLITE_CORE, so its functions
 ** are registered on an in-memory database by calling sqlite3_hybridsql_init
 ** directly, against the system libsqlite3.  Each input picks one statement
 ** and the values bound to its parameters; cosine_topk() runs over a table of
@@ -503,7 +504,7 @@ static void fill_fz(Input *in) {
 ** updates that move a row to another partition.  What the table refuses is
 ** left out.  With the first byte's top bit, in a transaction that stays open
 ** for the statement (so that the rows the table holds, Appended in
-** hybridsql.c, meet its reads), with savepoints begun and rolled back to
+** vector_index/held.c, meet its reads), with savepoints begun and rolled back to
 ** between the operations; LLVMFuzzerTestOneInput commits it and reads every
 ** row back.
 */

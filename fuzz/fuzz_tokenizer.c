@@ -1,8 +1,8 @@
 /*
-** A libFuzzer harness for the tokenizer (csrc/tokenizer.c, the contract in csrc/tokenizer.h):
-** any bytes as the text, read with the model's vocabulary (fuzz/build/vocab.bin, which
-** fuzz/build.sh writes from hybridsql/data/tokenizer.json) or with a vocabulary taken from the
-** input itself, any number of windows and any cap.
+** A libFuzzer harness for the tokenizer (csrc/model/tokenizer.c, the contract in
+** csrc/model/tokenizer.h): any bytes as the text, read with the model's vocabulary
+** (fuzz/build/vocab.bin, which fuzz/build.sh writes from hybridsql/data/tokenizer.json) or with a
+** vocabulary taken from the input itself, any number of windows and any cap.
 **
 ** The input:
 **   byte 0        most: byte % 10 windows (0 to 9)
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #define VOCAB_FILE "fuzz/build/vocab.bin"
 

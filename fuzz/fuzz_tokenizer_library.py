@@ -1,4 +1,4 @@
-"""atheris harness: the C tokenizer (csrc/tokenizer.c) against the tokenizers library.
+"""atheris harness: the C tokenizer (csrc/model/tokenizer.c) against the tokenizers library.
 
 fuzz_tokenizer.c looks for memory errors; this one for a different answer. Each input is read
 as byte 0: the windows (1 to 8), then the text as bytes, which Python reads with

@@ -59,7 +59,17 @@ TARGETS = (
     Target("windows-x86_64", "x86_64-windows-gnu", "win_amd64", "hybridsql.dll"),
 )
 
-SOURCES = ("hybridsql.c", "model.c", "tokenizer.c", "embedsql.c")  # in csrc/, as setup.py's
+# Every C file under csrc/, relative to it (docs/architecture.md has the map), as setup.py's; the
+# entry point first: zig names a DLL's import library after the first source (hybridsql.lib).
+SOURCES = tuple(
+    sorted(
+        (
+            os.path.relpath(path, os.path.join(ROOT, "csrc"))
+            for path in glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True)
+        ),
+        key=lambda name: (name != "hybridsql.c", name),
+    )
+)
 FLAGS = [
     "-shared",
     "-O3",
@@ -121,8 +131,8 @@ def build_library(t: Target, out_dir: str) -> str:
         # policy asks for, is libc.musl-<arch>.so.1 (musl's loader answers both with itself). So
         # the objects are linked against a stub of that name instead of zig's libc.
         objs = []
-        for path in sources:
-            obj = os.path.join(out_dir, os.path.basename(path)[:-2] + ".o")
+        for name, path in zip(SOURCES, sources, strict=True):
+            obj = os.path.join(out_dir, name[:-2].replace(os.sep, "-") + ".o")
             cmd = [*zig, "-c", *FLAGS[1:], *fpic, "-I", os.path.join(ROOT, "csrc"), path]
             subprocess.run([*cmd, "-o", obj], check=True)
             objs.append(obj)

@@ -1,9 +1,9 @@
-"""Writes csrc/unicode_tables.h, the Unicode tables of the C tokenizer (csrc/tokenizer.c): what
-tokenizer.json's BertNormalizer and BertPreTokenizer do with each code point, derived from
-Python's unicodedata and checked, code point by code point, against the tokenizers library that
-LocalProvider runs. tests/test_tokenizer.py fails when the header is stale.
+"""Writes csrc/model/unicode_tables.h, the Unicode tables of the C tokenizer
+(csrc/model/tokenizer.c): what tokenizer.json's BertNormalizer and BertPreTokenizer do with each
+code point, derived from Python's unicodedata and checked, code point by code point, against the
+tokenizers library that LocalProvider runs. tests/test_tokenizer.py fails when the header is stale.
 
-    python scripts/unicode_tables.py          # rewrites csrc/unicode_tables.h
+    python scripts/unicode_tables.py          # rewrites csrc/model/unicode_tables.h
     python scripts/unicode_tables.py --check  # exits 1, naming the file, when it is stale
 
 What the tokenizer does with one code point c (tokenizers' normalizers/bert.rs and
@@ -46,7 +46,7 @@ import sys
 import unicodedata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADER = os.path.join(ROOT, "csrc", "unicode_tables.h")
+HEADER = os.path.join(ROOT, "csrc", "model", "unicode_tables.h")
 TOKENIZER = os.path.join(ROOT, "hybridsql", "data", "tokenizer.json")
 
 # tokenizers' is_chinese_char (normalizers/bert.rs), BERT's own list of CJK ideograph blocks.

@@ -1,5 +1,5 @@
 """The tests' oracle: all-MiniLM-L6-v2 int8 on onnxruntime, the model the C engine
-(csrc/model.c, LocalProvider) was made from, read in the same windows (hybridsql/embedding/windows.py)
+(csrc/model/model.c, LocalProvider) was made from, read in the same windows (hybridsql/embedding/windows.py)
 by the tokenizers library. onnxruntime and tokenizers come with the ``test`` extra only.
 
     from onnx_reference import OnnxModel  # tests/ is on sys.path under pytest

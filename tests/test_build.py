@@ -197,3 +197,96 @@ def test_the_sdist_builds_and_installs_from_source(tmp_path):
         timeout=60,
     )
     assert shell.stdout == f"{hybridsql.__version__}\n"
+
+
+# What the amalgamation and the library are asked, in the sqlite3 shell: every way into the
+# extension that needs no model file, errors included (the shell goes on after one).
+SESSION = """
+select name, narg, flags from pragma_function_list order by name, narg, flags;
+select cosine_similarity('[1,0]', '[1,1]'), bm25_score(-4.2), hybrid_score(0.8, -4.2, 0.6, 0.4);
+select temporal_decay('memory/2026-10-22.md', '2026-11-21'), vector_json(vector_blob('[0.1, 2]'));
+select hybridsql_version(), hybridsql_simd(), embed(null);
+with recursive n(i) as (select 1 union all select i + 1 from n where i < 40)
+select cosine_topk('[1, 0.5, 0]', 5, i, json_array(i % 7, i % 3, 1)) from n;
+select cosine_similarity('[1]', '[1, 2]');
+select cosine_topk('[1]', 0, 1, '[1]');
+select temporal_decay('a.md', 'yesterday');
+create virtual table v using vector_index(e float[3], p text partition key, m integer, t text);
+with recursive n(i) as (select 1 union all select i + 1 from n where i < 300)
+insert into v(rowid, e, p, m, t)
+select i, json_array(i % 11, i % 5 - 2, i % 3), char(97 + i % 3), i % 10, 'r' || i from n;
+select rowid, score from v where e match '[1, 0, 1]' and k = 5 and p = 'a' and m > 3;
+select rowid, round(score, 12) from v where e match '[3, -1, 2]' order by score desc limit 4;
+update v set e = '[9, 9, 9]', m = 99 where rowid = 17;
+update v set p = 'c' where rowid = 18;
+delete from v where rowid in (20, 21, 22) or m = 4;
+select count(*), sum(m) from v;
+select rowid, score, m, p from v where e match '[9, 9, 9]' and k = 3;
+select rowid from v where e match '[1, 0, 0]' and k = 2 and t like 'r1%';
+insert into v(rowid, e, p) values (1, '[1, 2, 3]', 'a');
+insert into v(e, p) values ('[1, 2]', 'a');
+create virtual table f using fts5(x);
+insert into f values ('tabs or spaces'), ('tabs tabs'), ('spaces only'), ('neither');
+select rowid, rank from (select rowid, bm25_candidate(f, 2) as rank from f where f match 'tabs OR spaces')
+where rank is not null order by rank limit 2;
+"""
+
+
+def test_the_amalgamation_is_the_library(tmp_path):
+    """scripts/amalgamate.py's one C file compiles without a warning into a library that exports
+    what the library does, defines no other global symbol (sqlite3_api aside), and answers a
+    session of every SQL function, vector_index's reads and writes and their errors byte for
+    byte as the library does."""
+    source = tmp_path / "hybridsql.c"
+    subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "amalgamate.py"), str(source)], check=True
+    )
+    built = tmp_path / "lib"
+    built.mkdir()
+    flags = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fvisibility=hidden", "-Wall"]
+    flags += ["-Wextra", "-Werror", "-I", os.path.join(ROOT, "csrc")]
+    flags += [f'-DHYBRIDSQL_VERSION="{hybridsql.__version__}"']
+    library = built / "hybridsql.so"
+    subprocess.run(
+        ["cc", *flags, "-shared", "-fPIC", str(source), "-o", str(library), "-lm"], check=True
+    )
+    assert platforms.inspect_library(str(library)).exports == EXPORTS
+    obj = tmp_path / "hybridsql.o"
+    subprocess.run(["cc", *flags[1:], "-O0", "-c", str(source), "-o", str(obj)], check=True)
+    symbols = subprocess.run(["nm", str(obj)], check=True, capture_output=True, text=True).stdout
+    defined = sorted(r.split()[2] for r in symbols.splitlines() if re.match(r"\S+ [TDBRC] ", r))
+    assert defined == sorted([*EXPORTS, "sqlite3_api"])
+
+    def session(path):
+        done = subprocess.run(
+            ["sqlite3", ":memory:"],
+            input=f".load {path}\n{SESSION}",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return done.stdout, done.stderr
+
+    ours = session(library)
+    assert ours == session(loadable_path())
+    assert "bm25_candidate|-1|0" in ours[0] and "UNIQUE constraint failed: v.rowid" in ours[1]
+
+
+def test_the_one_command_of_docs_platforms_builds_the_library(tmp_path):
+    """docs/platforms.md's command for the library alone, run as written in a copy of csrc/:
+    a library that loads in the sqlite3 shell."""
+    with open(os.path.join(ROOT, "docs", "platforms.md"), encoding="utf-8") as f:
+        (command,) = re.findall(r"```sh\n(cc .*?)\n```", f.read(), re.DOTALL)
+    shutil.copytree(os.path.join(ROOT, "csrc"), tmp_path / "csrc")
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=600)
+    library = tmp_path / "hybridsql.so"
+    assert platforms.inspect_library(str(library)).exports == EXPORTS
+    shell = subprocess.run(
+        ["sqlite3", ":memory:", f".load {library}", "select cosine_similarity('[1,0]', '[1,1]')"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shell.stdout == "0.707106781186547\n"

@@ -88,7 +88,7 @@ def test_first_connect_parses_no_c_declarations(tmp_path):
 
 
 def test_hybrid_search_imports_neither_onnxruntime_nor_numpy(tmp_path):
-    """The query's vector comes from the extension's embed() (csrc/model.c), in SQL."""
+    """The query's vector comes from the extension's embed() (csrc/model/model.c), in SQL."""
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")

@@ -1,4 +1,4 @@
-"""A database's own model (Requirement 16 of csrc/embedsql.c, issue 39): embed() reads it only
+"""A database's own model (Requirement 16 of csrc/model/embedsql.c, issue 39): embed() reads it only
 from an ordinary table main.hybridsql_model and runs nothing else of the database's. A view
 (which crashed every client by recursion, or hung it, or made it copy 900 MB), a virtual table,
 a WITHOUT ROWID table, generated columns, a table of the wrong shape (once silently passed

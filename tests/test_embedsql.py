@@ -1,4 +1,4 @@
-"""embed() inside the extension (csrc/embedsql.c over csrc/model.c): the same vector in every
+"""embed() inside the extension (csrc/model/embedsql.c over csrc/model/model.c): the same vector in every
 client that loads it, the model file it finds by itself, its one-line errors, interrupts, and a
 hybrid search from a text in the stock sqlite3 shell and Perl's DBD::SQLite (issue 33)."""
 

@@ -1,4 +1,4 @@
-"""The embedding engine (csrc/model.c) and its model file (hybridsql/embedding/model_file.py): the file
+"""The embedding engine (csrc/model/model.c) and its model file (hybridsql/embedding/model_file.py): the file
 the converter writes reads back as the ONNX graph's weights; hs_model_open refuses a truncated,
 foreign, damaged or other-version file with one line that says what to do, and never crashes
 on a header it cannot use; the vectors agree with onnxruntime's (tests/onnx_reference.py) at cosine
@@ -105,7 +105,7 @@ def test_the_file_reads_back_as_the_graph_and_the_vocabulary(model_path, model):
 # other weights, under the same version, passes every check of the loader and gives wrong
 # vectors: a development copy in a user's cache did (cosine 0.14 with the right vector). So a
 # change of what the converter writes must come with a new model_file.VERSION (and HS_FORMAT in
-# csrc/model.c), which makes the engine refuse the files written before and the local model
+# csrc/model/model.c), which makes the engine refuse the files written before and the local model
 # write its cache again.
 WRITTEN = {1: "770c4ae0ff063f3c8a176428397e9cc9065524615e02f2d63ec345fe605b3364"}
 

@@ -1,4 +1,4 @@
-"""The model file as the extension's embed() (csrc/embedsql.c) and LocalProvider
+"""The model file as the extension's embed() (csrc/model/embedsql.c) and LocalProvider
 (local_model.py) read it (issue 39, items 5 to 7): whatever the path names (a FIFO, a device, a
 folder, a loop of links), and however the file changes under a running process (cut short,
 rewritten in place as `cp` does, replaced), no hang, no crash and no vector changed without an

@@ -1,4 +1,4 @@
-"""The C tokenizer (csrc/tokenizer.c) gives the ids of the tokenizers library that LocalProvider
+"""The C tokenizer (csrc/model/tokenizer.c) gives the ids of the tokenizers library that LocalProvider
 runs (hybridsql/data/tokenizer.json), id for id: on the real texts of tests/data and examples/,
 on generated text (accents, CJK, emoji, combining marks, control characters, invalid UTF-8,
 10,000-character words, empty strings), on every code point, and on long texts as
@@ -361,7 +361,7 @@ def test_a_small_vocabulary():
 
 
 def test_the_unicode_tables_are_current():
-    """csrc/unicode_tables.h is what scripts/unicode_tables.py writes now (from this Python's
+    """csrc/model/unicode_tables.h is what scripts/unicode_tables.py writes now (from this Python's
     unicodedata, checked against the installed tokenizers library)."""
     script = os.path.join(ROOT, "scripts", "unicode_tables.py")
     done = subprocess.run(

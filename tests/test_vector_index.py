@@ -537,7 +537,7 @@ def test_rollbacks_and_savepoints(filled):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_rows_held_within_a_statement_answer_as_rows_written_one_by_one(tmp_path, seed):
-    """A statement's appended rows are held and written together (csrc/hybridsql.c, Appended):
+    """A statement's appended rows are held and written together (csrc/vector_index/held.c, Appended):
     random transactions of many-row inserts (some failing at a late row), one-row inserts,
     deletes, updates, savepoints released and rolled back to, and reads between them, in
     autocommit mode and in BEGIN, give every read the rows a plain dict holds (the same ids,

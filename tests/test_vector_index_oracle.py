@@ -789,7 +789,7 @@ def test_the_reproduction_of_issue_34(random_300, engine):
             assert [row[0] for row in answer] == want, sql
 
 
-# -- rows held within a statement (csrc/hybridsql.c, Appended), on every SQLite --------------------
+# -- rows held within a statement (csrc/vector_index/held.c, Appended), on every SQLite -----------
 
 
 def held_rows_script(rng):

@@ -50,7 +50,7 @@ def test_the_version_is_written_once_in_the_source():
     literal = re.compile(re.escape(f'"{VERSION}"'))
     holders = []
     places = ["pyproject.toml", "setup.py", "scripts/platforms.py", "scripts/build-dist"]
-    places += [f"csrc/{n}" for n in os.listdir(os.path.join(ROOT, "csrc")) if n.endswith(".c")]
+    places += [f"csrc/{n}" for n in SOURCES]
     for folder, _, names in os.walk(os.path.join(ROOT, "hybridsql")):
         places += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names]
     for place in places:

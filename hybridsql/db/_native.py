@@ -1,4 +1,4 @@
-"""The one module that touches cffi: the C kernels of csrc/hybridsql.c, wrapped for Python.
+"""The one module that touches cffi: the C kernels of csrc/hybridsql.h, wrapped for Python.
 
 The kernels live in the loadable library itself (``hybridsql.so``, ``.dylib`` or ``.dll``), which
 exports them beside SQLite's entry point; cffi opens it in ABI mode, so one binary per platform
@@ -93,7 +93,8 @@ def model_simd() -> str:
 
 
 class Vocab:
-    """The C tokenizer (csrc/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id order."""
+    """The C tokenizer (csrc/model/tokenizer.h) over a WordPiece vocabulary: ``pieces`` in id
+    order."""
 
     def __init__(self, pieces: list):
         ffi, lib = _open()
@@ -123,7 +124,7 @@ class Vocab:
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
 
 
-MODEL_HEADER = 128  # HS_MODEL_HEADER of csrc/model.h: a model file's header, its first bytes
+MODEL_HEADER = 128  # HS_MODEL_HEADER of csrc/model/model.h: a model file's header, its first bytes
 
 
 def model_header(head: bytes, size: int) -> str | None:
@@ -138,7 +139,7 @@ def model_header(head: bytes, size: int) -> str | None:
 
 
 class Model:
-    """A model file's bytes (embedding/model_file.py) opened by the C engine (csrc/model.c):
+    """A model file's bytes (embedding/model_file.py) opened by the C engine (csrc/model/model.c):
     ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
     ``data`` is bytes (copied) or an anonymous mmap of the process's own (used in place, kept:
     nothing may change it while the model lives)."""

@@ -144,7 +144,7 @@ def load(conn: apsw.Connection | sqlite3.Connection, backend: str = "auto") -> s
 def cache_dir() -> Path:
     """Where hybridsql keeps what it can make again: ``$HYBRIDSQL_CACHE_DIR``, else the
     platform's user cache folder (``$XDG_CACHE_HOME/hybridsql``, ``~/.cache/hybridsql``). The
-    extension looks for its model file there too (csrc/embedsql.c), and keeps there the copies
+    extension looks for its model file there too (csrc/model/embedsql.c), and keeps there the copies
     of its binary that other SQLite libraries load (_private_copy)."""
     from pathlib import Path
 

@@ -1,6 +1,7 @@
 """Python implementations of the SQL functions, for connections that cannot load the extension.
 
-The semantics and error texts are those of csrc/hybridsql.c; "Requirement N" cites its header.
+The semantics and error texts are those of csrc/functions/ (scalar.c, args.c); "Requirement N"
+cites scalar.c's header.
 Every vector becomes its float32 blob first; the math on blobs runs in the C kernels through cffi
 when they are built, else in numpy (backend ``numpy``), or in pure Python (backend ``python``).
 """

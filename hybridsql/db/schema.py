@@ -3,7 +3,7 @@
 Memory files and an agent's memories are both rows of ``chunks`` (``kind`` tells which), so one
 search statement serves both. Triggers keep the FTS5 tables in step with ``chunks`` and cascade
 deletes (files to chunks to vectors). ``vectors`` is a ``vector_index`` table of the extension
-(csrc/hybridsql.c, Requirement 10), partitioned by model and kind: it owns its storage, and keeps
+(csrc/vector_index/, Requirement 10), partitioned by model and kind: it owns its storage, and keeps
 what any connection caches of it correct by itself.
 """
 

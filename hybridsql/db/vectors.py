@@ -1,6 +1,6 @@
 """The vector top-k of the numpy and pure-Python backends, read from vector_index's own storage.
 
-A ``vector_index`` table (csrc/hybridsql.c, Requirement 10) keeps its rows in shadow tables of the
+A ``vector_index`` table (csrc/vector_index/, Requirement 10) keeps its rows in shadow tables of the
 same file: ``T_blocks`` (one row per block of up to 256 rows of one partition, with a nonce that
 changes with every write: from storage format 3 the block's checksum, which this reader checks as
 the extension does), ``T_codes`` (each block's records: the row ids come from there),
@@ -317,7 +317,7 @@ class VectorReader:
         # One snapshot for the blocks, their rows and the answers' locations: a writer's commit
         # between two of these reads would look like damage. And a savepoint's start makes
         # vector_index write the rows this connection appended and holds (Appended in
-        # csrc/hybridsql.c), which these reads of its shadow tables would otherwise miss.
+        # csrc/vector_index/held.c), which these reads of its shadow tables would otherwise miss.
         self.conn.execute("savepoint hybridsql_topk")
         try:
             return self._topk(query, k, where, ids)

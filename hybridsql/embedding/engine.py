@@ -1,7 +1,8 @@
-"""The embedding engine inside the extension (csrc/model.c behind SQL ``embed()``, csrc/embedsql.c)
-as the Python layer uses it: where its model file lives, writing it, and a query's vector.
+"""The embedding engine inside the extension (csrc/model/model.c behind SQL ``embed()``,
+csrc/model/embedsql.c) as the Python layer uses it: where its model file lives, writing it, and a
+query's vector.
 
-The extension finds the model file by itself (Requirement 13 of csrc/embedsql.c): the one
+The extension finds the model file by itself (Requirement 13 of csrc/model/embedsql.c): the one
 ``hybridsql_model()`` names, ``$HYBRIDSQL_MODEL``, the table ``hybridsql_model`` of the
 database, the file beside the library, then MODEL_FILE in the user's cache folder
 (``cache_dir()``), where this module writes it. The cache folder rather than the package's: a
@@ -27,9 +28,9 @@ TYPE_CHECKING = False  # apsw is imported where it is used: `hybridsql --version
 if TYPE_CHECKING:
     import apsw
 
-MODEL_FILE = "all-MiniLM-L6-v2-int8.hsmodel"  # HS_MODEL_FILE in csrc/embedsql.c
+MODEL_FILE = "all-MiniLM-L6-v2-int8.hsmodel"  # HS_MODEL_FILE in csrc/model/embedsql.c
 MODEL_TABLE = "hybridsql_model"  # the table a database keeps its model in, one row
-WINDOWS = 8  # the windows csrc/model.c reads at most, as LocalProvider(max_windows=8)
+WINDOWS = 8  # the windows csrc/model/model.c reads at most, as LocalProvider(max_windows=8)
 # The start of the extension's error when it finds no model file anywhere.
 NO_MODEL = "embed(): no model file"
 
@@ -158,7 +159,7 @@ def sql_embed(conn: apsw.Connection, text: str) -> bytes | None:
 
 def read_model(path: Path) -> mmap.mmap:
     """The bytes of the model file at ``path``, read into memory of this process's own as
-    csrc/embedsql.c reads them (Requirement 14): never mapped, since a file cut short under a
+    csrc/model/embedsql.c reads them (Requirement 14): never mapped, since a file cut short under a
     mapping kills the process (SIGBUS) and one rewritten in place changes the vectors of a model
     already open. A FIFO, a device or a folder is refused before a byte of it is read and never
     blocks (stat, then opened with O_NONBLOCK and checked again), and the header is checked
@@ -225,7 +226,7 @@ def _read_up_to(f, n: int) -> bytes:
 
 
 def _not_a_file(mode: int) -> str | None:
-    """Why a file of ``mode`` is not read as a model file (csrc/embedsql.c's words); None for a
+    """Why a file of ``mode`` is not read as a model file (csrc/model/embedsql.c's words); None for a
     regular file."""
     if stat.S_ISREG(mode):
         return None

@@ -1,5 +1,5 @@
 """The local model: LocalProvider (all-MiniLM-L6-v2, int8) on the extension's own engine
-(csrc/model.c, the engine of SQL embed()), its model file found as the extension finds it, and
+(csrc/model/model.c, the engine of SQL embed()), its model file found as the extension finds it, and
 the user's cache folder (cache_dir()) where that file is written on first use.
 
 A text's vector here is the one SQL embed() gives it: index and queries share one engine.

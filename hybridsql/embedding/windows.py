@@ -2,7 +2,7 @@
 
 A text longer than the model's window is read as consecutive windows of tokens, at most a few; a
 text whose word pieces the model cannot read gets the zero vector (LocalProvider, and the C engine,
-csrc/model.c, which reads the same windows: tests/test_tokenizer.py compares them).
+csrc/model/model.c, which reads the same windows: tests/test_tokenizer.py compares them).
 """
 
 from __future__ import annotations

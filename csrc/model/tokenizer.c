@@ -1,5 +1,5 @@
 /*
-** The embedding model's tokenizer: csrc/tokenizer.h is the contract.  It gives the ids the
+** The embedding model's tokenizer: csrc/model/tokenizer.h is the contract.  It gives the ids the
 ** tokenizers library gives for hybridsql/data/tokenizer.json, as LocalProvider reads a text:
 **
 **   1. Invalid UTF-8 is read as Python's bytes.decode("utf-8", "replace") reads it: each maximal
@@ -25,7 +25,6 @@
 **      more than `most` windows and the text goes on, up to 4096 characters a window.  This reads
 **      the same prefixes, so a long text gives encode_windows' ids whatever its length.
 */
-#include "hybridsql.h" /* first: which of these the library exports (a DLL's dllexport) */
 #include "tokenizer.h"
 
 #include <stdlib.h>

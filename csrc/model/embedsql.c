@@ -1,6 +1,6 @@
 /*
-** embed() in SQL: the embedding engine of csrc/model.h behind two SQL functions, and the model
-** file it runs, found, read once per process and shared by every connection.
+** embed() in SQL: the embedding engine of csrc/model/model.h behind two SQL functions, and the
+** model file it runs, found, read once per process and shared by every connection.
 **
 **   embed(text)                -> BLOB, float32 little-endian, 384 values
 **       the text's vector by all-MiniLM-L6-v2 (int8), as the Python layer's local model.
@@ -10,7 +10,7 @@
 **       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsmodel')
 **       -> all-MiniLM-L6-v2-int8
 **
-** Requirements (continuing those of csrc/hybridsql.c):
+** Requirements (the extension's numbers: csrc/hybridsql.c says where 1 to 11 are):
 **
 ** 12. embed(text): NULL in gives NULL out; a text gives the BLOB of hs_model_dims() float32
 **    values that hs_model_embed() computes (its windows, pooling and zero vector); any other

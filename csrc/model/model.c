@@ -1,7 +1,7 @@
 /*
 ** The embedding model's engine: all-MiniLM-L6-v2 (BERT, 6 layers of 384, 12 heads) with int8
 ** weights, read from one model file (hybridsql/model_file.py writes it; its docstring is the
-** format).  It knows nothing of SQLite; csrc/model.h is its contract.
+** format).  It knows nothing of SQLite; csrc/model/model.h is its contract.
 **
 ** Written like llama2.c's run.c: the weights are plain pointers into the caller's bytes, and one
 ** function (forward) runs a window through the whole network over plain arrays.  It computes
@@ -25,11 +25,11 @@
 ** kernel that takes nearly all the time.  It has one path per instruction set (AVX-512, AVX2+FMA, NEON,
 ** portable C), chosen at run time with the other kernels' (hs_simd_path(), HYBRIDSQL_SIMD;
 ** hs_model_simd() names it); attention and GELU are portable C that the AVX2 path compiles a
-** second time for AVX2.  AVX-512 pays here, unlike in the dot products of hybridsql.c: a window's
+** second time for AVX2.  AVX-512 pays here, unlike in the dot products of kernels/: a window's
 ** matmuls are compute-bound.
 */
-#include "hybridsql.h" /* first: which of model.h's functions the library exports */
 #include "model.h"
+#include "kernels/simd.h" /* hs_simd_path(): the path the other kernels run */
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
-** embed() and hybridsql_model() (csrc/embedsql.c): the SQL side of the embedding engine.
+** embed() and hybridsql_model() (csrc/model/embedsql.c): the SQL side of the embedding engine.
 */
 #ifndef HYBRIDSQL_EMBEDSQL_H
 #define HYBRIDSQL_EMBEDSQL_H
