@@ -226,8 +226,8 @@ def _read_up_to(f, n: int) -> bytes:
 
 
 def _not_a_file(mode: int) -> str | None:
-    """Why a file of ``mode`` is not read as a model file (csrc/model/embedsql.c's words); None for a
-    regular file."""
+    """Why a file of ``mode`` is not read as a model file (csrc/model/embedsql.c's words); None for
+    a regular file."""
     if stat.S_ISREG(mode):
         return None
     kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
