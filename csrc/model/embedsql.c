@@ -44,7 +44,10 @@
 **    creation times) and header (its checksum): a new lookup by path (a new connection's first
 **    embed(), hybridsql_model('PATH') again) whose file is no longer that one reads it again
 **    (and shares the copy read before where the bytes are the same: a file touched or copied
-**    again).  Models stay until the process exits (a connection may hold one any time).
+**    again).  Models stay until the process exits (a connection may hold one any time), and
+**    so does the library from its first model on: it pins itself (pin_library), so that
+**    SQLite's unloading it with the last connection that loaded it neither strands its models
+**    nor makes the next load read the file again.
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
@@ -84,10 +87,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dlfcn.h>
 #if defined(__linux__)
 #include <link.h>
-#else
-#include <dlfcn.h>
+/* glibc before 2.34 keeps dlopen in libdl, which the library does not link (it loads only libc
+** and libm): a weak reference, answered by the process's own dlopen, which every SQLite that
+** loads an extension has (NULL where none is in the global scope: the library is then not
+** pinned, and nothing else changes). */
+#pragma weak dlopen
 #endif
 #endif
 
@@ -124,6 +131,8 @@ typedef struct Model {
 
 static Model *models; /* only added to, under the lock; never freed */
 
+static void pin_library(void);
+
 #if defined(_WIN32)
 static SRWLOCK lock = SRWLOCK_INIT;
 static void models_lock(void) { AcquireSRWLockExclusive(&lock); }
@@ -135,8 +144,13 @@ static void models_unlock(void) { pthread_mutex_unlock(&lock); }
 #endif
 
 static Model *model_add(char *path, const void *data, size_t n, HsModel *m) {
+  static int pinned;
   Model *x = calloc(1, sizeof *x);
   if (!x) return 0;
+  if (!pinned) {
+    pin_library();
+    pinned = 1;
+  }
   x->path = path;
   x->data = data;
   x->n = n;
@@ -609,6 +623,35 @@ static char *library_folder(void) {
 }
 #endif
 
+/* The library kept in the process until it exits, from its first model on (Requirement 14).
+** SQLite unloads an extension when the last connection that loaded it closes; the models, in
+** memory this library's statics point to, would stay unreachable, and the library loaded again
+** would read its model again (23 MB more at each open, embed, close).  No-op for a library
+** compiled into its program. */
+#if defined(_WIN32)
+static void pin_library(void) {
+  HMODULE self;
+  GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
+                     (LPCWSTR)(void *)pin_library, &self);
+}
+#elif defined(__linux__)
+static void pin_library(void) {
+  Found f = {0, (uintptr_t)(void *)pin_library};
+  /* Its own name as it was loaded (the main program's is ""): RTLD_NOLOAD finds that library
+  ** and loads nothing, RTLD_NODELETE keeps it; the handle is never closed. */
+  if (dlopen && dl_iterate_phdr(find_self, &f) && f.name && *f.name) {
+    (void)dlopen(f.name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+#else
+static void pin_library(void) {
+  Dl_info info;
+  if (dladdr((void *)pin_library, &info) && info.dli_fname && *info.dli_fname) {
+    (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+#endif
+
 /* hybridsql.embed.cache_dir(), with a trailing separator, in memory from malloc (a path of any
 ** length); NULL if there is none. */
 static char *cache_folder(void) {
@@ -656,14 +699,12 @@ static const Model *model_in_folders(char *err) {
   if (!looked) {
     /* The step docs/platforms.md gives a user of the bare library first, then the Python
     ** package's: either may be the one reading this. */
-    char beside[HS_ERR] = "beside the library", cache[HS_ERR] = "";
-    if (folders[0]) snprintf(beside, sizeof beside, "in the library's folder %s", folders[0]);
-    if (folders[1]) snprintf(cache, sizeof cache, " to %s", folders[1]);
     snprintf(err, HS_ERR,
-             "embed(): no model file: put " HS_MODEL_FILE " (from hybridsql's release page) %s,"
-             " or write it with `hybridsql model`%s, or name one with $HYBRIDSQL_MODEL or"
+             "embed(): no model file: put " HS_MODEL_FILE " (from hybridsql's release page) %s%s,"
+             " or write it with `hybridsql model`%s%s, or name one with $HYBRIDSQL_MODEL or"
              " hybridsql_model('PATH')",
-             beside, cache);
+             folders[0] ? "in the library's folder " : "beside the library",
+             folders[0] ? folders[0] : "", folders[1] ? " to " : "", folders[1] ? folders[1] : "");
   }
   free(folders[0]);
   free(folders[1]);
