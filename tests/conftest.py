@@ -186,6 +186,19 @@ class Lines:
                 self.lines.put(line)
         self.lines.put(None)
 
+    def next(self, timeout=DEADLINE):
+        """The next line, or None at the end of the stream; AssertionError after ``timeout``
+        seconds without one."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line in {timeout} s") from None
+        if line is None:
+            self.lines.put(None)
+        else:
+            self.seen.append(line)
+        return line
+
     def until(self, wanted, timeout=DEADLINE):
         """The lines read up to the first in which ``wanted`` is; AssertionError, with what was
         read, at the end of the stream or after ``timeout`` seconds."""

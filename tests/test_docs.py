@@ -807,6 +807,6 @@ def test_no_page_installs_hybridsql_by_the_name_pypi_does_not_have_yet():
                 around = text[max(0, m.start() - 120) : m.end() + 60]
                 assert "once" in around and "PyPI" in around, (page, m.group(1))
         for _, language, body in blocks(page):
-            assert language != "sh" or not any(
-                published.match(c) for c in page_commands(body)
-            ), page
+            assert language != "sh" or not any(published.match(c) for c in page_commands(body)), (
+                page
+            )

@@ -16,7 +16,7 @@ import anyio
 import apsw
 import httpx2
 import pytest
-from conftest import HYBRIDSQL, ROOT
+from conftest import DEADLINE, HYBRIDSQL, ROOT, spawned
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -32,15 +32,16 @@ NEEDS_TOKEN = "this server needs the header Authorization: Bearer TOKEN"
 def server(tmp_path, *args, env=None):
     """Runs ``hybridsql mcp --http 127.0.0.1:0 ARGS``; yields its base URL once it answers."""
     log = tmp_path / "server.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
+    with (
+        open(log, "w") as err,
+        spawned(
             [HYBRIDSQL, "mcp", "--http", "127.0.0.1:0", *args],
             cwd=tmp_path,
             env=dict(os.environ, **(env or {})),
             stdin=subprocess.DEVNULL,
             stderr=err,
-        )
-    try:
+        ) as proc,
+    ):
         base = None
         answered = False
         deadline = time.monotonic() + 300  # the local model and a sanitized build start slowly
@@ -55,10 +56,11 @@ def server(tmp_path, *args, env=None):
             assert proc.poll() is None, log.read_text()
             time.sleep(0.05)  # a poll interval
         assert answered, log.read_text()
-        yield base
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0, log.read_text()
+        try:
+            yield base
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=DEADLINE) == 0, log.read_text()
 
 
 class Client:

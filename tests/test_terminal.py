@@ -275,7 +275,10 @@ def test_a_keyword_result_past_the_pool_says_so():
         "snippet": "a",
     }
     (line, _) = document_lines([result], [], SearchOptions(candidate_pool=20))
-    assert line == "0.500  a.md:1-2  [keyword: vector 0.400 not among the 20 nearest, keyword 1.000, decay 1.00]"
+    assert (
+        line
+        == "0.500  a.md:1-2  [keyword: vector 0.400 not among the 20 nearest, keyword 1.000, decay 1.00]"
+    )
     both = {**result, "match_type": "both"}
     (line, _) = document_lines([both], [], SearchOptions(candidate_pool=20))
     assert "[both: vector 0.400, keyword 1.000, decay 1.00]" in line
