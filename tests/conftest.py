@@ -302,6 +302,12 @@ def check_fts(conn):
 # every child as ignored, while a handled signal is reset to its default by exec.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# The same for the signals the tests stop commands with, where this process was started with
+# them ignored (SIGHUP under nohup): they stay ignored here, by a handler that does nothing, so
+# that the suite outlives its terminal as nohup asked, and every child starts at the default.
+for _number in (signal.SIGHUP, signal.SIGTERM):
+    if signal.getsignal(_number) is signal.SIG_IGN:
+        signal.signal(_number, lambda *_: None)
 
 
 def letter_counts(text):
