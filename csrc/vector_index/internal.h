@@ -62,9 +62,11 @@ typedef struct CBlock {
   uint64_t used; /* the query that last used it */
 } CBlock;
 
-/* A block as a query's block list gives it. */
+/* A block as a query's block list gives it; parts: the hash of its partition values
+** (hash_values), which its checksum covers. */
 typedef struct BlockRef {
   int64_t id, dims, capacity, count, nonce;
+  uint64_t parts;
 } BlockRef;
 
 /*

@@ -425,9 +425,9 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
   memset(a, 0, sizeof(*a));
   a->limit = a->offset = -1;
   a->blocks = sqlite3_str_new(0);
-  sqlite3_str_appendf(a->blocks, "select id, dims, count, nonce, capacity from \"%w\".\"%w_blocks\""
-                      " where 1",
-                      t->schema, t->name);
+  sqlite3_str_appendall(a->blocks, "select id, dims, count, nonce, capacity");
+  append_cols(a->blocks, "", 'p', t->npart, 1); /* for the checksum (BlockRef.parts) */
+  sqlite3_str_appendf(a->blocks, " from \"%w\".\"%w_blocks\" where 1", t->schema, t->name);
   int rc = SQLITE_OK;
   for (int i = 0; i < argc && rc == SQLITE_OK; i++) {
     const char *tok = plan + VX_TOKEN * i;
@@ -643,6 +643,9 @@ static int knn_select(VxTab *t, KnnArgs *a, Sel *sel) {
     r->count = sqlite3_column_int64(st, 2);
     r->nonce = sqlite3_column_int64(st, 3);
     r->capacity = sqlite3_column_int64(st, 4);
+    sqlite3_value *parts[HS_MAX_FILTERS];
+    for (int i = 0; i < t->npart; i++) parts[i] = sqlite3_column_value(st, 5 + i);
+    r->parts = hash_values(parts, t->npart);
     if ((rc = vx_check_block(t, r->id, st, 1, 4, 2))) break;
     sel->total += r->count;
   }
