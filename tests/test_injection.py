@@ -180,7 +180,8 @@ REVIEWED = {
     "integrations/documents.py": {
         "cond": "filter_sql's text: code's SQL and :fN parameter names",
         "ids_sql": "Collection.nearest's constant text and filter_sql's",
-        "restrict": "Collection.nearest's constant text around ids_sql, or empty",
+        "nearest": "Collection.nearest's constant text (the MATCH with :q)",
+        "kind": "Collection.nearest's constant text (:model, 'document')",
         "at": "a :fN parameter name from bind()",
         "bind(_value(node.value, node.key))": "a :fN parameter name from bind()",
         "node.key": "a refused filter's field in an error message, not SQL",

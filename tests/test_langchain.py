@@ -192,6 +192,18 @@ def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path)
         found = a.as_retriever(search_type=search_type, k=20).invoke("deploy note 3")
         assert found and all(d.id.startswith("a") for d in found), search_type
     assert len(a.similarity_search("deploy note 3", k=50)) == 20
+    # a third of the index's documents: vector_index hands its rows best first and SQLite tests
+    # that they are the collection's (Collection.most); listed, the same documents, same scores
+    q = fake.embed_query("deploy note 3")
+    both = []
+    for most in (True, False):
+        a.collection.most = lambda most=most: most
+        found = a.collection.nearest(q, k=7)
+        both.append([(f.id, f.score) for f in found])
+        found = a.collection.search("deploy note 3", k=7, query_vector=q, mode="semantic")
+        both.append([(f.id, f.score) for f in found])
+    assert both[0] == both[2] and both[1] == both[3] and len(both[0]) == 7
+    del a.collection.most
     a.delete([f"a{i}" for i in range(10)])
     assert a.collection.count() == 10 and b.collection.count() == 20
     folder = "select count(*) from files where root not like 'collection:%'"
