@@ -55,8 +55,14 @@ def ors(terms) -> str:
     ],
 )
 def test_pieces_of_one_two_three_and_more_characters(query, match, like_terms):
+    """``like_terms``: what LIKE matches where FTS5 is missing. Where it is not, a trigram it
+    did not find is in no chunk: LIKE matches the pieces no trigram holds (and the trigrams
+    where the trigram table may lack some chunks: ``like_trigrams``)."""
     plan = keyword_plan(query)
-    assert (plan.table, plan.match, plan.like_terms) == ("chunks_trigram", match, like_terms)
+    grams = script_terms(query).grams
+    assert (plan.table, plan.match) == ("chunks_trigram", match)
+    assert plan.like_terms == [t for t in like_terms if t not in grams]
+    assert keyword_plan(query, like_trigrams=True).like_terms == like_terms
     assert keyword_plan(query, fts=False).like_terms == like_terms
 
 
@@ -77,7 +83,9 @@ def test_mixed_scripts(query, terms, like_terms):
     plan = keyword_plan(query)
     assert plan.table == "chunks_trigram"
     assert plan.match == ors(terms) and plan.any_of == [f'"{t}"' for t in terms]
-    assert plan.like_terms == (like_terms or terms)
+    assert keyword_plan(query, fts=False).like_terms == (like_terms or terms)
+    grams = script_terms(query).grams
+    assert plan.like_terms == [t for t in like_terms or terms if t not in grams]
 
 
 def test_a_long_text_keeps_max_terms_that_tile_it_first():
@@ -93,7 +101,7 @@ def test_a_long_text_keeps_max_terms_that_tile_it_first():
     # text past the first MAX_TERMS tiles cannot change the plan
     longer = "".join(chr(0x4E00 + i) for i in range(400))
     assert keyword_plan(longer) == keyword_plan(longer[:200])
-    assert len(keyword_plan(longer).like_terms) == MAX_TERMS
+    assert len(keyword_plan(longer, fts=False).like_terms) == MAX_TERMS
 
 
 def test_the_pieces_are_letters_digits_and_marks_of_the_class():

@@ -141,7 +141,9 @@ def test_keyword_plans():
     assert cjk.table == "chunks_trigram"
     # the trigrams of 数据库迁移 and the word, OR-ed; 登录 is too short for trigrams: LIKE's
     assert cjk.match == '"数据库" OR "据库迁" OR "库迁移" OR "rollback"'
-    assert cjk.like_terms == ["数据库", "据库迁", "库迁移", "rollback", "登录"]
+    assert cjk.like_terms == ["rollback", "登录"]
+    without_fts5 = keyword_plan("数据库迁移 rollback 登录", fts=False)
+    assert without_fts5.like_terms == ["数据库", "据库迁", "库迁移", "rollback", "登录"]
     assert keyword_plan("auth", prefix=True).match == '"auth" OR "auth"*'
     assert keyword_plan("auth ERR_X", prefix=True).any_of == ['"auth" OR "auth"*', '"ERR X"']
 

@@ -51,7 +51,11 @@ class KeywordPlan:
 
 
 def keyword_plan(
-    query: str, fts: bool = True, prefix: bool = False, tables=FTS_TABLES["document"]
+    query: str,
+    fts: bool = True,
+    prefix: bool = False,
+    tables=FTS_TABLES["document"],
+    like_trigrams: bool = False,
 ) -> KeywordPlan:
     """Turns text into FTS5 syntax that cannot fail: every term is a quoted string.
 
@@ -63,10 +67,15 @@ def keyword_plan(
     other words' parts of three or more characters OR-ed (``script_terms``), ranked by bm25 as
     words are, so a question finds the text that shares most of its rare pieces. Their
     punctuation alone (「」、。) around other words does not send text there: "「rollback」" is
-    searched as "rollback" is, in every chunk. The LIKE terms (those same terms, pieces under
-    three characters, which no trigram holds, and words of three or more characters) serve
-    when FTS5 is missing or finds nothing. ``tables``: the (porter, trigram) tables of the kind
-    of chunks searched.
+    searched as "rollback" is, in every chunk.
+
+    The LIKE terms serve when FTS5 is missing or finds nothing: words of three or more
+    characters, and pieces under three characters, which no trigram holds. The trigrams too
+    where FTS5 is missing, or with ``like_trigrams``: where the trigram tables may lack chunks
+    of those scripts (an index of schema 5, searched read-only before its upgrade, holds no Thai
+    there). Elsewhere a trigram FTS5 did not find is in no chunk, and LIKE would read every
+    chunk for each one (a Chinese sentence on the real corpus: 0.07 s, 0.36 s with them).
+    ``tables``: the (porter, trigram) tables of the kind of chunks searched.
     """
     words, stopwords = _words(query)
     kept = (words or stopwords)[:MAX_TERMS]
@@ -76,7 +85,8 @@ def keyword_plan(
         # Runs without letters (punctuation alone, nothing else typed) are searched as typed.
         bare = [] if script.grams or script.short else runs
         terms = bounded(script.grams + script.parts + [r for r in bare if len(r) >= NGRAM])
-        like_terms = bounded(terms + script.short + bare)
+        grams = script.grams if like_trigrams or not fts else []
+        like_terms = bounded(grams + script.parts + script.short + bare)
         if not fts:
             return KeywordPlan(None, None, like_terms)
         quoted = [_quote(t) for t in terms]
