@@ -76,10 +76,13 @@ insert into memories_trigram(memories_trigram) values ('rebuild');
 """
 
 
-def phrase_plan(query, fts=True, prefix=False, tables=("chunks_fts", "chunks_trigram")):
+def phrase_plan(
+    query, fts=True, prefix=False, tables=("chunks_fts", "chunks_trigram"), like_trigrams=False
+):
     """Schema 5's keyword_plan, as its code was: a query with CJK letters went to the trigram
     table, its CJK runs and words AND-ed as verbatim phrases (runs under three characters left
-    to LIKE); other text (Thai too) to the porter table, its words OR-ed."""
+    to LIKE); other text (Thai too) to the porter table, its words OR-ed. ``like_trigrams``,
+    which the searcher passes today's keyword_plan, did not exist then and changes nothing."""
     bounded, k = keywords.bounded, keywords
     cjk_runs = bounded(dict.fromkeys(RUN.findall(query)))
     words: dict = {}

