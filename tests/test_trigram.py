@@ -5,6 +5,7 @@ computed here from the texts; triggers keep them in step through every write, fr
 an index of schema 4 (trigram tables over every chunk) or 5 (over the chunks with CJK text)
 upgrades and answers as a new one, and one of schema 5 is searched read-only as it is."""
 
+import gzip
 import math
 import os
 import random
@@ -637,3 +638,50 @@ def test_a_schema_5_index_is_searched_read_only_then_upgrades(cjk_index, tmp_pat
 
 def chunk(conn, i: int) -> str:
     return conn.execute("select text from chunks where id = ?", (i,)).fetchone()[0]
+
+
+def test_an_index_made_by_schema_5s_code_keeps_its_data_and_gains_trigram_search(tmp_path):
+    """tests/data/schema5.db.gz, made by main's code of schema 5 (see tests/data/README.md), not
+    rebuilt here from its SQL: read-only, it searches as it is (Thai, which its trigram table
+    lacks, by LIKE); a writing open upgrades it, its files, chunks, vectors and memories kept and
+    nothing embedded, and then Thai is found by the trigram table, as in an index made now."""
+    path = str(tmp_path / "schema5.db")
+    with gzip.open(os.path.join(os.path.dirname(FOLDER), "schema5.db.gz")) as src:
+        with open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    rows = {
+        "files": "select * from files order by 1",
+        "chunks": "select * from chunks order by 1",
+        "vectors": "select chunk_id, vector from vectors order by 1",
+        "memories": "select * from memories order by 1",
+    }
+    conn = hybridsql.connect(path)
+    before = {name: conn.execute(sql).fetchall() for name, sql in rows.items()}
+    assert schema_version(conn) == 5 and len(before["vectors"]) == len(before["chunks"]) == 28
+    assert len(before["memories"]) == 3
+    assert trigram_ids(conn, "document") != script_ids(conn, "document")  # no Thai there
+    conn.close()
+    thai = "สคริปต์ย้อนกลับ"
+    with HybridIndex(path, readonly=True, embedder="none") as idx:
+        found = idx.search("数据库迁移 回滚", mode="keyword")
+        assert found.keyword_tier == "fts" and found[0].path == "zh/部署流程.md"
+        found = idx.search(thai, mode="keyword")
+        assert found.keyword_tier == "like" and found[0].path == "th/การปรับใช้.md"
+    with HybridIndex(path, embedder="local") as idx:  # the model it was made with
+        assert schema_version(idx.conn) == SCHEMA_VERSION
+        # every row as it was: no chunk made again, no vector added or embedded again
+        assert {name: idx.conn.execute(sql).fetchall() for name, sql in rows.items()} == before
+        check_in_step(idx.conn)
+    fresh = str(tmp_path / "fresh.db")
+    with HybridIndex(fresh, embedder="local") as new:  # which cuts chunks to its window
+        new.index_folder(FOLDER)
+    with HybridIndex(path, readonly=True, embedder="none") as idx:
+        with HybridIndex(fresh, readonly=True, embedder="none") as new:
+            found = idx.search(thai, mode="keyword")
+            assert found.keyword_tier == "fts" and found[0].path == "th/การปรับใช้.md"
+            for query in CJK_QUERIES:
+                got = idx.search(query, mode="keyword", min_score=0, decay=False)
+                want = new.search(query, mode="keyword", min_score=0, decay=False)
+                assert [(r.path, r.score) for r in got] == [(r.path, r.score) for r in want]
+        hits = MemoryStore(idx).search("ผู้ที่อยู่เวร", mode="keyword", reinforce=False)
+        assert hits[0].memory.content.startswith("ผู้ที่อยู่เวรสัปดาห์นี้")
