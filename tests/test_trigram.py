@@ -646,9 +646,9 @@ def test_an_index_made_by_schema_5s_code_keeps_its_data_and_gains_trigram_search
     lacks, by LIKE); a writing open upgrades it, its files, chunks, vectors and memories kept and
     nothing embedded, and then Thai is found by the trigram table, as in an index made now."""
     path = str(tmp_path / "schema5.db")
-    with gzip.open(os.path.join(os.path.dirname(FOLDER), "schema5.db.gz")) as src:
-        with open(path, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+    made = os.path.join(os.path.dirname(FOLDER), "schema5.db.gz")
+    with gzip.open(made) as src, open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
     rows = {
         "files": "select * from files order by 1",
         "chunks": "select * from chunks order by 1",
