@@ -37,7 +37,7 @@ from conftest import EXAMPLES, HYBRIDSQL, Lines, run_hybridsql, run_on_tty, spaw
 
 import hybridsql
 from hybridsql.cli import main
-from hybridsql.db.schema import SCHEMA_VERSION
+from hybridsql.db.schema import SCHEMA_VERSION, SEARCHABLE_FROM
 from hybridsql.errors import QueryError
 from hybridsql.indexing.index import VANISHED
 from hybridsql.search import SearchOptions
@@ -74,7 +74,7 @@ NEWER = (
     f"knows {SCHEMA_VERSION}); upgrade hybridsql to use it"
 )
 OLDER = (
-    f"hybridsql: {{older}} was made by an older hybridsql (schema {SCHEMA_VERSION - 1}); run "
+    f"hybridsql: {{older}} was made by an older hybridsql (schema {SEARCHABLE_FROM - 1}); run "
     "`hybridsql index DIR --db {older}` to upgrade it"
 )
 NOT_SQLITE = (
@@ -489,7 +489,8 @@ def world(tmp_path_factory):
     w["other_meta"] = str(root / "other-meta.db")
     with closing(sqlite3.connect(w["other_meta"])) as other, other:
         other.execute("create table meta(name, setting)")
-    for name, version in (("newer", SCHEMA_VERSION + 1), ("older", SCHEMA_VERSION - 1)):
+    # "older": the newest schema a read-only open refuses (a search cannot upgrade it)
+    for name, version in (("newer", SCHEMA_VERSION + 1), ("older", SEARCHABLE_FROM - 1)):
         w[name] = str(root / f"{name}.db")
         shutil.copy(index, w[name])
         with closing(sqlite3.connect(w[name])) as db, db:
