@@ -9,7 +9,7 @@ import json
 import re
 import time
 from array import array
-from dataclasses import asdict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridsql.db.schema import FTS_TABLES, has_fts
@@ -71,7 +71,7 @@ class Searcher:
                     f"{self.embedder.model_id} cannot read this query: keyword-only search"
                 )
                 mode, query_vector = "keyword", None
-        opts = SearchOptions(**{**asdict(opts), "mode": mode})
+        opts = replace(opts, mode=mode)
         plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
         params = {
             "pool": max(opts.candidate_pool, opts.limit),

@@ -42,11 +42,34 @@ def _typed_terms(query: str):
     yield from dict.fromkeys(_CJK_RUN.findall(query))
 
 
-# Letters, digits and _ but not CJK: what a marked word may not continue into. An identifier
-# such as ERR_INVALID_ARG_TYPE is one word, so ERR does not mark a piece of it. The class holds
-# both cases already, so IGNORECASE is turned off inside it: case-folding its Unicode ranges
-# made compiling a search's pattern take about 20 ms, every search of a new process.
-_WORD_CHAR = f"(?-i:[^\\W{_CJK}])"
+# CJK text is marked in a copy where each CJK character stands as one character of plane 15's
+# private use area (U+F0000 + its lowercase's code point), which is no word character and has no
+# case. There a marked word's edges are plain `\w` look-arounds, where "a letter, digit or _ but
+# not a CJK one" is a character class of the CJK ranges, which `re` expands code point by code
+# point (about 40,000) each time it compiles a pattern that holds it: most of a warm search's
+# time, paid by every new set of query terms. The copy has the same length, so its matches are
+# the text's; each CJK character's lowercase is one CJK character and `re` folds no other
+# character to one (tests/test_search.py checks each), so IGNORECASE matches as it does in the
+# text. Text or terms that hold a character of plane 15 themselves are marked with the class.
+_PRIVATE = 0xF0000
+_PLANE_15 = re.compile("[\U000f0000-\U000fffff]")
+_WORD_CHAR = f"(?-i:[^\\W{_CJK}])"  # the class; IGNORECASE off inside: folding its ranges is slower
+
+
+def _private(run: str) -> str:
+    return "".join(chr(_PRIVATE + ord(c.lower())) for c in run)
+
+
+def _comparable(text: str) -> str | None:
+    """``text`` with its CJK characters in the private use area (``_private``); None where it
+    holds a character of plane 15 already."""
+    if text.isascii():
+        return text
+    if _PLANE_15.search(text):
+        return None
+    if not _CJK_RUN.search(text):
+        return text
+    return _CJK_RUN.sub(lambda m: _private(m.group()), text)
 
 
 def _inflected(term: str) -> str:
@@ -69,43 +92,87 @@ def _inflected(term: str) -> str:
     return word + "(?:" + "|".join(suffixes) + ")?"
 
 
-@functools.lru_cache(maxsize=64)
-def _mark_pattern(terms: tuple, prefix: bool = False):
-    """The regex that marks ``terms``, longest first; built once per search, not per result.
+class _Marks:
+    """What marks a search's terms in its results' text; built once per search, not per result
+    (``_marks``).
 
     CJK terms match anywhere. Other terms mark whole words only: the word itself or an
     inflection of it (``_inflected``), or with ``prefix`` (the search matched word prefixes)
     any word that starts with it, marked whole (``auth`` marks ``authentication``). One
     look-behind for all the words, where one per term made Python try every term at every
     position (5 x slower). CJK terms go first: one that matches where a word does is the longer.
+    The pattern reads the text's copy with CJK in the private use area (``_comparable``).
     """
-    ordered = sorted(terms, key=len, reverse=True)
-    cjk = [re.escape(t) for t in ordered if _CJK_RUN.search(t)]
-    plain = [t for t in ordered if not _CJK_RUN.search(t)]
-    if prefix:
-        words = f"(?:{'|'.join(map(re.escape, plain))}){_WORD_CHAR}*"
-    else:
-        words = f"(?:{'|'.join(map(_inflected, plain))})(?!{_WORD_CHAR})"
-    groups = cjk + ([rf"(?<!{_WORD_CHAR}){words}"] if plain else [])
-    return re.compile("|".join(groups), re.IGNORECASE)
+
+    def __init__(self, terms: tuple, prefix: bool):
+        ordered = sorted(terms, key=len, reverse=True)
+        self.cjk = [t for t in ordered if _CJK_RUN.search(t)]
+        self.plain = [t for t in ordered if not _CJK_RUN.search(t)]
+        self.prefix = prefix
+        comparable = [_comparable(t) for t in self.cjk + self.plain]
+        self.pattern = None
+        if None not in comparable:
+            self.pattern = self._compile(comparable[: len(self.cjk)], self.plain, r"\w")
+
+    def _compile(self, cjk: list, plain: list, word_char: str):
+        if self.prefix:
+            words = f"(?:{'|'.join(map(re.escape, plain))}){word_char}*"
+        else:
+            words = f"(?:{'|'.join(map(_inflected, plain))})(?!{word_char})"
+        groups = list(map(re.escape, cjk)) + ([rf"(?<!{word_char}){words}"] if plain else [])
+        return re.compile("|".join(groups), re.IGNORECASE)
+
+    @functools.cached_property
+    def with_class(self):
+        """The pattern that reads the text itself, for text or terms with plane 15 in them."""
+        return self._compile(self.cjk, self.plain, _WORD_CHAR)
+
+    def _matches(self, text: str):
+        """(the text the pattern reads, the pattern): the copy where it can be made."""
+        comparable = _comparable(text) if self.pattern is not None else None
+        if comparable is None:
+            return text, self.with_class
+        return comparable, self.pattern
+
+    def first(self, text: str) -> int | None:
+        """Where the first marked term starts in ``text``, or None."""
+        comparable, pattern = self._matches(text)
+        found = pattern.search(comparable)
+        return None if found is None else found.start()
+
+    def mark(self, text: str) -> str:
+        """``text`` with each marked term in <mark>."""
+        comparable, pattern = self._matches(text)
+        pieces, end = [], 0
+        for found in pattern.finditer(comparable):
+            start, stop = found.span()
+            pieces += [text[end:start], "<mark>", text[start:stop], "</mark>"]
+            end = stop
+        pieces.append(text[end:])
+        return "".join(pieces)
+
+
+@functools.lru_cache(maxsize=64)
+def _marks(terms: tuple, prefix: bool = False) -> _Marks:
+    return _Marks(terms, prefix)
 
 
 def make_snippet(text: str, terms, width: int = 240, prefix: bool = False) -> str:
     """About ``width`` characters of ``text`` around the first query term, terms in <mark>
-    (whole words only: see ``_mark_pattern``)."""
+    (whole words only: see ``_marks``)."""
     if not terms:
         return text[:width].strip() + ("…" if len(text) > width else "")
-    pattern = _mark_pattern(tuple(terms), prefix)
-    first = pattern.search(text)
-    start = max(0, first.start() - width // 3) if first else 0
-    piece = pattern.sub(lambda m: f"<mark>{m.group()}</mark>", text[start : start + width])
+    marks = _marks(tuple(terms), prefix)
+    first = marks.first(text)
+    start = max(0, first - width // 3) if first is not None else 0
+    piece = marks.mark(text[start : start + width])
     return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")
 
 
 def matched_heading(text: str, heading: str, start_line: int, terms, prefix: bool) -> str:
     """The heading path over the first line a snippet marks: a chunk of several sections is
     labelled by the section that matched. The chunk's own ``heading`` where nothing is marked."""
-    first = _mark_pattern(tuple(terms), prefix).search(text) if terms else None
+    first = _marks(tuple(terms), prefix).first(text) if terms else None
     if first is None:
         return heading
-    return heading_at(text, heading, text.count("\n", 0, first.start()), start_line == 1)
+    return heading_at(text, heading, text.count("\n", 0, first), start_line == 1)
