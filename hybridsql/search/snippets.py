@@ -42,15 +42,16 @@ def _typed_terms(query: str):
     yield from dict.fromkeys(_CJK_RUN.findall(query))
 
 
-# CJK text is marked in a copy where each CJK character stands as one character of plane 15's
-# private use area (U+F0000 + its lowercase's code point), which is no word character and has no
-# case. There a marked word's edges are plain `\w` look-arounds, where "a letter, digit or _ but
-# not a CJK one" is a character class of the CJK ranges, which `re` expands code point by code
-# point (about 40,000) each time it compiles a pattern that holds it: most of a warm search's
-# time, paid by every new set of query terms. The copy has the same length, so its matches are
-# the text's; each CJK character's lowercase is one CJK character and `re` folds no other
-# character to one (tests/test_search.py checks each), so IGNORECASE matches as it does in the
-# text. Text or terms that hold a character of plane 15 themselves are marked with the class.
+# A marked word may not continue into a letter, digit or _ that is not CJK (an identifier such
+# as ERR_INVALID_ARG_TYPE is one word, so ERR does not mark a piece of it). As a character class
+# of the CJK ranges that costs every new set of query terms most of a warm search: `re` expands
+# the ranges code point by code point (about 40,000) each time it compiles a pattern holding it.
+# So the pattern reads a copy of the text where each CJK character is one character of plane
+# 15's private use area (U+F0000 + its lowercase's code point), no word character and caseless,
+# and a word's edges are plain `\w` look-arounds. The copy has the same length, so its matches
+# are the text's; each CJK character's lowercase is one CJK character and `re` folds no other
+# character to one (tests/test_snippets.py checks each), so IGNORECASE matches as in the text.
+# Text or terms that hold a character of plane 15 themselves are marked with the class.
 _PRIVATE = 0xF0000
 _PLANE_15 = re.compile("[\U000f0000-\U000fffff]")
 _WORD_CHAR = f"(?-i:[^\\W{_CJK}])"  # the class; IGNORECASE off inside: folding its ranges is slower
