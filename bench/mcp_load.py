@@ -3,6 +3,8 @@
     python bench/mcp_load.py                      # 32 clients, 60 s, 80 % searches, local model
     python bench/mcp_load.py --embedder none --seconds 20
     python bench/mcp_load.py --scaling            # p95 search latency: projects x memories
+    python bench/mcp_load.py --in-process         # one warm process: hybrid, keyword, embedding
+    python bench/mcp_load.py --in-process --profile  # and cProfile's top functions of hybrid
 
 Each project's index holds examples/memory plus ``--memories`` memories (sentences of the
 SciFact abstracts in tests/data/scifact), built once into bench/results/ and copied per run.
@@ -188,6 +190,9 @@ def run(args, projects_count, memories):
         elapsed = time.perf_counter() - start
         with open(f"/proc/{proc.pid}/status") as f:
             peak = next(line for line in f if line.startswith("VmHWM:"))
+        with open(f"/proc/{proc.pid}/stat") as f:  # utime and stime, in clock ticks
+            fields = f.read().rsplit(")", 1)[1].split()
+        server_cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     finally:
         proc.terminate()
         proc.wait(timeout=120)
@@ -207,6 +212,9 @@ def run(args, projects_count, memories):
         "adds_acknowledged": len(stats["acked"]),
         "cores": os.cpu_count(),
         "server_peak_rss_mb": int(peak.split()[1]) // 1024,
+        # the server's CPU time (start included) a request: steadier than the rate on a
+        # machine others load
+        "server_cpu_ms_per_request": round(server_cpu * 1000 / max(served, 1), 1),
     }
     for kind in ("search", "add"):
         report[kind] = {
@@ -216,6 +224,59 @@ def run(args, projects_count, memories):
     print(json.dumps(report), flush=True)
     shutil.rmtree(data_dir)
     return report
+
+
+def in_process(args) -> None:
+    """A search's cost in one warm process, no server: ``--queries`` distinct SciFact queries
+    (each new to the process, as a server's are), hybrid, keyword, and the query's embedding
+    alone, on a copy of the index. The target (issue 42): hybrid within 1.5 x embedding +
+    keyword. ``--profile``: cProfile's top functions over the hybrid loop."""
+    import cProfile
+    import pstats
+    import statistics
+
+    base_db = base_index(args.memories, args.embedder)
+    queries = [" ".join(q["text"].split()[:6]) for q in read("queries")]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "mem.db")
+        shutil.copy(base_db, db)
+        with HybridIndex(db, embedder=args.embedder) as index:
+            store = MemoryStore(index)
+            store.search("warm up", reinforce=False)
+            embedder = index.embedder
+            rounds = {"hybrid": [], "keyword": [], "embedding": []}
+            n = args.queries
+            for r in range(3):  # each round its own queries: none is ever seen twice
+                batch = queries[r * n : (r + 1) * n]
+                for kind in rounds:
+                    for i, words in enumerate(batch):
+                        query = f"{words} {kind}{i}"  # an embedding the cache never saw
+                        start = time.perf_counter()
+                        if kind == "embedding":
+                            embedder.embed([query])
+                        else:
+                            store.search(query, mode=kind, limit=10, reinforce=False)
+                        rounds[kind].append(time.perf_counter() - start)
+            median = {k: statistics.median(v) * 1000 for k, v in rounds.items()}
+            target = median["hybrid"] / (median["embedding"] + median["keyword"])
+            print(
+                json.dumps(
+                    {
+                        "memories": args.memories,
+                        "queries": 3 * n,
+                        **{f"{k}_ms": round(v, 2) for k, v in median.items()},
+                        "hybrid / (embedding + keyword)": round(target, 2),
+                    }
+                ),
+                flush=True,
+            )
+            if args.profile:
+                profile = cProfile.Profile()
+                profile.enable()
+                for i, query in enumerate(queries[3 * n : 4 * n]):
+                    store.search(f"{query} profiled{i}", limit=10, reinforce=False)
+                profile.disable()
+                pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
 
 
 def main():
@@ -231,7 +292,15 @@ def main():
         action="store_true",
         help="searches only, --seconds each, for 1, 10, 100 projects x 1,000 and 10,000 memories",
     )
+    parser.add_argument(
+        "--in-process", action="store_true", help="one warm process's searches, no server"
+    )
+    parser.add_argument("--queries", type=int, default=50, help="with --in-process, per round")
+    parser.add_argument("--profile", action="store_true", help="with --in-process: cProfile")
     args = parser.parse_args()
+    if args.in_process:
+        in_process(args)
+        return
     if not args.scaling:
         run(args, args.projects, args.memories)
         return

@@ -16,13 +16,12 @@ from dataclasses import asdict
 
 import click
 
-from hybridsql import __version__, terminal
-from hybridsql.db import _native
 from hybridsql.errors import DatabaseError, HybridSQLError, IndexingError
 from hybridsql.files.discovery import MAX_FILE_BYTES, left_out_line
-from hybridsql.memory import SECTORS, TIERS, MemorySearch
+from hybridsql.memory.recall import MemorySearch
+from hybridsql.memory.records import SECTORS, TIERS
 from hybridsql.options import click_options
-from hybridsql.search import SearchOptions, explain_sql, visible
+from hybridsql.search.options import SearchOptions
 
 EMBEDDERS = ("auto", "local", "openai", "none")
 FLAG_DEPRECATED = "--max-results is deprecated, use --limit (-n); it goes in 0.2.0"
@@ -35,6 +34,29 @@ OPENINGS = {
     "write": {"readonly": False, "create": False},
     "read": {"readonly": True, "create": False},
 }
+
+
+class _Terminal:
+    """terminal.py's functions, the module imported at the first call of one: it shows what a
+    command did, so it is not needed to build the command line (``--version``, ``--help``)."""
+
+    def __getattr__(self, name: str):
+        def call(*args, **kwargs):
+            from hybridsql import terminal as module
+
+            return getattr(module, name)(*args, **kwargs)
+
+        return call
+
+
+terminal = _Terminal()
+
+
+def visible(text: str) -> str:
+    """Text made harmless on a terminal line (search/snippets.py), imported when there is some."""
+    from hybridsql.search.snippets import visible as made_visible
+
+    return made_visible(text)
 
 
 def example(*lines: str) -> str:
@@ -126,11 +148,13 @@ def open_index(db: str, embedder, opening: str):
 
 
 def print_version(ctx, _param, value) -> None:
-    """--version: the version and the kernels' SIMD path, asked of the library only then."""
+    """--version: the version and the kernels' SIMD path, asked of the library only then
+    (``hybridsql --version`` alone is answered before this module is imported: __main__.py)."""
     if not value or ctx.resilient_parsing:
         return
-    simd = _native.simd_path() if _native.available() else "none: not built"
-    click.echo(f"hybridsql {__version__} (simd {simd})")
+    from hybridsql.db._native import version_line
+
+    click.echo(version_line())
     ctx.exit()
 
 
@@ -377,6 +401,8 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
                 f" {options['per_file']} results a file, merging neighbours"
                 " (--per-file 0: the rows are the results)"
             )
+        from hybridsql.search.statement import explain_sql
+
         click.echo(explain_sql(found.sql, found.params, found.embedded))
         return
     value = {

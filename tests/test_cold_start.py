@@ -109,3 +109,95 @@ def test_hybrid_search_imports_neither_onnxruntime_nor_numpy(tmp_path):
         text=True,
     ).stdout
     assert json.loads(found)["mode"] == "hybrid"
+
+
+# What each command may import (issue 42): the package's modules, and the top-level packages from
+# outside the standard library, by name; the standard library's by count, over what a bare
+# `python -c pass` of the same interpreter imports (their names move between Python versions).
+# A command that needs more is a change to this list, made on purpose.
+SEARCH_MODULES = {
+    *("hybridsql", "hybridsql.__main__", "hybridsql.cli", "hybridsql.errors", "hybridsql.locking"),
+    *("hybridsql.options", "hybridsql.db", "hybridsql.db._native", "hybridsql.db.extension"),
+    *("hybridsql.db.functions", "hybridsql.db.schema", "hybridsql.embedding"),
+    *("hybridsql.embedding.embedder", "hybridsql.embedding.engine"),
+    *("hybridsql.embedding.local_model", "hybridsql.embedding.providers"),
+    *("hybridsql.embedding.threads", "hybridsql.embedding.windows", "hybridsql.files"),
+    *("hybridsql.files.chunking", "hybridsql.files.discovery", "hybridsql.indexing"),
+    *("hybridsql.indexing.index", "hybridsql.memory", "hybridsql.memory.ranking"),
+    *("hybridsql.memory.recall", "hybridsql.memory.records", "hybridsql.memory.state"),
+    *("hybridsql.search", "hybridsql.search.files", "hybridsql.search.keywords"),
+    *("hybridsql.search.options", "hybridsql.search.results", "hybridsql.search.searcher"),
+    *("hybridsql.search.snippets", "hybridsql.search.statement"),
+}
+ALLOWED = {
+    "--version": (
+        {"hybridsql", "hybridsql.__main__", "hybridsql.db", "hybridsql.db._native"},
+        set(),
+        10,
+    ),
+    "search --mode keyword": (SEARCH_MODULES, {"click", "apsw"}, 60),
+    "search (hybrid)": (SEARCH_MODULES, {"click", "apsw"}, 60),
+}
+
+
+# The installed command's own lines (pip's console script), then sys.modules written at exit.
+COMMAND = """
+import atexit, sys
+atexit.register(lambda: print(" ".join(sys.modules), file=sys.stderr))
+if sys.argv[1:] != ["pass"]:
+    from hybridsql.__main__ import main
+    sys.exit(main())
+"""
+
+
+def import_set(*args: str) -> set:
+    """The modules a new ``hybridsql ARGS`` holds as it exits (``pass``: a bare interpreter)."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.__file__),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stderr.splitlines()[-1].split())
+
+
+@pytest.fixture(scope="module")
+def command_lines(tmp_path_factory):
+    """Each command of ALLOWED as run, on a keyword index and a hybrid one of one note."""
+    tmp = tmp_path_factory.mktemp("imports")
+    notes = tmp / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Alpha\n\nThe quick brown fox jumps over sqlite.\n")
+    dbs = {}
+    for embedder in ("none", "local"):
+        dbs[embedder] = str(tmp / f"{embedder}.db")
+        subprocess.run(
+            [HYBRIDSQL, "index", str(notes), "--db", dbs[embedder], "--embedder", embedder],
+            check=True,
+            capture_output=True,
+        )
+    return {
+        "--version": ["--version"],
+        "search --mode keyword": ["search", "fox", "--db", dbs["none"], "--mode", "keyword"],
+        "search (hybrid)": ["search", "fox", "--db", dbs["local"]],
+    }
+
+
+@pytest.mark.parametrize("command", list(ALLOWED))
+def test_each_command_imports_only_what_it_uses(command, command_lines):
+    """``hybridsql --version`` is answered before the command line is built (__main__.py): no
+    click, no search, no cffi parser. A search imports the search and the index, not pathspec
+    (which only indexing reads), HTTP (only the OpenAI provider) or the terminal module (only
+    a terminal's output)."""
+    ours, others, most = ALLOWED[command]
+    found = import_set(*command_lines[command]) - import_set("pass")
+    package = {m for m in found if m.split(".")[0] == "hybridsql"}
+    outside = {m.split(".")[0] for m in found if m.split(".")[0] not in sys.stdlib_module_names} - {
+        "hybridsql"
+    }
+    standard = {m for m in found if m.split(".")[0] in sys.stdlib_module_names}
+    assert sorted(package - ours) == []
+    assert sorted(outside - others) == []
+    assert len(standard) <= most, sorted(standard)

@@ -481,3 +481,21 @@ def test_vectors_of_another_model_are_never_mixed_in(scifact, tmp_path):
         even = copy.conn.execute("select count(*) from chunks where id % 2 = 0").fetchone()[0]
         assert even >= 150
         assert copy.embed_missing() == even  # switching back re-embeds what the other model held
+
+
+def test_a_query_searched_again_is_not_embedded_again(idx, monkeypatch):
+    """An MCP search_memory searches the memories, then the documents, with one query: the
+    second search takes the vector the first embedded (issue 42), and finds what it would."""
+    from hybridsql.search import searcher
+
+    embedded = []
+    real = searcher.sql_embed
+    monkeypatch.setattr(
+        searcher, "sql_embed", lambda conn, text: embedded.append(text) or real(conn, text)
+    )
+    query = "which editor settings does the team share for cache tests"
+    first = [r.as_dict() for r in idx.search(query, now=NOW)]
+    assert [r.as_dict() for r in idx.search(query, now=NOW)] == first
+    assert embedded == [query]
+    idx.search(query + " again", now=NOW)
+    assert embedded == [query, query + " again"]

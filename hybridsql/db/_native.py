@@ -66,11 +66,26 @@ def available() -> bool:
     return _open()[1] is not None
 
 
-def simd_path() -> str:
+def simd_path() -> str | None:
     """The SIMD path the kernels chose on this CPU: ``avx2+fma``, ``sse2``, ``neon`` or
-    ``generic``."""
-    ffi, lib = _open()
-    return ffi.string(lib.hs_simd_path()).decode()
+    ``generic``; None where the library is not built. Asked through ctypes, not cffi: it is all
+    that ``hybridsql --version`` asks of the library, and cffi's parsing of the declarations
+    above would be most of that command's time."""
+    import ctypes
+
+    try:
+        library = ctypes.CDLL(PATH)
+    except OSError:  # not built (a source checkout)
+        return None
+    library.hs_simd_path.restype = ctypes.c_char_p
+    return library.hs_simd_path().decode()
+
+
+def version_line() -> str:
+    """What ``hybridsql --version`` prints: the version and the kernels' SIMD path."""
+    from hybridsql import __version__
+
+    return f"hybridsql {__version__} (simd {simd_path() or 'none: not built'})"
 
 
 def first_nonfinite(blob: bytes) -> int:

@@ -5,14 +5,10 @@ picks one by name.
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -99,6 +95,12 @@ class OpenAIProvider(_ProbedDims):
         )
 
     def _request(self, batch: list[str]) -> np.ndarray:
+        # Here, not at the top: they are a third of a keyword search's imports, which asks
+        # for no embedding.
+        import http.client
+        import urllib.error
+        import urllib.request
+
         body = json.dumps({"model": self.model_id, "input": batch}).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env)
@@ -128,6 +130,8 @@ class OpenAIProvider(_ProbedDims):
             if retry_after.strip().isdigit():
                 wait = float(retry_after)
             else:
+                import email.utils
+
                 try:
                     wait = email.utils.parsedate_to_datetime(retry_after).timestamp() - time.time()
                 except (TypeError, ValueError):

@@ -12,10 +12,12 @@ import errno
 import os
 import stat
 from collections import Counter
-
-from pathspec import GitIgnoreSpec
+from typing import TYPE_CHECKING
 
 from hybridsql.errors import IndexingError
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 MARKDOWN = (".md", ".markdown")
 DEFAULT_GLOBS = ("*.md", "*.markdown")
@@ -34,9 +36,11 @@ def is_markdown(path: str) -> bool:
     return path.lower().endswith(MARKDOWN)
 
 
-def glob_spec(globs) -> GitIgnoreSpec:
+def glob_spec(globs) -> "GitIgnoreSpec":
     """The patterns that choose the files, matched without regard to case (``*.md`` takes
     ``README.MD``, as before patterns existed). Raises IndexingError for none or a bad one."""
+    from pathspec import GitIgnoreSpec  # here: a command that indexes nothing never loads it
+
     globs = [globs] if isinstance(globs, str) else list(globs)
     if not any(g.strip() and not g.strip().startswith("!") for g in globs):
         raise IndexingError("no glob pattern chooses any file: give at least one, like '*.md'")
@@ -75,6 +79,8 @@ def read_gitignore(root: str, rel: str, warnings: list):
             warnings.append([rel, "not read: not a regular file"])
             return None
         lines = f.read(MAX_GITIGNORE_BYTES).decode("utf-8", errors="replace").splitlines()
+    from pathspec import GitIgnoreSpec
+
     return GitIgnoreSpec.from_lines(lines)
 
 

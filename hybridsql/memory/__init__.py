@@ -28,28 +28,71 @@ one mixin per concern: ``writes``, ``sessions``, ``timeline``, ``recall`` (memor
 re-exports: ``from hybridsql.memory import ...`` names what it always did.
 """
 
-from hybridsql.memory.ranking import COLUMNS, RANKING_NUMBERS, RELEVANCE, Ranking, memory_profile
-from hybridsql.memory.recall import MemorySearch
-from hybridsql.memory.records import (
-    DAY,
-    MAX_MEMORY_CHARS,
-    MAX_NAME_CHARS,
-    MAX_TAGS,
-    PREVIEW_CHARS,
-    READ_ONLY_NOTE,
-    RELATED_TO,
-    SECTORS,
-    SUPERSEDES,
-    TIERS,
-    ExtractedEntry,
-    Memory,
-    MemoryHit,
-    Session,
-    SessionContext,
-    TimelineEntry,
-    transaction,
-)
-from hybridsql.memory.store import MemoryStore
+# What type checkers and editors see; at run time each name is imported on its first use (PEP
+# 562, as hybridsql's own face does), so that importing one module of the package (the command
+# line's options, a constant) does not import all of them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hybridsql.memory.ranking import (
+        COLUMNS,
+        RANKING_NUMBERS,
+        RELEVANCE,
+        Ranking,
+        memory_profile,
+    )
+    from hybridsql.memory.recall import MemorySearch
+    from hybridsql.memory.records import (
+        DAY,
+        MAX_MEMORY_CHARS,
+        MAX_NAME_CHARS,
+        MAX_TAGS,
+        PREVIEW_CHARS,
+        READ_ONLY_NOTE,
+        RELATED_TO,
+        SECTORS,
+        SUPERSEDES,
+        TIERS,
+        ExtractedEntry,
+        Memory,
+        MemoryHit,
+        Session,
+        SessionContext,
+        TimelineEntry,
+        transaction,
+    )
+    from hybridsql.memory.store import MemoryStore
+
+_HOMES = {
+    "hybridsql.memory.ranking": (
+        "COLUMNS",
+        "RANKING_NUMBERS",
+        "RELEVANCE",
+        "Ranking",
+        "memory_profile",
+    ),
+    "hybridsql.memory.recall": ("MemorySearch",),
+    "hybridsql.memory.records": (
+        "DAY",
+        "MAX_MEMORY_CHARS",
+        "MAX_NAME_CHARS",
+        "MAX_TAGS",
+        "PREVIEW_CHARS",
+        "READ_ONLY_NOTE",
+        "RELATED_TO",
+        "SECTORS",
+        "SUPERSEDES",
+        "TIERS",
+        "ExtractedEntry",
+        "Memory",
+        "MemoryHit",
+        "Session",
+        "SessionContext",
+        "TimelineEntry",
+        "transaction",
+    ),
+    "hybridsql.memory.store": ("MemoryStore",),
+}
+_HOME_OF = {name: home for home, names in _HOMES.items() for name in names}
 
 __all__ = [
     "COLUMNS",
@@ -77,3 +120,18 @@ __all__ = [
     "memory_profile",
     "transaction",
 ]
+
+
+def __getattr__(name: str):
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hybridsql.memory' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -10,46 +10,101 @@ The package by concern (each module's docstring says what it owns):
 - ``results``: SearchResult and SearchResults;
 - ``snippets``: snippets, highlighting, and ``visible`` text for a terminal.
 
-This module only re-exports: ``from hybridsql.search import ...`` names what it always did.
+This module only re-exports, each name on first use: ``from hybridsql.search import ...`` names
+what it always did.
 """
 
-from hybridsql.db.functions import BACKENDS
-from hybridsql.search.keywords import (
-    MAX_TERM_CHARS,
-    MAX_TERMS,
-    STOPWORDS,
-    KeywordPlan,
-    _like_pattern,
-    bounded,
-    clean_text,
-    keyword_plan,
-)
-from hybridsql.search.options import (
-    COUNTS,
-    FUSIONS,
-    KEYWORD_NORMS,
-    MAX_QUERY_CHARS,
-    MAX_RESULTS,
-    MODES,
-    NUMBERS,
-    SearchOptions,
-    finite,
-    params_limit,
-    unix_time,
-    whole,
-)
-from hybridsql.search.results import SearchResult, SearchResults
-from hybridsql.search.searcher import Searcher
-from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading, visible
-from hybridsql.search.statement import (
-    RESERVED,
-    RESULT_COLUMNS,
-    RRF_K,
-    Profile,
-    build_statement,
-    document_profile,
-    explain_sql,
-)
+# What type checkers and editors see; at run time each name is imported on its first use (PEP
+# 562, as hybridsql's own face does), so that importing one module of the package (the command
+# line's options, a constant) does not import all of them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hybridsql.db.functions import BACKENDS
+    from hybridsql.search.keywords import (
+        MAX_TERM_CHARS,
+        MAX_TERMS,
+        STOPWORDS,
+        KeywordPlan,
+        _like_pattern,
+        bounded,
+        clean_text,
+        keyword_plan,
+    )
+    from hybridsql.search.options import (
+        COUNTS,
+        FUSIONS,
+        KEYWORD_NORMS,
+        MAX_QUERY_CHARS,
+        MAX_RESULTS,
+        MODES,
+        NUMBERS,
+        SearchOptions,
+        finite,
+        params_limit,
+        unix_time,
+        whole,
+    )
+    from hybridsql.search.results import SearchResult, SearchResults
+    from hybridsql.search.searcher import Searcher
+    from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading, visible
+    from hybridsql.search.statement import (
+        RESERVED,
+        RESULT_COLUMNS,
+        RRF_K,
+        Profile,
+        build_statement,
+        document_profile,
+        explain_sql,
+    )
+
+_HOMES = {
+    "hybridsql.db.functions": ("BACKENDS",),
+    "hybridsql.search.keywords": (
+        "MAX_TERM_CHARS",
+        "MAX_TERMS",
+        "STOPWORDS",
+        "KeywordPlan",
+        "_like_pattern",
+        "bounded",
+        "clean_text",
+        "keyword_plan",
+    ),
+    "hybridsql.search.options": (
+        "COUNTS",
+        "FUSIONS",
+        "KEYWORD_NORMS",
+        "MAX_QUERY_CHARS",
+        "MAX_RESULTS",
+        "MODES",
+        "NUMBERS",
+        "SearchOptions",
+        "finite",
+        "params_limit",
+        "unix_time",
+        "whole",
+    ),
+    "hybridsql.search.results": (
+        "SearchResult",
+        "SearchResults",
+    ),
+    "hybridsql.search.searcher": ("Searcher",),
+    "hybridsql.search.snippets": (
+        "highlight_terms",
+        "make_snippet",
+        "matched_heading",
+        "visible",
+    ),
+    "hybridsql.search.statement": (
+        "RESERVED",
+        "RESULT_COLUMNS",
+        "RRF_K",
+        "Profile",
+        "build_statement",
+        "document_profile",
+        "explain_sql",
+    ),
+}
+_HOME_OF = {name: home for home, names in _HOMES.items() for name in names}
 
 __all__ = [
     "BACKENDS",
@@ -88,3 +143,18 @@ __all__ = [
     "visible",
     "whole",
 ]
+
+
+def __getattr__(name: str):
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hybridsql.search' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

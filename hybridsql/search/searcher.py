@@ -9,7 +9,8 @@ import json
 import re
 import time
 from array import array
-from dataclasses import asdict
+from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridsql.db.schema import FTS_TABLES, SCHEMA_VERSION, has_fts, schema_version
@@ -32,6 +33,8 @@ from hybridsql.search.statement import Profile, build_statement, document_profil
 if TYPE_CHECKING:  # imported on first use: numpy
     from hybridsql.db.vectors import VectorReader
 
+RECENT_QUERIES = 16  # the query vectors a Searcher keeps
+
 
 class Searcher:
     """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
@@ -42,6 +45,9 @@ class Searcher:
         self.embedder = embedder
         self.native = native
         self.readers: dict = {}  # numpy or python -> VectorReader, which keeps the blocks it read
+        # The last queries' vectors: an MCP search_memory searches the memories, then the
+        # documents, with one query, and embedding it was most of each search.
+        self.recent: OrderedDict = OrderedDict()
         self.fts = has_fts(conn)
         # An index of schema 5 (searched read-only before its upgrade) has no Thai, Lao, Myanmar
         # or Khmer in its trigram tables: LIKE looks for those trigrams in every chunk.
@@ -74,7 +80,7 @@ class Searcher:
                     f"{self.embedder.model_id} cannot read this query: keyword-only search"
                 )
                 mode, query_vector = "keyword", None
-        opts = SearchOptions(**{**asdict(opts), "mode": mode})
+        opts = replace(opts, mode=mode)
         plan = keyword_plan(
             query, self.fts, opts.prefix, FTS_TABLES[profile.kind], self.like_trigrams
         )
@@ -132,7 +138,18 @@ class Searcher:
         """(the query's float32 vector as bytes, the text whose embed() in this connection's
         SQL gives it, or None): the extension's embed() where the provider is the local model
         (no onnxruntime, no numpy), on this connection or, where it has no extension, on the
-        process's own; else the embedder."""
+        process's own; else the embedder. One of the last RECENT_QUERIES is not embedded again."""
+        key = (self.embedder.model_id, query)
+        if key in self.recent:
+            self.recent.move_to_end(key)
+            return self.recent[key]
+        found = self._embed_new(query)
+        self.recent[key] = found
+        if len(self.recent) > RECENT_QUERIES:
+            self.recent.popitem(last=False)
+        return found
+
+    def _embed_new(self, query: str) -> tuple:
         from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
 
         conn = self.conn if self.native else engine_connection()

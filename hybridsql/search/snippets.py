@@ -51,11 +51,36 @@ def _typed_terms(query: str):
         yield from _WORD.findall(piece.strip(_EDGES))
 
 
-# Letters, digits and _ but not TRIGRAM_SCRIPTS: what a marked word may not continue into. An
-# identifier such as ERR_INVALID_ARG_TYPE is one word, so ERR does not mark a piece of it. The
-# class holds both cases already, so IGNORECASE is turned off inside it: case-folding its Unicode
-# ranges made compiling a search's pattern take about 20 ms, every search of a new process.
-_WORD_CHAR = f"(?-i:[^\\W{TRIGRAM_SCRIPTS}])"
+# A marked word may not continue into a letter, digit or _ that is not in TRIGRAM_SCRIPTS (an
+# identifier such as ERR_INVALID_ARG_TYPE is one word, so ERR does not mark a piece of it). As a
+# character class of those scripts' ranges that costs every new set of query terms most of a warm
+# search: `re` expands the ranges code point by code point each time it compiles a pattern
+# holding it (3.5 ms a new set of terms, issue 42). So the pattern reads a copy of the text where
+# each character of those scripts is one character of plane 15's private use area (U+F0000 + its
+# lowercase's code point), no word character and caseless, and a word's edges are plain `\w`
+# look-arounds. The copy has the same length, so its matches are the text's; each such
+# character's lowercase is one character of those scripts and `re` folds no other character to
+# one (tests/test_snippets.py checks each), so IGNORECASE matches as in the text. Text or terms
+# that hold a character of plane 15 themselves are marked with the class.
+_PRIVATE = 0xF0000
+_PLANE_15 = re.compile("[\U000f0000-\U000fffff]")
+_WORD_CHAR = f"(?-i:[^\\W{TRIGRAM_SCRIPTS}])"  # the class; IGNORECASE off inside it: faster
+
+
+def _private(run: str) -> str:
+    return "".join(chr(_PRIVATE + ord(c.lower())) for c in run)
+
+
+def _comparable(text: str) -> str | None:
+    """``text`` with its characters of TRIGRAM_SCRIPTS in the private use area (``_private``);
+    None where it holds a character of plane 15 already."""
+    if text.isascii():
+        return text
+    if _PLANE_15.search(text):
+        return None
+    if not _SCRIPT_RUN.search(text):
+        return text
+    return _SCRIPT_RUN.sub(lambda m: _private(m.group()), text)
 
 
 def _inflected(term: str) -> str:
@@ -78,9 +103,9 @@ def _inflected(term: str) -> str:
     return word + "(?:" + "|".join(suffixes) + ")?"
 
 
-@functools.lru_cache(maxsize=64)
-def _mark_pattern(terms: tuple, prefix: bool = False):
-    """The regex that finds ``terms``, longest first; built once per search, not per result.
+class _Marks:
+    """What marks a search's terms in its results' text; built once per search, not per result
+    (``_marks``).
 
     Terms in TRIGRAM_SCRIPTS (a query's trigrams, short pieces, its runs of punctuation) match
     anywhere, as the trigram table matches them. Other terms mark whole words only: the word
@@ -88,65 +113,93 @@ def _mark_pattern(terms: tuple, prefix: bool = False):
     prefixes) any word that starts with it, marked whole (``auth`` marks ``authentication``).
     One look-behind for all the words, where one per term made Python try every term at every
     position (5 x slower). Script terms go first: one that matches where a word does is the
-    longer.
+    longer. The pattern reads the text's copy with those scripts in the private use area
+    (``_comparable``).
     """
-    ordered = sorted(terms, key=len, reverse=True)
-    script = [re.escape(t) for t in ordered if _SCRIPT_RUN.search(t)]
-    plain = [t for t in ordered if not _SCRIPT_RUN.search(t)]
-    if prefix:
-        words = f"(?:{'|'.join(map(re.escape, plain))}){_WORD_CHAR}*"
-    else:
-        words = f"(?:{'|'.join(map(_inflected, plain))})(?!{_WORD_CHAR})"
-    groups = script + ([rf"(?<!{_WORD_CHAR}){words}"] if plain else [])
-    return re.compile("|".join(groups), re.IGNORECASE)
+
+    def __init__(self, terms: tuple, prefix: bool):
+        ordered = sorted(terms, key=len, reverse=True)
+        self.script = [t for t in ordered if _SCRIPT_RUN.search(t)]
+        self.plain = [t for t in ordered if not _SCRIPT_RUN.search(t)]
+        self.prefix = prefix
+        comparable = [_comparable(t) for t in self.script + self.plain]
+        self.pattern = None
+        if None not in comparable:
+            self.pattern = self._compile(comparable[: len(self.script)], self.plain, r"\w")
+        # Where each script term starts, overlapping ones too (a look-ahead matches at every
+        # place): the trigrams of a stretch the text shares with the query overlap, and together
+        # they mark all of it. Literal terms: it reads the text itself.
+        escaped = "|".join(map(re.escape, self.script))
+        self.starts = re.compile(f"(?=({escaped}))", re.IGNORECASE) if self.script else None
+
+    def _compile(self, script: list, plain: list, word_char: str):
+        if self.prefix:
+            words = f"(?:{'|'.join(map(re.escape, plain))}){word_char}*"
+        else:
+            words = f"(?:{'|'.join(map(_inflected, plain))})(?!{word_char})"
+        groups = list(map(re.escape, script)) + ([rf"(?<!{word_char}){words}"] if plain else [])
+        return re.compile("|".join(groups), re.IGNORECASE)
+
+    @functools.cached_property
+    def with_class(self):
+        """The pattern that reads the text itself, for text or terms with plane 15 in them."""
+        return self._compile(self.script, self.plain, _WORD_CHAR)
+
+    def _matches(self, text: str):
+        """(the text the pattern reads, the pattern): the copy where it can be made."""
+        comparable = _comparable(text) if self.pattern is not None else None
+        if comparable is None:
+            return text, self.with_class
+        return comparable, self.pattern
+
+    def first(self, text: str) -> int | None:
+        """Where the first marked term starts in ``text``, or None."""
+        comparable, pattern = self._matches(text)
+        found = pattern.search(comparable)
+        return None if found is None else found.start()
+
+    def mark(self, text: str) -> str:
+        """``text`` with what the terms match in <mark>: the pattern's matches and every place of
+        a script term, joined where they overlap or touch, so that a stretch of CJK or Thai
+        that matched trigram after trigram is one mark."""
+        comparable, pattern = self._matches(text)
+        spans = [m.span() for m in pattern.finditer(comparable)]
+        if self.starts is not None:
+            spans += [(m.start(), m.start() + len(m.group(1))) for m in self.starts.finditer(text)]
+        merged: list[list] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            elif end > start:
+                merged.append([start, end])
+        out, at = [], 0
+        for start, end in merged:
+            out += [text[at:start], "<mark>", text[start:end], "</mark>"]
+            at = end
+        return "".join(out) + text[at:]
 
 
 @functools.lru_cache(maxsize=64)
-def _script_pattern(terms: tuple):
-    """Where each term in TRIGRAM_SCRIPTS starts, overlapping ones too (a look-ahead matches
-    at every place): the trigrams of a stretch the text shares with the query overlap, and
-    together they mark all of it. None when no term is in those scripts."""
-    script = [re.escape(t) for t in sorted(terms, key=len, reverse=True) if _SCRIPT_RUN.search(t)]
-    return re.compile(f"(?=({'|'.join(script)}))", re.IGNORECASE) if script else None
-
-
-def _marked(text: str, terms: tuple, prefix: bool) -> str:
-    """``text`` with what ``terms`` match in <mark>: the matches of ``_mark_pattern`` and every
-    place of a script term, joined where they overlap or touch, so that a stretch of CJK or Thai
-    that matched trigram after trigram is one mark."""
-    spans = [m.span() for m in _mark_pattern(terms, prefix).finditer(text)]
-    script = _script_pattern(terms)
-    if script is not None:
-        spans += [(m.start(), m.start() + len(m.group(1))) for m in script.finditer(text)]
-    merged: list[list] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        elif end > start:
-            merged.append([start, end])
-    out, at = [], 0
-    for start, end in merged:
-        out += [text[at:start], "<mark>", text[start:end], "</mark>"]
-        at = end
-    return "".join(out) + text[at:]
+def _marks(terms: tuple, prefix: bool = False) -> _Marks:
+    return _Marks(terms, prefix)
 
 
 def make_snippet(text: str, terms, width: int = 240, prefix: bool = False) -> str:
     """About ``width`` characters of ``text`` around the first query term, terms in <mark>
-    (whole words only: see ``_mark_pattern``)."""
+    (whole words only: see ``_marks``)."""
     if not terms:
         return text[:width].strip() + ("…" if len(text) > width else "")
-    terms = tuple(terms)
-    first = _mark_pattern(terms, prefix).search(text)
-    start = max(0, first.start() - width // 3) if first else 0
-    piece = _marked(text[start : start + width], terms, prefix)
+    marks = _marks(tuple(terms), prefix)
+    first = marks.first(text)
+    start = max(0, first - width // 3) if first is not None else 0
+    piece = marks.mark(text[start : start + width])
     return ("…" if start else "") + piece.strip() + ("…" if start + width < len(text) else "")
 
 
 def matched_heading(text: str, heading: str, start_line: int, terms, prefix: bool) -> str:
     """The heading path over the first line a snippet marks: a chunk of several sections is
     labelled by the section that matched. The chunk's own ``heading`` where nothing is marked."""
-    first = _mark_pattern(tuple(terms), prefix).search(text) if terms else None
+    first = _marks(tuple(terms), prefix).first(text) if terms else None
     if first is None:
         return heading
-    return heading_at(text, heading, text.count("\n", 0, first.start()), start_line == 1)
+    return heading_at(text, heading, text.count("\n", 0, first), start_line == 1)
