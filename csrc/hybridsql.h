@@ -27,16 +27,20 @@ HS_EXPORT int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t
 HS_EXPORT double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
 
 /* The embedding model's engine (model/model.h is its contract; struct HsModel is its HsModel),
-** the SIMD path of its matmul, and one function for the tests: the vector of word-piece ids, as
-** hs_model_embed makes it from a text's (-1 when an id is not in the vocabulary). */
+** the SIMD path of its matmul, the ids it reads of a text, and one function for the tests: the
+** vector of ids, as hs_model_embed makes it from a text's (-1 when an id is not in the word
+** table).  role: 0 a query, 1 a document. */
 HS_EXPORT int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 HS_EXPORT struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 HS_EXPORT void hs_model_free(struct HsModel *m);
 HS_EXPORT const char *hs_model_simd(void);
 HS_EXPORT const char *hs_model_id(const struct HsModel *m);
 HS_EXPORT int hs_model_dims(const struct HsModel *m);
-HS_EXPORT int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
-                             int (*stop)(void *), void *arg);
+HS_EXPORT int hs_model_window(const struct HsModel *m);
+HS_EXPORT int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, int role,
+                             float *out, int (*stop)(void *), void *arg);
+HS_EXPORT int64_t hs_model_tokens(const struct HsModel *m, const char *text, int64_t len, int role,
+                                  int most, int32_t *ids, int64_t cap);
 HS_EXPORT int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n,
                                  float *out);
 

@@ -201,9 +201,9 @@ def test_a_flipped_bit_anywhere_is_refused(model_bytes):
 
 def test_another_version_is_refused_with_one_line(model_bytes):
     data = bytearray(model_bytes)
-    data[16:20] = struct.pack("<I", 2)
+    data[16:20] = struct.pack("<I", 3)
     assert refusal(resealed(data)) == (
-        f"the model file has format version 2, this hybridsql reads version 1: {REMAKE}"
+        f"the model file has format version 3, this hybridsql reads versions 1 and 2: {REMAKE}"
     )
 
 
@@ -243,7 +243,7 @@ def test_the_header_alone_gives_the_line_the_whole_file_would(model_bytes):
     """hs_model_header, which a reader asks before it reads the rest of a file, refuses exactly
     the files whose header hs_model_open refuses, with the same line, and bounds the size."""
     other_version = bytearray(model_bytes)
-    other_version[16:20] = struct.pack("<I", 2)
+    other_version[16:20] = struct.pack("<I", 3)
     huge = bytearray(model_bytes[:128])
     huge[24:32] = struct.pack("<Q", 2 << 30)
     for data in (b"", model_bytes[:100], model_bytes[:5000], model_bytes + bytes(64)):

@@ -2,9 +2,14 @@
 ** embed() in SQL: the embedding engine of csrc/model/model.h behind two SQL functions, and the
 ** model file it runs, found, read once per process and shared by every connection.
 **
-**   embed(text)                -> BLOB, float32 little-endian, 384 values
-**       the text's vector by all-MiniLM-L6-v2 (int8), as the Python layer's local model.
+**   embed(text)                -> BLOB, float32 little-endian, the model's dims (384)
+**       the text's vector as a query: the model's query prefix before it (e5's "query: "), as
+**       the Python layer embeds a search's query.
 **       select length(embed('how do I log in')) -> 1536
+**   embed(text, role)          -> BLOB
+**       role 'query' is embed(text); 'document' embeds the text as the index's chunks are
+**       embedded (the model's document prefix, e5's "passage: ").
+**       select embed('the deploy freeze starts Friday', 'document')
 **   hybridsql_model(source)    -> TEXT, the model's id
 **       makes this connection's embed() run the model file at the path source (TEXT), or the
 **       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsmodel')
@@ -12,12 +17,16 @@
 **
 ** Requirements (the extension's numbers: csrc/hybridsql.c says where 1 to 11 are):
 **
-** 12. embed(text): NULL in gives NULL out; a text gives the BLOB of hs_model_dims() float32
-**    values that hs_model_embed() computes (its windows, pooling and zero vector); any other
-**    type is the error "embed(): 1st argument must be text, got blob" (as the Python embed()).
-**    Not DETERMINISTIC: which model file runs depends on the process and the connection
-**    (Requirement 13), and the SIMD path may change the last bits.  A constant argument (a
-**    literal, a bound parameter) is embedded once per statement (sqlite3_set_auxdata).
+** 12. embed(text[, role]): NULL in gives NULL out; a text gives the BLOB of hs_model_dims()
+**    float32 values that hs_model_embed() computes (its prefix, windows, pooling and zero
+**    vector); any other type is the error "embed(): 1st argument must be text, got blob" (as the
+**    Python embed()).  The role is 'query' (the default: a hybrid statement, written by hand or
+**    printed by --explain, passes the user's question) or 'document'; anything else, NULL
+**    included, is the error "embed(): 2nd argument must be 'query' or 'document', got 'X'"
+**    (got integer, got NULL ... for another type).  Not DETERMINISTIC: which model file runs
+**    depends on the process and the connection (Requirement 13), and the SIMD path may change
+**    the last bits.  A constant argument (a literal, a bound parameter) is embedded once per
+**    statement and role (sqlite3_set_auxdata).
 ** 13. The model a connection's embed() runs is the first of: the one hybridsql_model() named
 **    on it; the file $HYBRIDSQL_MODEL; the model the database keeps in its table
 **    main.hybridsql_model (Requirement 16); the file HS_MODEL_FILE beside the loaded library;
@@ -1030,18 +1039,43 @@ static int stop_if_interrupted(void *db) {
 static int stop_if_interrupted(void *db) { return sqlite3_is_interrupted((sqlite3 *)db); }
 #endif
 
+/* A vector kept for a constant argument (sqlite3_set_auxdata), with the role it was made for. */
+typedef struct {
+  int role;
+  float v[];
+} Kept;
+
+/* Requirement 12's role, from the 2nd argument; -1 with msg written when it is none. */
+static int role_of(sqlite3_value *arg, char *msg, size_t cap) {
+  const char *text = (const char *)sqlite3_value_text(arg);
+  if (sqlite3_value_type(arg) == SQLITE_TEXT && text) {
+    if (strcmp(text, "query") == 0) return HS_MODEL_QUERY;
+    if (strcmp(text, "document") == 0) return HS_MODEL_DOCUMENT;
+    snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got '%.40s%s'", text,
+             strlen(text) > 40 ? "..." : "");
+  } else {
+    snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got %s",
+             sqlite3_value_type(arg) == SQLITE_NULL ? "NULL" : sql_type(arg));
+  }
+  return -1;
+}
+
 /* Requirement 12. */
 static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
   int type = sqlite3_value_type(argv[0]);
+  char msg[160];
   if (type == SQLITE_NULL) return;
   if (type != SQLITE_TEXT) {
-    char msg[96];
     snprintf(msg, sizeof msg, "embed(): 1st argument must be text, got %s", sql_type(argv[0]));
     sqlite3_result_error(ctx, msg, -1);
     return;
   }
-  const float *kept = sqlite3_get_auxdata(ctx, 0);
+  int role = argc < 2 ? HS_MODEL_QUERY : role_of(argv[1], msg, sizeof msg);
+  if (role < 0) {
+    sqlite3_result_error(ctx, msg, -1);
+    return;
+  }
+  const Kept *kept = sqlite3_get_auxdata(ctx, 0);
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR];
   sqlite3 *db = sqlite3_context_db_handle(ctx);
@@ -1063,20 +1097,21 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   int dims = hs_model_dims(model->model);
   int bytes = dims * (int)sizeof(float);
-  if (kept) {
-    sqlite3_result_blob(ctx, kept, bytes, SQLITE_TRANSIENT);
+  if (kept && kept->role == role) {
+    sqlite3_result_blob(ctx, kept->v, bytes, SQLITE_TRANSIENT);
     return;
   }
   const char *text = (const char *)sqlite3_value_text(argv[0]);
   int len = sqlite3_value_bytes(argv[0]);
-  float *out = sqlite3_malloc(bytes);
+  Kept *out = sqlite3_malloc((int)sizeof(Kept) + bytes);
   if (!out || (!text && len > 0)) {
     sqlite3_free(out);
     sqlite3_result_error_nomem(ctx);
     return;
   }
+  out->role = role;
   int (*stop)(void *) = sqlite3_libversion_number() >= 3041000 ? stop_if_interrupted : 0;
-  int rc = hs_model_embed(model->model, text ? text : "", len, out, stop, db);
+  int rc = hs_model_embed(model->model, text ? text : "", len, role, out->v, stop, db);
   if (rc != HS_MODEL_OK) {
     sqlite3_free(out);
     if (rc == HS_MODEL_STOPPED) {
@@ -1088,7 +1123,7 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     }
     return;
   }
-  sqlite3_result_blob(ctx, out, bytes, SQLITE_TRANSIENT);
+  sqlite3_result_blob(ctx, out->v, bytes, SQLITE_TRANSIENT);
   sqlite3_set_auxdata(ctx, 0, out, sqlite3_free); /* frees it at once where it cannot keep it */
 }
 
@@ -1150,6 +1185,12 @@ int hs_embed_register(sqlite3 *db) {
                                       conn_release);
   if (rc != SQLITE_OK) {
     sqlite3_free(c); /* the destructor dropped embed()'s reference; this is the other */
+    return rc;
+  }
+  c->refs++; /* embed(text, role), the same function with a reference of its own */
+  rc = sqlite3_create_function_v2(db, "embed", 2, SQLITE_UTF8, c, embed_func, 0, 0, conn_release);
+  if (rc != SQLITE_OK) {
+    conn_release(c); /* hybridsql_model()'s reference: embed()'s goes with the connection */
     return rc;
   }
   return sqlite3_create_function_v2(db, "hybridsql_model", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, c,

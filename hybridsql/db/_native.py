@@ -29,8 +29,11 @@ void hs_model_free(struct HsModel *m);
 const char *hs_model_simd(void);
 const char *hs_model_id(const struct HsModel *m);
 int hs_model_dims(const struct HsModel *m);
-int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+int hs_model_window(const struct HsModel *m);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, int role, float *out,
                    int (*stop)(void *), void *arg);
+int64_t hs_model_tokens(const struct HsModel *m, const char *text, int64_t len, int role,
+                        int most, int32_t *ids, int64_t cap);
 int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
 """
 
@@ -138,6 +141,15 @@ def model_header(head: bytes, size: int) -> str | None:
     return ffi.string(err).decode() if lib.hs_model_header(head, size, err, len(err)) else None
 
 
+ROLES = {"query": 0, "document": 1}  # HS_MODEL_QUERY, HS_MODEL_DOCUMENT of csrc/model/model.h
+
+
+def _role(role: str) -> int:
+    if role not in ROLES:
+        raise ValueError(f"role must be 'query' or 'document', got {role!r}")
+    return ROLES[role]
+
+
 class Model:
     """A model file's bytes (embedding/model_file.py) opened by the C engine (csrc/model/model.c):
     ``Model(data)`` raises EmbeddingError with the engine's one line when it refuses them.
@@ -162,18 +174,31 @@ class Model:
         self._model = ffi.gc(model, lib.hs_model_free)
         self.model_id = ffi.string(lib.hs_model_id(model)).decode()
         self.dims = lib.hs_model_dims(model)
+        self.window = lib.hs_model_window(model)
 
-    def embed(self, text: str, stop=None) -> bytes | None:
-        """``text``'s vector, a float32 blob of ``dims``; None when ``stop()``, asked between
-        two windows, said True."""
+    def embed(self, text: str, stop=None, role: str = "query") -> bytes | None:
+        """``text``'s vector as a ``role`` ("query", as SQL embed(text), or "document"), a
+        float32 blob of ``dims``; None when ``stop()``, asked between two windows, said True."""
         ffi, lib = _open()
         raw = text.encode("utf-8", "surrogatepass")
         out = ffi.new("float[]", self.dims)
         asked = ffi.callback("int(void *)", lambda _: bool(stop())) if stop else ffi.NULL
-        rc = lib.hs_model_embed(self._model, raw, len(raw), out, asked, ffi.NULL)
+        rc = lib.hs_model_embed(self._model, raw, len(raw), _role(role), out, asked, ffi.NULL)
         if rc == 2:
             raise MemoryError
         return bytes(ffi.buffer(out)) if rc == 0 else None
+
+    def tokens(self, text: str, role: str = "query", most: int = 8) -> list:
+        """The ids the model reads of ``text`` as a ``role`` in ``most`` windows: its prefix's
+        and the text's, no [CLS]/[SEP]."""
+        ffi, lib = _open()
+        raw = text.encode("utf-8", "surrogatepass")
+        cap = most * (self.window - 2)
+        ids = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_model_tokens(self._model, raw, len(raw), _role(role), most, ids, cap)
+        if n < 0:
+            raise MemoryError("hs_model_tokens(): no memory")
+        return list(ids[0:n])
 
     def embed_ids(self, ids: list) -> bytes:
         """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""
