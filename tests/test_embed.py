@@ -731,7 +731,7 @@ def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
     class Model:
         """The engine, counting the times it asks whether to stop; the first one interrupts."""
 
-        def embed(self, text, stop):
+        def embed(self, text, stop, role):
             def asking():
                 asked.append(text)
                 if len(asked) == 1:

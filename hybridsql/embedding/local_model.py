@@ -82,20 +82,20 @@ def _written(path: Path):
     """The model written at ``path`` and opened; made in memory where it cannot be written."""
     from hybridsql.db import _native
     from hybridsql.embedding import engine
-    from hybridsql.embedding.model_file import model_bytes
+    from hybridsql.embedding.convert import minilm_bytes
     from hybridsql.errors import EmbeddingError
 
     try:
         engine.write_model(path)
     except EmbeddingError:  # a cache folder that cannot be written
-        return _native.Model(model_bytes())
+        return _native.Model(minilm_bytes())
     return _open(path)
 
 
 def _vocab():
     """The C tokenizer over the model's vocabulary, read once per process."""
     from hybridsql.db import _native
-    from hybridsql.embedding.model_file import vocabulary
+    from hybridsql.embedding.convert import vocabulary
 
     with _local_lock:
         if not _local_vocab:
@@ -183,9 +183,11 @@ class LocalProvider:
         most = self.max_windows * (self.window - 2)
         return vocab.tokenize(text.encode("utf-8", "surrogatepass"), self.max_windows, most)
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``, one at a time on each of ``threads`` cores at once (the longest
-        first, so that the threads end together); rows come back in the order given."""
+    def embed(self, texts: Sequence[str], role: str = "document") -> np.ndarray:
+        """Embed ``texts`` as documents (what an index holds), or as queries with ``role``
+        "query" (the vectors of SQL embed(text)), one at a time on each of ``threads`` cores at
+        once (the longest first, so that the threads end together); rows come back in the
+        order given."""
         import numpy as np
 
         from hybridsql.embedding.engine import WINDOWS
@@ -202,14 +204,13 @@ class LocalProvider:
                 raise _Interrupted
             i = order[k]
             if vocab is None:
-                vector = model.embed(texts[i], stop)
+                vector = model.embed(texts[i], stop, role)
                 if vector is None:  # stop() said so between two windows
                     raise _Interrupted
             else:
-                pieces = self._pieces(vocab, texts[i])
-                if vocab.readable_share(pieces) < READABLE:
+                if vocab.readable_share(self._pieces(vocab, texts[i])) < READABLE:
                     return
-                vector = model.embed_ids(pieces)
+                vector = model.embed_ids(model.tokens(texts[i], role, self.max_windows))
             out[i] = np.frombuffer(vector, dtype=np.float32)
 
         _spread(run, len(texts), self.threads)
