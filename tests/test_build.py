@@ -156,6 +156,8 @@ def test_the_exports_are_those_of_the_header():
         "hs_model_id",
         "hs_model_open",
         "hs_model_simd",
+        "hs_model_tokens",
+        "hs_model_window",
         "hs_readable_share",
         "hs_simd_path",
         "hs_tokenize",

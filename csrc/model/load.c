@@ -197,7 +197,7 @@ static int read_id(HsModel *m, const uint8_t *id, size_t field) {
 
 /* The shapes both formats give (dims, layers, heads, ffn, vocab, positions, token types):
 ** sizes this engine can run, the epsilon a LayerNorm's. */
-static int fits(const HsModel *m, int types_least) {
+static int shapes_fit(const HsModel *m, int types_least) {
   return m->dims >= HS_BLOCK && m->dims <= 4096 && m->dims % HS_BLOCK == 0 && m->layers >= 1 &&
          m->layers <= 64 && m->heads >= 1 && m->dims % m->heads == 0 &&
          m->dims / m->heads <= HS_HEAD && m->ffn >= HS_BLOCK && m->ffn <= 16384 &&
@@ -206,7 +206,7 @@ static int fits(const HsModel *m, int types_least) {
          m->eps < 1;
 }
 
-/* Reads the 7 uint32 shapes at p into m, each clipped to what an int holds (fits() bounds). */
+/* Reads the 7 uint32 shapes at p into m, each clipped to what an int holds (shapes_fit() bounds). */
 static void read_shapes(HsModel *m, const uint8_t *p, uint32_t *raw) {
   int *to[7] = {&m->dims, &m->layers, &m->heads, &m->ffn, &m->vocab, &m->positions, &m->types};
   for (int i = 0; i < 7; i++) {
@@ -252,7 +252,7 @@ static HsModel *open_v1(const uint8_t *p, size_t n, char *err, size_t errcap) {
   read_shapes(m, p + 80, raw);
   m->eps = f32_at(p + 108);
   uint32_t vocab_bytes = u32_at(p + 112);
-  if (!fits(m, 1) || m->positions < HS_MINILM_WINDOW) return refuse_shapes(m, raw, err, errcap);
+  if (!shapes_fit(m, 1) || m->positions < HS_MINILM_WINDOW) return refuse_shapes(m, raw, err, errcap);
   m->pooling = HS_POOL_MEAN;
   m->normalise = 1;
   m->window = HS_MINILM_WINDOW;
@@ -333,7 +333,7 @@ static HsModel *open_v2(const uint8_t *p, size_t n, char *err, size_t errcap) {
   uint32_t shapes[7] = {v[1], v[2], v[3], v[4], v[5], v[6], v[8]};
   read_shapes(m, (const uint8_t *)shapes, raw);
   m->eps = f32_at(p + 228);
-  if (!fits(m, 0)) return refuse_shapes(m, raw, err, errcap);
+  if (!shapes_fit(m, 0)) return refuse_shapes(m, raw, err, errcap);
   uint32_t architecture = v[0], offset = v[7], activation = v[10], kind = v[19];
   uint32_t token_bytes = v[20], prefix_bytes[2] = {v[21], v[22]}, word_type = v[23], position_type = v[24];
   int32_t special[4];

