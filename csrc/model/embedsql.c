@@ -1132,15 +1132,16 @@ done:
   " name a model with hybridsql_model('NAME') or $HYBRIDSQL_MODEL"
 
 /* The text of column in the row of HS_INDEX_TABLE, through a BLOB handle (so that nothing more
-** of it is read): its bytes into out (NUL-terminated, cap - 1 at most) and 0; 1 where it has more
-** bytes than that; -1 where it cannot be read (*rc says why). */
+** of it is read): its bytes into out (NUL-terminated, cap - 1 at most; *bytes of them, a NUL
+** among them counted) and 0; 1 where it has more bytes than that; -1 where it cannot be read
+** (*rc says why). */
 static int short_text(sqlite3 *db, const char *column, sqlite3_int64 row, char *out, int cap,
-                      int *rc) {
+                      int *bytes, int *rc) {
   sqlite3_blob *b = 0;
   int result = 1;
   *rc = sqlite3_blob_open(db, "main", HS_INDEX_TABLE, column, row, 0, &b);
   if (*rc == SQLITE_OK) {
-    int n = sqlite3_blob_bytes(b);
+    int n = *bytes = sqlite3_blob_bytes(b);
     if (n < cap) {
       *rc = n ? sqlite3_blob_read(b, out, n, 0) : SQLITE_OK;
       out[n] = 0;
@@ -1185,9 +1186,11 @@ static Looked model_of_index(sqlite3 *db, const Model **found, char *err) {
       refused(err, why, HS_RECORD);
       goto done;
     }
-    int got = short_text(db, columns[i], sqlite3_column_int64(st, 0), text[i], sizeof text[i], &rc);
+    int bytes = 0;
+    int got = short_text(db, columns[i], sqlite3_column_int64(st, 0), text[i], sizeof text[i],
+                         &bytes, &rc);
     if (got < 0) goto read_failed;
-    named[i] = got == 0 && is_model_id(text[i], strlen(text[i]));
+    named[i] = got == 0 && is_model_id(text[i], (size_t)bytes); /* a NUL inside is no name */
   }
   /* Another provider's model_id is its own name, any text (a model of llm's may be
   ** "sentence-transformers/all-MiniLM-L6-v2"): shown only where it is a name. */

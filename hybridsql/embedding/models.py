@@ -190,15 +190,18 @@ def resolve(model: str | os.PathLike | None = None) -> LocalModel:
     if not isinstance(text, str) or not text:
         raise EmbeddingError(f"a model is named by a name or a path, not {model!r}")
     if names_a_model(text):
-        return named(text)
-    path = Path(text)
-    if path.is_dir():
-        return _converted(path)
-    if path.is_file():
-        return _copied(path)
+        found = named(text)
+        if found.known is not None or found.path.is_file():
+            return found
+    else:
+        path = Path(text)
+        if path.is_dir():
+            return _converted(path)
+        if path.is_file():
+            return _copied(path)
     raise EmbeddingError(
-        f"unknown model {text!r}: name one of {', '.join(KNOWN)}, a converted model's id, a"
-        " model file or a Hugging Face folder"
+        f"unknown model {text!r}: name one of {', '.join(KNOWN)}, a converted model's id (its"
+        f" file ID.hsmodel in {cache_path('ID').parent}), a model file or a Hugging Face folder"
     )
 
 
