@@ -120,7 +120,7 @@ static void check_line(const char *err, size_t cap) {
 ** where asked, a text of two windows. */
 static void embed_checked(const HsModel *m, float *out, int two_windows) {
   int dims = hs_model_dims(m);
-  if (hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), out, NULL, NULL) != HS_MODEL_OK)
+  if (hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, out, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed", NULL);
   double norm = 0;
   int finite = 1;
@@ -133,13 +133,13 @@ static void embed_checked(const HsModel *m, float *out, int two_windows) {
   float *other = malloc(sizeof(float) * (size_t)dims);
   char long_text[2 * LONG_PIECES];
   if (!other) fail("no memory", NULL);
-  if (hs_model_embed(m, "", 0, other, NULL, NULL) != HS_MODEL_OK)
+  if (hs_model_embed(m, "", 0, HS_MODEL_QUERY, other, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed the empty text", NULL);
   for (int i = 0; i < LONG_PIECES; i++) {
     long_text[2 * i] = (char)('a' + i % 26);
     long_text[2 * i + 1] = ' ';
   }
-  if (two_windows && hs_model_embed(m, long_text, sizeof long_text, other, NULL, NULL) != HS_MODEL_OK)
+  if (two_windows && hs_model_embed(m, long_text, sizeof long_text, HS_MODEL_QUERY, other, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed a text of two windows", NULL);
   free(other);
 }
