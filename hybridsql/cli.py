@@ -266,6 +266,7 @@ def check_stored(conn, db: str, model) -> None:
         "hybridsql index examples/memory --db mem.db",
         "hybridsql index notes --glob '*.md' --glob '*.txt' --glob '!drafts/' --db mem.db",
         "hybridsql index ~/notes --db notes.db --embedder none   # keyword-only, no model",
+        "hybridsql index notes --db mem.db --model multilingual-e5-small --reembed",
         "hybridsql index notes --db mem.db --watch   # then keep up with every save",
     )
 )
@@ -312,6 +313,9 @@ def index(folder, db, embedder, model, as_json, globs, gitignore, watch, max_fil
     What .gitignore files leave out stays out, and the run says what it left out. Only
     changed files are chunked again and only new chunks embedded; files gone from DIR leave
     the index. On a terminal a bar shows the files done, the chunks embedded and the time left.
+    The index records the model that embeds it, which later runs and searches use; another
+    --model is refused unless --reembed, and a run whose text is mostly in a script the model
+    cannot read says so.
     """
     if not os.path.isdir(folder):  # before the database is made
         raise IndexingError(f"{folder} is not a folder")
