@@ -35,6 +35,7 @@ ORDER = (
     "kernels/topk.c",
     "kernels/scores.c",
     "kernels/vectext.c",
+    "model/unigram.c",
     "model/tokenizer.c",
     "model/model.c",
     "functions/args.c",
