@@ -45,17 +45,59 @@ def build(entries: dict) -> bytes:
             raise ValueError(f"darts.build(): the key {key!r} is empty or holds a zero byte")
         if not 0 <= entries[key] < _LEAF:
             raise ValueError(f"darts.build(): the value of {key!r} is not 0 to 2**31 - 1")
-    size = 1024
-    units = [0] * size
-    used = bytearray(size)  # a unit is a node or a value
-    base = bytearray(size)  # pos ^ offset of some node: two nodes may not share one
-    used[0] = 1
-    last = 0  # the highest base: the array ends with its block
+    units = [0] * 1024
+    used = bytearray(1024)  # a unit is a node or a value
+    base = bytearray(1024)  # pos ^ offset of some node: two nodes may not share one
+    used[0] = 1  # the root's
+    state = [0, 0, 0]  # the highest base, the end of its block, the first unit looked at
+
+    def place(pos: int, labels: list) -> int:
+        """A base q for the children (labels) of the node at pos: q ^ c free for each, q no
+        other node's. Free units are looked for in the last _WINDOW units only, as darts-clone's
+        builder keeps its last 16 blocks open: the few left free below cost less than the
+        searches that would fill them."""
+        first = labels[0]
+        free = max(state[2], state[1] - _WINDOW)
+        while free < len(used) and used[free]:
+            free += 1
+        state[2] = slot = free
+        while True:
+            q = slot ^ first
+            if (q | 0xFF) >= len(used):
+                grow = max(len(used), (q | 0xFF) + 1 - len(used), 1024)
+                units.extend([0] * grow)
+                used.extend(bytes(grow))
+                base.extend(bytes(grow))
+            if (
+                not base[q]
+                and _encodable(pos ^ q)
+                and (len(labels) == 1 or not any(used[q ^ c] for c in labels))
+            ):
+                break
+            slot = used.find(0, slot + 1)
+            if slot < 0:
+                slot = len(used)
+        base[q] = 1
+        if q > state[0]:
+            state[0], state[1] = q, q | 0xFF
+        for c in labels:
+            used[q ^ c] = 1
+        return q
+
     stack = [(0, len(keys), 0, 0)] if keys else []
-    free = 1  # no unit below it is looked at
-    top = 0  # the end of the highest block a node's children are in
     while stack:
         lo, hi, depth, pos = stack.pop()
+        if hi - lo == 1:  # one key left below: a chain of nodes, then its value
+            key = keys[lo]
+            for c in key[depth:]:
+                q = place(pos, [c])
+                units[pos] |= _offset_bits(pos ^ q)
+                units[q ^ c] = c
+                pos = q ^ c
+            q = place(pos, [0])
+            units[pos] |= _offset_bits(pos ^ q) | 1 << 8
+            units[q] = entries[key] | _LEAF
+            continue
         labels, groups, value = [], [], None
         i = lo
         if len(keys[i]) == depth:
@@ -69,38 +111,14 @@ def build(entries: dict) -> bytes:
             labels.append(byte)
             groups.append((byte, i, j))
             i = j
-        first = labels[0]
-        # Free units are looked for in the last _WINDOW units only, as darts-clone's builder
-        # keeps its last 16 blocks open: the few units left free below cost less than the
-        # searches that would fill them.
-        free = max(free, top - _WINDOW)
-        while used[free]:
-            free += 1
-        slot = free
-        while True:
-            q = slot ^ first
-            if (q | 0xFF) >= size:
-                grow = max(size, (q | 0xFF) + 1)
-                units.extend([0] * grow)
-                used.extend(bytes(grow))
-                base.extend(bytes(grow))
-                size += grow
-            if not base[q] and _encodable(pos ^ q) and not any(used[q ^ c] for c in labels):
-                break
-            slot = used.find(0, slot + 1)
-            if slot < 0:
-                slot = size
-        base[q] = 1
-        last = max(last, q)
-        top = max(top, q | 0xFF)
+        q = place(pos, labels)
         units[pos] |= _offset_bits(pos ^ q) | (value is not None) << 8
-        for c in labels:
-            used[q ^ c] = 1
         if value is not None:
             units[q] = value | _LEAF
         for byte, start, end in reversed(groups):
             units[q ^ byte] = byte
             stack.append((start, end, depth + 1, q ^ byte))
+    last = state[0]
     out = array("I", units[: (last | 0xFF) + 1])
     if sys.byteorder == "big":
         out.byteswap()
