@@ -724,7 +724,7 @@ def test_a_cased_wordpiece_is_refused(tmp_path):
     with pytest.raises(
         EmbeddingError,
         match="^"
-        + re.escape(f"{path}: lowercase is False, the engine's WordPiece reads True")
+        + re.escape(f"{path}: the WordPiece tokenizer's normalizer is not BERT's uncased one")
         + "$",
     ):
         convert.from_folder(folder)
