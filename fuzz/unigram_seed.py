@@ -131,6 +131,12 @@ def main() -> int:
         head = bytes([0, 8, 3, i % 6, len(prefix)])
         with open(os.path.join(folder, f"text-{i}"), "wb") as f:
             f.write(head + prefix + text.encode())
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "##s", "##ing", ","]
+    blob = b"".join(p.encode() + b"\0" for p in pieces + list("abcdefghijklmnopqrstuvwxyz"))
+    wordpiece = struct.pack("<IIII", 1, 15, len(pieces) + 26, len(blob)) + blob
+    head = bytes([1 | 4, 3, 3, 4, 0]) + struct.pack("<I", len(wordpiece))
+    with open(os.path.join(folder, "wordpiece"), "wb") as f:
+        f.write(head + wordpiece + "the things, [CLS] naïve 中文".encode())
     for i, sec in enumerate(small_sections()):
         for j, text in enumerate(TEXTS[i::4]):
             head = bytes([1 | (2 if j % 2 else 0), 3, 3, 2, 0]) + struct.pack("<I", len(sec))
