@@ -5,7 +5,7 @@
 # csrc/model/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the
 # model file stores it; fuzz/build/fuzz_unigram: the tokenizers' interface and
 # csrc/model/unigram.c so, with its section written to fuzz/build/unigram.bin by
-# fuzz/unigram_seed.py; and fuzz/build/fuzz_model: the model loader of csrc/model/model.c and the
+# fuzz/unigram_seed.py; and fuzz/build/fuzz_model: the model loader of csrc/model/load.c and the
 # SQL ways to it (hybridsql_model() of a BLOB or a file) of csrc/model/embedsql.c, linked as
 # fuzz_sql is (with the whole library: embed() reaches SQLite through functions/args.c); and
 # fuzz/build/fuzz_lookup: embed()'s lookup of a database's own model (embedsql.c), likewise. Needs
