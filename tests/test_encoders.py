@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from conftest import HYBRIDSQL
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
@@ -728,3 +729,33 @@ def test_a_cased_wordpiece_is_refused(tmp_path):
         + "$",
     ):
         convert.from_folder(folder)
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def test_hybridsql_model_converts_a_folder(tmp_path):
+    """`hybridsql model --from DIR` writes the folder's model (the settings given over the
+    folder's), the one from_folder makes; what it cannot convert is one line and exit 1."""
+    folder = tmp_path / "bert-tiny"
+    write_folder(folder, CASES["bert, no token types, cls, prefixes"], seed=5)
+    out = tmp_path / "tiny.hsmodel"
+    args = ["--from", str(folder), "--out", str(out), "--readable", "0", "--query-prefix", "q: "]
+    done = subprocess.run([HYBRIDSQL, "model", *args], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out)
+    want = convert.from_folder(folder, readable=0.0, query_prefix="q: ")
+    assert out.read_bytes() == model_file.pack(want)
+    assert model_file.describe(out.read_bytes())["query_prefix"] == "q: "
+    for bad, line in [
+        (["--from", str(tmp_path / "none")], f"--from {tmp_path / 'none'}: no such folder or file"),
+        (["--pooling", "cls"], "--id, --pooling and the other settings go with --from"),
+        (
+            ["--from", str(tmp_path)],
+            f"{tmp_path} has no config.json: not a Hugging Face model folder",
+        ),
+    ]:
+        done = subprocess.run(
+            [HYBRIDSQL, "model", *bad], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 1 and done.stderr.strip() == f"hybridsql: {line}", done.stderr
