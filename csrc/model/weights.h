@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tokenizer_shim.h"
+#include "tokenizer.h"
 
 /* A weight's type, as the file names it. */
 #define HS_INT8 1 /* int8 with a float32 scale a row (tables) or an output column (matrices) */

@@ -23,6 +23,16 @@ int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                     int32_t *ids, int64_t cap);
 double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+struct HsTokenizer *hs_tokenizer_open(int kind, const void *section, int64_t len, char *err,
+                                      size_t errcap);
+void hs_tokenizer_free(struct HsTokenizer *t);
+int32_t hs_tokenizer_special(const struct HsTokenizer *t, int which);
+int32_t hs_tokenizer_size(const struct HsTokenizer *t);
+int32_t hs_tokenizer_id(const struct HsTokenizer *t, const char *piece, int64_t len);
+int64_t hs_tokenizer_ids(const struct HsTokenizer *t, const char *prefix, int64_t plen,
+                         const char *text, int64_t len, int per, int most, int32_t *ids,
+                         int64_t cap);
+double hs_tokenizer_readable(const struct HsTokenizer *t, const int32_t *ids, int64_t n);
 int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
@@ -125,6 +135,55 @@ class Vocab:
         """windows.py's readable_share over ``ids``."""
         ffi, lib = _open()
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
+
+
+class Tokenizer:
+    """A model file's tokenizer section of ``kind`` ("wordpiece" or "unigram"; their layouts are
+    csrc/model/tokenizer.h's and unigram.c's), opened by the C tokenizer: ``Tokenizer(kind,
+    section)`` raises EmbeddingError with the C side's one line when it refuses the bytes."""
+
+    KINDS = {"wordpiece": 1, "unigram": 2}
+    SPECIAL = {"cls": 0, "sep": 1, "pad": 2, "unk": 3, "mask": 4}
+
+    def __init__(self, kind: str, section: bytes):
+        from hybridsql.errors import EmbeddingError
+
+        ffi, lib = _open()
+        self._section = ffi.new("char[]", section)  # the tokenizer reads it in place
+        err = ffi.new("char[]", 512)
+        tok = lib.hs_tokenizer_open(self.KINDS[kind], self._section, len(section), err, len(err))
+        if tok == ffi.NULL:
+            raise EmbeddingError(ffi.string(err).decode())
+        self._tok = ffi.gc(tok, lib.hs_tokenizer_free)
+        self.size = lib.hs_tokenizer_size(tok)
+
+    def special(self, name: str) -> int:
+        """The id of "cls", "sep", "pad", "unk" or "mask", -1 where it has none."""
+        _, lib = _open()
+        return lib.hs_tokenizer_special(self._tok, self.SPECIAL[name])
+
+    def id(self, piece: str) -> int:
+        """The id of ``piece``, -1 when it is not one."""
+        _, lib = _open()
+        raw = piece.encode()
+        return lib.hs_tokenizer_id(self._tok, raw, len(raw))
+
+    def ids(self, text: bytes, per: int, most: int, cap: int, prefix: bytes = b"") -> list:
+        """The ids of UTF-8 ``prefix + text`` in ``most`` windows of ``per`` (at most ``cap``),
+        without the windows' own special tokens."""
+        ffi, lib = _open()
+        out = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_tokenizer_ids(
+            self._tok, prefix, len(prefix), text, len(text), per, most, out, cap
+        )
+        if n < 0:
+            raise MemoryError("hs_tokenizer_ids(): no memory")
+        return list(out[0:n])
+
+    def readable_share(self, ids: list) -> float:
+        """The share of ``ids`` the model can read (hs_tokenizer_readable)."""
+        ffi, lib = _open()
+        return lib.hs_tokenizer_readable(self._tok, ffi.new("int32_t[]", ids), len(ids))
 
 
 MODEL_HEADER = 128  # HS_MODEL_HEADER of csrc/model/model.h: a model file's header, its first bytes

