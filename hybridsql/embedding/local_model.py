@@ -193,8 +193,15 @@ class LocalProvider:
 
     @staticmethod
     def _prefix(engine) -> int:
-        """The pieces of the model's document prefix."""
-        return len(engine.tokens("", "document", 1))
+        """The pieces of the model's document prefix before a text. Not the prefix alone: a
+        Unigram tokenizer reads e5's "passage: " alone as 3 pieces (its last space a piece, `▁`)
+        and "passage: a" as 3 (the space joins the word: `▁a`), so the prefix's own are the
+        pieces before a one-piece word, whichever probe splits least."""
+        alone = len(engine.tokens("", "document", 1))
+        if alone == 0:
+            return 0
+        before = min(len(engine.tokens(w, "document", 1)) - 1 for w in ("a", "x", "1"))
+        return max(0, min(alone, before))
 
     @property
     def fingerprint(self) -> str:
