@@ -749,7 +749,7 @@ def test_hybridsql_model_converts_a_folder(tmp_path):
     assert model_file.describe(out.read_bytes())["query_prefix"] == "q: "
     for bad, line in [
         (["--from", str(tmp_path / "none")], f"--from {tmp_path / 'none'}: no such folder or file"),
-        (["--pooling", "cls"], "--id, --pooling and the other settings go with --from"),
+        (["--pooling", "cls"], "--id, --pooling and the other settings go with --from DIR"),
         (
             ["--from", str(tmp_path)],
             f"{tmp_path} has no config.json: not a Hugging Face model folder",
