@@ -319,7 +319,8 @@ class HybridIndex:
             if problem is None:
                 raise
             raise problem from e
-        self.missing = None  # the line of an index's model this client cannot find, if so
+        # the line of an index's model this client cannot find, if so
+        self.missing: str | None = None
         self._unread: list = []  # an index run's files of mostly unreadable chunks
         self._recorded = False  # the embedder's model is recorded (record_model)
         try:
@@ -442,7 +443,7 @@ class HybridIndex:
     def _tokenizer(self) -> str:
         """Whose tokens chunks are counted in: the embedder's model id, "" for the estimate."""
         provider = self.embedder.provider if self.embedder else None
-        return provider.model_id if hasattr(provider, "count_tokens") else ""
+        return getattr(provider, "model_id", "") if hasattr(provider, "count_tokens") else ""
 
     def documents(self) -> Profile:
         """The Profile of a search of the memory files (documents)."""
@@ -534,7 +535,7 @@ class HybridIndex:
 
         chunking = most, overlap, counter
         reader = Reader(root, paths, known, changed, max_file_bytes, chunking, step)
-        self._unread: list = []
+        self._unread = []
         unreadable_before = report.chunks_unreadable
         written_before = report.chunks_written
         try:
