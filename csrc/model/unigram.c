@@ -103,13 +103,13 @@ struct HsUnigram {
 /* ------------------------------------------------------------------------------------------ */
 /* Opening a section: every offset and count checked against its length before it is used */
 
-static uint32_t u32_at(const uint8_t *p) {
+static uint32_t le_u32(const uint8_t *p) {
   uint32_t v;
   memcpy(&v, p, 4);
   return v;
 }
 
-static uint64_t u64_at(const uint8_t *p) {
+static uint64_t le_u64(const uint8_t *p) {
   uint64_t v;
   memcpy(&v, p, 8);
   return v;
@@ -138,7 +138,7 @@ static int within(uint64_t at, uint64_t size, int64_t len) {
   return at <= (uint64_t)len && size <= (uint64_t)len - at;
 }
 
-static HsUnigram *refuse(HsUnigram *u, char *err, size_t errcap, const char *why) {
+static HsUnigram *bad_section(HsUnigram *u, char *err, size_t errcap, const char *why) {
   if (err && errcap) snprintf(err, errcap, "the Unigram tokenizer's section %s", why);
   hs_unigram_free(u);
   return NULL;
@@ -149,81 +149,85 @@ HsUnigram *hs_unigram_open(const uint8_t *s, int64_t len, char *err, size_t errc
   uint64_t at, size, count, i;
   uint32_t repl;
   int k;
-  if (!s || len < HEADER_BYTES) return refuse(NULL, err, errcap, "is too short for its header");
-  if (u32_at(s) != 1) return refuse(NULL, err, errcap, "is not of version 1");
+  if (!s || len < HEADER_BYTES)
+    return bad_section(NULL, err, errcap, "is too short for its header");
+  if (le_u32(s) != 1) return bad_section(NULL, err, errcap, "is not of version 1");
   u = calloc(1, sizeof(*u));
-  if (!u) return refuse(NULL, err, errcap, "cannot be read: no memory");
-  u->n = (int32_t)u32_at(s + 4);
-  if (u32_at(s + 4) == 0 || u32_at(s + 4) > INT32_MAX)
-    return refuse(u, err, errcap, "has no pieces");
+  if (!u) return bad_section(NULL, err, errcap, "cannot be read: no memory");
+  u->n = (int32_t)le_u32(s + 4);
+  if (le_u32(s + 4) == 0 || le_u32(s + 4) > INT32_MAX)
+    return bad_section(u, err, errcap, "has no pieces");
   for (k = 0; k < 5; k++) {
-    int32_t id = (int32_t)u32_at(s + 8 + 4 * k);
+    int32_t id = (int32_t)le_u32(s + 8 + 4 * k);
     if (id < -1 || id >= u->n || (k == HS_UNIGRAM_UNK && id < 0))
-      return refuse(u, err, errcap, "names a special piece that is not one of its pieces");
+      return bad_section(u, err, errcap, "names a special piece that is not one of its pieces");
     u->special[k] = id;
   }
-  u->flags = u32_at(s + 28);
+  u->flags = le_u32(s + 28);
   if ((u->flags & 3) > PREPEND_NEVER || u->flags >> 3)
-    return refuse(u, err, errcap, "has flags this version does not know");
-  repl = u32_at(s + 32);
+    return bad_section(u, err, errcap, "has flags this version does not know");
+  repl = le_u32(s + 32);
   if (repl == 0 || repl > 0x10FFFF || (repl >= 0xD800 && repl <= 0xDFFF))
-    return refuse(u, err, errcap, "has a replacement that is not a code point");
+    return bad_section(u, err, errcap, "has a replacement that is not a code point");
   u->repl_len = hs_utf8_put(repl, u->repl);
-  u->nsteps = (int)u32_at(s + 36);
-  if (u32_at(s + 36) > MAX_STEPS) return refuse(u, err, errcap, "has over 8 normalizer steps");
+  u->nsteps = (int)le_u32(s + 36);
+  if (le_u32(s + 36) > MAX_STEPS) return bad_section(u, err, errcap, "has over 8 normalizer steps");
   for (k = 0; k < MAX_STEPS; k++) {
     u->steps[k] = s[40 + k];
     if (k < u->nsteps ? u->steps[k] < 1 || u->steps[k] > STEP_STRIP_BOTH : u->steps[k] != 0)
-      return refuse(u, err, errcap, "has a normalizer step this version does not know");
+      return bad_section(u, err, errcap, "has a normalizer step this version does not know");
   }
-  at = u64_at(s + 48);
-  if (!within(at, 8 * (uint64_t)u->n, len)) return refuse(u, err, errcap, "has its scores past its end");
+  at = le_u64(s + 48);
+  if (!within(at, 8 * (uint64_t)u->n, len))
+    return bad_section(u, err, errcap, "has its scores past its end");
   u->scores = s + at;
   u->unk_score = INFINITY;
   for (i = 0; i < (uint64_t)u->n; i++) {
     double v = score_of(u, (int32_t)i);
-    if (!isfinite(v)) return refuse(u, err, errcap, "has a score that is not a finite number");
+    if (!isfinite(v)) return bad_section(u, err, errcap, "has a score that is not a finite number");
     if (v < u->unk_score) u->unk_score = v;
   }
   u->unk_score -= UNK_PENALTY;
-  at = u64_at(s + 56);
-  count = u64_at(s + 64);
+  at = le_u64(s + 56);
+  count = le_u64(s + 64);
   if (count == 0 || count > ((uint64_t)1 << 40) || !within(at, 4 * count, len))
-    return refuse(u, err, errcap, "has its pieces' trie past its end");
+    return bad_section(u, err, errcap, "has its pieces' trie past its end");
   u->pieces.units = s + at;
   u->pieces.n = count;
-  at = u64_at(s + 72);
-  size = u64_at(s + 80);
-  if (!within(at, size, len)) return refuse(u, err, errcap, "has its charsmap past its end");
+  at = le_u64(s + 72);
+  size = le_u64(s + 80);
+  if (!within(at, size, len)) return bad_section(u, err, errcap, "has its charsmap past its end");
   if (size) {
-    uint32_t trie = size >= 4 ? u32_at(s + at) : 0;
+    uint32_t trie = size >= 4 ? le_u32(s + at) : 0;
     if (size < 4 || trie < 4 || trie % 4 || trie > size - 4)
-      return refuse(u, err, errcap, "has a charsmap whose trie is not within it");
+      return bad_section(u, err, errcap, "has a charsmap whose trie is not within it");
     u->chars.units = s + at + 4;
     u->chars.n = trie / 4;
     u->norm = s + at + 4 + trie;
     u->norm_len = size - 4 - trie;
     if (!valid_utf8(u->norm, u->norm_len))
-      return refuse(u, err, errcap, "has a charsmap whose replacements are not UTF-8");
+      return bad_section(u, err, errcap, "has a charsmap whose replacements are not UTF-8");
   }
   for (k = 0; k < u->nsteps; k++)
     if (u->steps[k] == STEP_PRECOMPILED && !size)
-      return refuse(u, err, errcap, "has a Precompiled step and no charsmap");
-  at = u64_at(s + 88);
-  count = u32_at(s + 96);
-  if (!within(at, 12 * count, len)) return refuse(u, err, errcap, "has its added tokens past its end");
+      return bad_section(u, err, errcap, "has a Precompiled step and no charsmap");
+  at = le_u64(s + 88);
+  count = le_u32(s + 96);
+  if (!within(at, 12 * count, len))
+    return bad_section(u, err, errcap, "has its added tokens past its end");
   u->added = calloc(count ? count : 1, sizeof(Added));
-  if (!u->added) return refuse(u, err, errcap, "cannot be read: no memory");
+  if (!u->added) return bad_section(u, err, errcap, "cannot be read: no memory");
   for (i = 0; i < count; i++) {
     Added *a = &u->added[i];
-    if (!within(at, 12, len)) return refuse(u, err, errcap, "has its added tokens past its end");
-    a->id = (int32_t)u32_at(s + at);
-    a->flags = u32_at(s + at + 4);
-    a->len = u32_at(s + at + 8);
+    if (!within(at, 12, len))
+      return bad_section(u, err, errcap, "has its added tokens past its end");
+    a->id = (int32_t)le_u32(s + at);
+    a->flags = le_u32(s + at + 4);
+    a->len = le_u32(s + at + 8);
     if (a->id < 0 || a->id >= u->n || a->flags > 3 || a->len == 0 ||
         !within(at + 12, a->len, len) || !valid_utf8(s + at + 12, a->len) ||
         memchr(s + at + 12, 0, a->len))
-      return refuse(u, err, errcap, "has an added token that is not one");
+      return bad_section(u, err, errcap, "has an added token that is not one");
     a->bytes = s + at + 12;
     u->added_first[a->bytes[0] >> 3] |= (uint8_t)(1u << (a->bytes[0] & 7));
     at += 12 + ((uint64_t)a->len + 3) / 4 * 4;
@@ -318,7 +322,8 @@ static int cluster_starts(Cursor *k, int cur) {
   else if (prev == HS_G_CONTROL || prev == HS_G_CR || prev == HS_G_LF || cur == HS_G_CONTROL ||
            cur == HS_G_CR || cur == HS_G_LF)
     cut = 1;
-  else if ((prev == HS_G_L && (cur == HS_G_L || cur == HS_G_V || cur == HS_G_LV || cur == HS_G_LVT)) ||
+  else if ((prev == HS_G_L &&
+            (cur == HS_G_L || cur == HS_G_V || cur == HS_G_LV || cur == HS_G_LVT)) ||
            ((prev == HS_G_LV || prev == HS_G_V) && (cur == HS_G_V || cur == HS_G_T)) ||
            ((prev == HS_G_LVT || prev == HS_G_T) && cur == HS_G_T) || extend_class(cur) ||
            cur == HS_G_ZWJ || cur == HS_G_SPACINGMARK || prev == HS_G_PREPEND)
@@ -534,6 +539,11 @@ typedef struct Scratch {
   Lattice lattice;
 } Scratch;
 
+/* Whether t[0..n) starts with the replacement. */
+static int starts_with(const uint8_t *t, size_t n, const HsUnigram *u) {
+  return n >= (size_t)u->repl_len && !memcmp(t, u->repl, (size_t)u->repl_len);
+}
+
 /* Metaspace and the words of one stretch t[0..n) of the text (at its start when first). */
 static void stretch(const HsUnigram *u, const uint8_t *t, size_t n, int first, Scratch *x,
                     HsIds *o) {
@@ -552,8 +562,7 @@ static void stretch(const HsUnigram *u, const uint8_t *t, size_t n, int first, S
   case PREPEND_FIRST: prepend = first; break;
   default: prepend = 0;
   }
-  if (prepend && !(x->norm.p[0] == ' ' ||
-                   (x->norm.n >= (size_t)u->repl_len && !memcmp(x->norm.p, u->repl, (size_t)u->repl_len))))
+  if (prepend && !(x->norm.p[0] == ' ' || starts_with(x->norm.p, x->norm.n, u)))
     buf_add(b, u->repl, (size_t)u->repl_len);
   for (i = 0; i < x->norm.n; i++) {
     if (x->norm.p[i] == ' ') buf_add(b, u->repl, (size_t)u->repl_len);
@@ -568,7 +577,7 @@ static void stretch(const HsUnigram *u, const uint8_t *t, size_t n, int first, S
     return;
   }
   for (start = 0, i = 1; i <= b->n && o->n < o->limit && !o->nomem; i++)
-    if (i == b->n || (b->n - i >= (size_t)u->repl_len && !memcmp(b->p + i, u->repl, (size_t)u->repl_len))) {
+    if (i == b->n || starts_with(b->p + i, b->n - i, u)) {
       word(u, b->p + start, i - start, &x->lattice, o);
       start = i;
     }
