@@ -477,7 +477,9 @@ def search(query, db, embedder, model, as_json, explain, max_results, **options)
     """Search an index with one SQL statement fusing FTS5 bm25, vectors and temporal decay.
 
     Each result shows its score and its parts (vector, keyword, decay) and a snippet with the
-    query's words in bold.
+    query's words in bold. A result its words alone found is marked keyword, and its vector's
+    cosine says why it was no vector match: under --vector-floor, or not among the
+    --candidate-pool nearest.
     """
     if max_results is not None:
         ctx = click.get_current_context()
@@ -485,7 +487,8 @@ def search(query, db, embedder, model, as_json, explain, max_results, **options)
             raise click.UsageError("--max-results is the old name of --limit: give --limit alone")
         click.echo(f"hybridsql search: {FLAG_DEPRECATED}", err=True)
         options["limit"] = max_results
-    SearchOptions(**options).check()  # before the database is opened
+    opts = SearchOptions(**options)
+    opts.check()  # before the database is opened
     with open_index(db, embedder, "read", model) as idx:
         found = idx.search(query, **options)
     if explain:
@@ -508,7 +511,7 @@ def search(query, db, embedder, model, as_json, explain, max_results, **options)
         "notes": found.notes,
         "results": [r.as_dict() for r in found],
     }
-    show(value, as_json, lambda v: terminal.document_lines(v["results"], v["notes"]))
+    show(value, as_json, lambda v: terminal.document_lines(v["results"], v["notes"], opts))
 
 
 @cli.command(epilog=example("hybridsql stats --db mem.db", "hybridsql stats --db mem.db --json"))

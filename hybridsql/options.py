@@ -1,11 +1,12 @@
 """Options declared once and derived for every way in.
 
 A search's options are the fields of a dataclass (search.SearchOptions, memory.MemorySearch),
-each made with :func:`option`: its default, one line of help, its choices and, where the
-command line spells it otherwise, its flag. From there :func:`click_options` makes the
-command's options and :func:`tool_signature` the parameters of an MCP tool (the SDK reads a
-tool's JSON schema from its signature), so a new option appears in Python, on the command line
-and to agents at once, with the same name, default and help.
+each made with :func:`option`: its default, one line of help, its choices and the flags it was
+known by before. From there :func:`click_options` makes the command's options and
+:func:`tool_signature` the parameters of an MCP tool (the SDK reads a tool's JSON schema from
+its signature), so a new option appears in Python, on the command line and to agents at once,
+with the same name, default and help: the field ``half_life_days`` is the keyword argument
+``half_life_days``, the flag ``--half-life-days`` and the MCP parameter ``half_life_days``.
 """
 
 import inspect
@@ -16,14 +17,20 @@ from typing import Annotated, Literal
 import click
 
 
-def option(default, help: str, *, flag: str | None = None, short: str | None = None, choices=None):
-    """A dataclass field with what the command line and MCP show of it. ``flag`` replaces the
-    field's name on the command line (``--half-life`` for half_life_days); ``short`` adds a
-    one-letter flag; ``choices`` are the values it takes."""
+def option(default, help: str, *, aliases=(), short: str | None = None, choices=None):
+    """A dataclass field with what the command line and MCP show of it. Its flag is its name
+    (``--half-life-days`` for half_life_days); ``aliases`` are the flags it had before, which
+    the command line still takes and its help lists after it; ``short`` adds a one-letter
+    flag; ``choices`` are the values it takes."""
     return field(
         default=default,
-        metadata={"help": help, "flag": flag, "short": short, "choices": choices},
+        metadata={"help": help, "aliases": tuple(aliases), "short": short, "choices": choices},
     )
+
+
+def flag(name: str) -> str:
+    """The command line's flag of the field ``name``: ``--half-life-days``."""
+    return "--" + name.replace("_", "-")
 
 
 def _declared(cls, exclude, only=None):
@@ -51,12 +58,13 @@ def click_options(cls, exclude=(), only=None):
     def decorate(command):
         for f, hint in reversed(list(_declared(cls, exclude, only))):
             meta = f.metadata
-            flag = meta["flag"] or "--" + f.name.replace("_", "-")
-            names = [flag, *([meta["short"]] if meta["short"] else []), f.name]
+            own = flag(f.name)
+            short = [meta["short"]] if meta["short"] else []
+            names = [own, *meta["aliases"], *short, f.name]
             kind = _base(hint)
             if kind is bool:
                 if f.default:
-                    names[0] = f"{flag}/--no-{flag[2:]}"
+                    names[0] = f"{own}/--no-{own[2:]}"
                 command = click.option(*names, is_flag=True, default=f.default, help=meta["help"])(
                     command
                 )

@@ -17,7 +17,10 @@ from datetime import datetime
 import click
 
 from hybridsql.files.discovery import Progress
-from hybridsql.search import visible
+from hybridsql.search import SearchOptions, visible
+
+# What a memory search on the command line runs with (MemoryStore's own SearchOptions keep these).
+_DEFAULTS = SearchOptions()
 
 # Where str.splitlines() breaks a line: \r\n, \n, \r, \v, \f, \x1c-\x1e, NEL, U+2028, U+2029.
 _LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
@@ -54,16 +57,26 @@ def when(seconds: float | None) -> str:
     return "-" if seconds is None else datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
 
 
-def score_parts(r) -> str:
-    """'vector 0.612, keyword 0.431' of a result or a memory hit ('-' where a side is missing)."""
+def score_parts(r, floor: float = _DEFAULTS.vector_floor, pool: int = _DEFAULTS.candidate_pool):
+    """'vector 0.612, keyword 0.431' of a result or a memory hit ('-' where a side is missing).
+
+    A result its words alone found (``keyword``) may still have a vector, whose cosine the
+    statement computed: it says why that vector did not make it a vector match, its cosine
+    under the floor (``vector_floor``: noise, it adds nothing) or its rank past the
+    ``candidate_pool`` nearest."""
     vector = "-" if r["vector_score"] is None else f"{r['vector_score']:.3f}"
+    if r["match_type"] == "keyword" and r["vector_score"] is not None:
+        if r["vector_score"] < floor:
+            vector += f" under the vector floor {floor:g}"
+        else:
+            vector += f" not among the {pool} nearest"
     keyword = "-" if r["keyword_score"] is None else f"{r['keyword_score']:.3f}"
     return f"vector {vector}, keyword {keyword}"
 
 
-def document_lines(results: list, notes: list) -> list:
+def document_lines(results: list, notes: list, opts: SearchOptions = _DEFAULTS) -> list:
     """A search of the memory files: a line per result with its place and score, then its
-    snippet."""
+    snippet; ``opts``, the search's options (its vector floor and pool, see score_parts)."""
     lines = [visible(f"note: {note}") for note in notes]
     if not results:
         lines.append("no results")
@@ -75,7 +88,8 @@ def document_lines(results: list, notes: list) -> list:
         )
         also = ", ".join(f"{start}-{end}" for start, end in r["other_ranges"])
         lines.append(
-            f"{r['score']:.3f}  {visible(where)}  [{r['match_type']}: {score_parts(r)}, "
+            f"{r['score']:.3f}  {visible(where)}  [{r['match_type']}: "
+            f"{score_parts(r, opts.vector_floor, opts.candidate_pool)}, "
             f"decay {r['decay']:.2f}]" + (f" also lines {also}" if also else "")
         )
         lines.append("       " + snippet_line(r["snippet"]))

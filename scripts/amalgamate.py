@@ -49,6 +49,7 @@ ORDER = (
     "vector_index/held.c",
     "vector_index/cache.c",
     "vector_index/plan.c",
+    "vector_index/knn.c",
     "vector_index/scan.c",
     "vector_index/write.c",
     "vector_index/table.c",

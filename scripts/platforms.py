@@ -95,7 +95,7 @@ From any SQLite binding that loads extensions, load the file {library} in this f
 For embed(text), put the release's {model} in this folder (or name it with $HYBRIDSQL_MODEL, or
 select hybridsql_model('PATH')):
     sqlite3 mem.db ".load ./hybridsql" "select length(embed('deploy freeze'))"
-For Python, install the wheel instead: pip install hybridsql.
+For Python, install the wheel instead: pip install ./hybridsql-{version}-py3-none-{wheel}.whl
 
 hybridsql is licensed under the Apache License 2.0: the full text is in LICENSE.
 """
@@ -111,6 +111,7 @@ def archive_note(t: Target, version: str, commit: str) -> str:
         minimum=t.minimum,
         library=t.library,
         model=MODEL_FILE,
+        wheel=t.wheel,
     )
 
 

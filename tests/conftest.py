@@ -2,17 +2,21 @@
 SciFact records vendored in tests/data/scifact, and an OpenAI-compatible embedding server."""
 
 import base64
+import contextlib
 import gzip
 import json
 import os
 import platform
 import pty
+import queue
+import select
 import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 
@@ -79,6 +83,20 @@ def model_cache(tmp_path_factory):
     os.environ["HYBRIDSQL_CACHE_DIR"] = str(tmp_path_factory.mktemp("model-cache"))
 
 
+@pytest.fixture(scope="session")
+def model_file(model_cache):
+    """The model file, written once for the session where the extension looks last: the
+    session's cache folder (HYBRIDSQL_CACHE_DIR, model_cache)."""
+    from hybridsql.db.extension import cache_dir
+    from hybridsql.embedding import engine
+
+    path = engine.model_path()
+    if not path.is_file():
+        engine.write_model()
+    assert path == cache_dir() / engine.MODEL_FILE
+    return path
+
+
 def run_hybridsql(*args, cwd=None, input=None, **env):
     """The installed ``hybridsql`` command with ``args``, its output piped: the CompletedProcess
     (text). ``input`` goes to its stdin; ``env`` is added to the environment."""
@@ -96,28 +114,125 @@ def run_hybridsql(*args, cwd=None, input=None, **env):
 
 def run_on_tty(argv, cwd=None, **env):
     """``argv`` with stdout and stderr on a terminal (a pty), so that it prints for a person:
-    its exit code and what it showed (line ends as \\n). ``env`` is added to the environment."""
+    its exit code and what it showed (line ends as \\n). ``env`` is added to the environment.
+    Killed, and the test failed, if it has not ended within DEADLINE seconds."""
     master, slave = pty.openpty()
-    process = subprocess.Popen(
+    out = b""
+    with spawned(
         argv,
         cwd=cwd,
         env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=slave,
-    )
-    os.close(slave)
-    out = b""
-    while True:
+    ) as process:
+        os.close(slave)
+        end = time.monotonic() + DEADLINE
         try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the command has closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return process.wait(timeout=300), out.decode().replace("\r\n", "\n")
+            while True:
+                ready, _, _ = select.select([master], [], [], max(0.0, end - time.monotonic()))
+                if not ready:
+                    raise AssertionError(f"{argv} did not end in {DEADLINE} s: {out!r}")
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: the command has closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            code = process.wait(timeout=max(1.0, end - time.monotonic()))
+        finally:
+            os.close(master)
+    return code, out.decode().replace("\r\n", "\n")
+
+
+# How long a test waits on a process it started before it fails and kills it: far more than any
+# step takes on a loaded machine (load 20 on 2 cores), and never waited out by a passing test.
+DEADLINE = 300
+
+
+@contextlib.contextmanager
+def spawned(argv, **popen):
+    """``argv`` started in a session (process group) of its own and, when the block ends,
+    whatever happens in it, killed with every process of its group: a test that fails or times
+    out leaves nothing running, whatever signals it ignores (nohup, a script's background job).
+    A process that moves to a session of its own (Litestream under replicate) is its parent's
+    to stop: hybridsql's replicate stops it when it dies (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen(argv, start_new_session=True, **popen)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=DEADLINE)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+class Lines:
+    """The lines of a process's pipe, read by a thread of their own, so that a test waits for
+    one with a deadline instead of blocking on a process that never writes it."""
+
+    def __init__(self, stream):
+        self.lines: queue.Queue = queue.Queue()
+        self.seen: list = []
+        thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        thread.start()
+
+    def _read(self, stream):
+        with contextlib.suppress(ValueError, OSError):  # closed by spawned() as the test ends
+            for line in stream:
+                self.lines.put(line)
+        self.lines.put(None)
+
+    def next(self, timeout=DEADLINE):
+        """The next line, or None at the end of the stream; AssertionError after ``timeout``
+        seconds without one."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line in {timeout} s") from None
+        if line is None:
+            self.lines.put(None)
+        else:
+            self.seen.append(line)
+        return line
+
+    def until(self, wanted, timeout=DEADLINE):
+        """The lines read up to the first in which ``wanted`` is; AssertionError, with what was
+        read, at the end of the stream or after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        got = []
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {wanted!r} in {timeout} s: {''.join(got)}") from None
+            if line is None:
+                self.lines.put(None)
+                raise AssertionError(f"the stream ended before {wanted!r}: {''.join(got)}")
+            got.append(line)
+            self.seen.append(line)
+            if wanted in line:
+                return got
+
+    def rest(self, timeout=DEADLINE):
+        """Every line up to the end of the stream; AssertionError after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        got = []
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"the stream did not end in {timeout} s: {''.join(got)}"
+                ) from None
+            if line is None:
+                self.lines.put(None)
+                return "".join(got)
+            got.append(line)
+            self.seen.append(line)
 
 
 def read_scifact(name, count):
@@ -187,6 +302,12 @@ def check_fts(conn):
 # every child as ignored, while a handled signal is reset to its default by exec.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# The same for the signals the tests stop commands with, where this process was started with
+# them ignored (SIGHUP under nohup): they stay ignored here, by a handler that does nothing, so
+# that the suite outlives its terminal as nohup asked, and every child starts at the default.
+for _number in (signal.SIGHUP, signal.SIGTERM):
+    if signal.getsignal(_number) is signal.SIG_IGN:
+        signal.signal(_number, lambda *_: None)
 
 
 def letter_counts(text):

@@ -14,6 +14,7 @@ The MCP server gets its calls as JSON-RPC lines written here rather than through
 client, which cannot send what some rows send: NaN and infinity (it writes null).
 """
 
+import contextlib
 import gzip
 import hashlib
 import importlib.metadata
@@ -32,11 +33,11 @@ from datetime import datetime
 
 import apsw
 import pytest
-from conftest import EXAMPLES, HYBRIDSQL, run_hybridsql, run_on_tty
+from conftest import EXAMPLES, HYBRIDSQL, Lines, run_hybridsql, run_on_tty, spawned
 
 import hybridsql
 from hybridsql.cli import main
-from hybridsql.db.schema import SCHEMA_VERSION
+from hybridsql.db.schema import SCHEMA_VERSION, SEARCHABLE_FROM
 from hybridsql.errors import QueryError
 from hybridsql.indexing.index import VANISHED
 from hybridsql.search import SearchOptions
@@ -73,7 +74,7 @@ NEWER = (
     f"knows {SCHEMA_VERSION}); upgrade hybridsql to use it"
 )
 OLDER = (
-    f"hybridsql: {{older}} was made by an older hybridsql (schema {SCHEMA_VERSION - 1}); run "
+    f"hybridsql: {{older}} was made by an older hybridsql (schema {SEARCHABLE_FROM - 1}); run "
     "`hybridsql index DIR --db {older}` to upgrade it"
 )
 NOT_SQLITE = (
@@ -488,7 +489,8 @@ def world(tmp_path_factory):
     w["other_meta"] = str(root / "other-meta.db")
     with closing(sqlite3.connect(w["other_meta"])) as other, other:
         other.execute("create table meta(name, setting)")
-    for name, version in (("newer", SCHEMA_VERSION + 1), ("older", SCHEMA_VERSION - 1)):
+    # "older": the newest schema a read-only open refuses (a search cannot upgrade it)
+    for name, version in (("newer", SCHEMA_VERSION + 1), ("older", SEARCHABLE_FROM - 1)):
         w[name] = str(root / f"{name}.db")
         shutil.copy(index, w[name])
         with closing(sqlite3.connect(w[name])) as db, db:
@@ -604,15 +606,15 @@ def committed_files(db):
 def run_interrupted(argv, db):
     """Ctrl-C once the index holds a file: the embedding model is at work by then, with
     hundreds of notes still to embed (minutes of work: a run cannot end before the signal)."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + DEADLINE
-    committed = 0
-    while not committed and time.monotonic() < deadline and process.poll() is None:
-        committed = committed_files(db)
-        time.sleep(0.02)  # a poll interval, not a wait for something to happen
-    assert committed, "the index committed no file in time"
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=DEADLINE)
+    with spawned(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        deadline = time.monotonic() + DEADLINE
+        committed = 0
+        while not committed and time.monotonic() < deadline and process.poll() is None:
+            committed = committed_files(db)
+            time.sleep(0.02)  # a poll interval, not a wait for something to happen
+        assert committed, "the index committed no file in time"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=DEADLINE)
     conn = apsw.Connection(db)
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
     assert conn.execute("select count(*) from files").fetchone()[0] >= committed  # kept
@@ -639,19 +641,16 @@ def test_ctrl_c_while_a_batch_is_embedded_keeps_the_files_written(tmp_path, embe
         HYBRIDSQL_OPENAI_MODEL="letters",
         OPENAI_API_KEY="",
     )
-    process = subprocess.Popen(
+    with spawned(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
-    )
-    try:
-        assert embedding_server.holding.wait(DEADLINE), "the second batch was never asked for"
-        assert committed_files(db) == 64
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=DEADLINE)
-    finally:
-        embedding_server.release.set()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    ) as process:
+        try:
+            assert embedding_server.holding.wait(DEADLINE), "the second batch was never asked for"
+            assert committed_files(db) == 64
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=DEADLINE)
+        finally:
+            embedding_server.release.set()
     assert (process.returncode, out, err) == (130, "", "hybridsql: interrupted\n")
     conn = apsw.Connection(db)
     assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
@@ -682,14 +681,16 @@ def run_with_churn(argv, folder):
             time.sleep(0.003)
 
     deleter = threading.Thread(target=delete)
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = argv[argv.index("--db") + 1]
-    deadline = time.monotonic() + DEADLINE
-    while not os.path.exists(db) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)  # the command makes the index just before it walks the folder
-    deleter.start()
-    out, err = process.communicate(timeout=300)
-    deleter.join()
+    with spawned(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        db = argv[argv.index("--db") + 1]
+        deadline = time.monotonic() + DEADLINE
+        while not os.path.exists(db) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # the command makes the index just before it walks the folder
+        deleter.start()
+        try:
+            out, err = process.communicate(timeout=DEADLINE)
+        finally:
+            deleter.join()
     if process.returncode == 0:
         report = json.loads(out)
         assert {why for _, why in report["skipped"]} <= {VANISHED}
@@ -739,9 +740,17 @@ class McpServer:
         args = [HYBRIDSQL, "mcp", "--db", db, "--embedder", "none"]
         args += ["--memory-dir", memory_dir] if memory_dir else []
         self.db = db
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        self.stack = contextlib.ExitStack()
+        self.process = self.stack.enter_context(
+            spawned(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
+        self.answers, self.errors = Lines(self.process.stdout), Lines(self.process.stderr)
         self.next_id = 0
         answer = self.request(
             "initialize",
@@ -763,8 +772,8 @@ class McpServer:
         self.next_id += 1
         self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
         while True:
-            line = self.process.stdout.readline()
-            assert line, f"the server exited: {self.process.stderr.read()}"
+            line = self.answers.next(DEADLINE)
+            assert line, f"the server exited: {self.errors.rest(DEADLINE)}"
             answer = json.loads(line)
             if answer.get("id") == self.next_id:
                 return answer
@@ -788,8 +797,11 @@ class McpServer:
             conn.close()
 
     def close(self):
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=DEADLINE)
+        finally:
+            self.stack.close()
 
 
 @pytest.fixture(scope="module")
@@ -831,12 +843,12 @@ def test_cli(row, world):
         elif row.how == "churn":
             code, out, err = run_with_churn([HYBRIDSQL, *argv], world["churn"])
         elif row.how == "closed":
-            process = subprocess.Popen(
+            with spawned(
                 [HYBRIDSQL, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            process.stdout.close()  # before the command can write a byte
-            err = process.stderr.read()
-            code, out = process.wait(timeout=300), ""
+            ) as process:
+                process.stdout.close()  # before the command can write a byte
+                _, err = process.communicate(timeout=DEADLINE)
+                code, out = process.returncode, ""
         elif row.how in MOUNT:
             code, out, err = run_mounted(row.how, argv, world)
         else:

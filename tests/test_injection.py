@@ -180,7 +180,8 @@ REVIEWED = {
     "integrations/documents.py": {
         "cond": "filter_sql's text: code's SQL and :fN parameter names",
         "ids_sql": "Collection.nearest's constant text and filter_sql's",
-        "restrict": "Collection.nearest's constant text around ids_sql, or empty",
+        "nearest": "Collection.nearest's constant text (the MATCH with :q)",
+        "kind": "Collection.nearest's constant text (:model, 'document')",
         "at": "a :fN parameter name from bind()",
         "bind(_value(node.value, node.key))": "a :fN parameter name from bind()",
         "node.key": "a refused filter's field in an error message, not SQL",
@@ -275,9 +276,10 @@ REVIEWED = {
     },
     "db/schema.py": {
         "insert": "_upgrade_from_1's own constant text",
-        '_has_cjk("text")': "the CJK test of the column text: code's SQL and the CJK class",
-        '_has_cjk("new.text")': "the CJK test of new.text: code's SQL and the CJK class",
-        '_has_cjk("old.text")': "the CJK test of old.text: code's SQL and the CJK class",
+        '_has_script("text")': "the test of the column text: code's SQL and the class"
+        " TRIGRAM_SCRIPTS",
+        '_has_script("new.text")': "the test of new.text: code's SQL and TRIGRAM_SCRIPTS",
+        '_has_script("old.text")': "the test of old.text: code's SQL and TRIGRAM_SCRIPTS",
         "path": "a database's file name in an error message, not SQL",
         "table": "each name of FTS_TABLES, a module constant",
         "m[1]": "_triggers: a trigger's name in the module's own TABLES or FTS",

@@ -192,6 +192,18 @@ def test_collections_and_indexed_folders_share_an_index_without_mixing(tmp_path)
         found = a.as_retriever(search_type=search_type, k=20).invoke("deploy note 3")
         assert found and all(d.id.startswith("a") for d in found), search_type
     assert len(a.similarity_search("deploy note 3", k=50)) == 20
+    # a third of the index's documents: vector_index hands its rows best first and SQLite tests
+    # that they are the collection's (Collection.most); listed, the same documents, same scores
+    q = fake.embed_query("deploy note 3")
+    both = []
+    for most in (True, False):
+        a.collection.most = lambda most=most: most
+        found = a.collection.nearest(q, k=7)
+        both.append([(f.id, f.score) for f in found])
+        found = a.collection.search("deploy note 3", k=7, query_vector=q, mode="semantic")
+        both.append([(f.id, f.score) for f in found])
+    assert both[0] == both[2] and both[1] == both[3] and len(both[0]) == 7
+    del a.collection.most
     a.delete([f"a{i}" for i in range(10)])
     assert a.collection.count() == 10 and b.collection.count() == 20
     folder = "select count(*) from files where root not like 'collection:%'"
@@ -422,3 +434,104 @@ def test_vectors_given_as_lists_are_stored_as_array_stored_them(tmp_path):
     with pytest.raises(TypeError, match="must be real number, not str"):
         collection.add(["b"], [{}], ["b"], vectors=[["1", 0.0]])
     store.close()
+
+
+class Planted:
+    """LangChain Embeddings whose vectors are given: each text's, and the query's [1, 0, 0],
+    so that each document's cosine to the query is known."""
+
+    def __init__(self, vectors: dict):
+        self.vectors = vectors
+
+    def embed_documents(self, texts):
+        return [self.vectors[t] for t in texts]
+
+    def embed_query(self, text):
+        return [1.0, 0.0, 0.0]
+
+
+def at_cosine(c: float) -> list:
+    return [c, (1 - c * c) ** 0.5, 0.0]
+
+
+PLANTED = {"same": at_cosine(1.0), "half": at_cosine(0.5), "apart": at_cosine(-0.3)}
+
+
+@pytest.mark.filterwarnings("ignore:Relevance scores must be between 0 and 1")
+def test_relevance_is_langchains_one_minus_the_cosine_distance(tmp_path):
+    """Issue 39, item 13: LangChain's relevance for cosine is 1 - the cosine distance, the
+    cosine itself (its own _cosine_relevance_score_fn); ours was (1 + cos) / 2, so a
+    score_threshold of 0.3 kept a document whose cosine is -0.3 (relevance 0.35)."""
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.vectorstores import VectorStore
+
+    embeddings = type("PlantedEmbeddings", (Planted, Embeddings), {})(PLANTED)
+    store = HybridSQLVectorStore(str(tmp_path / "r.db"), embeddings)
+    store.add_texts(list(PLANTED), ids=list(PLANTED))
+    # LangChain warns of a relevance under 0, which a cosine under 0 is by its own convention.
+    with pytest.warns(UserWarning, match="Relevance scores must be between 0 and 1"):
+        scored = store.similarity_search_with_relevance_scores("q", k=3)
+    want = {"same": 1.0, "half": 0.5, "apart": -0.3}
+    for doc, relevance in scored:
+        assert relevance == pytest.approx(want[doc.id], abs=1e-6)
+        assert relevance == pytest.approx(VectorStore._cosine_relevance_score_fn(1 - want[doc.id]))
+    kept = store.similarity_search_with_relevance_scores("q", k=3, score_threshold=0.3)
+    assert [d.id for d, _ in kept] == ["same", "half"]
+    retriever = store.as_retriever(
+        search_type="similarity_score_threshold", search_kwargs={"score_threshold": 0.6, "k": 3}
+    )
+    assert [d.id for d in retriever.invoke("q")] == ["same"]
+    store.close()
+
+
+def test_langchains_and_sqlitevecs_method_names(tmp_path):
+    """Issue 39, item 14: LangChain's similarity_search_with_score_by_vector (this store's
+    own spelling stays, the same method), and SQLiteVec's get_dimensionality."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    store = HybridSQLVectorStore(str(tmp_path / "n.db"), DeterministicFakeEmbedding(size=8))
+    store.add_texts(["one", "two"], ids=["1", "2"])
+    vector = store.embedding.embed_query("one")
+    found = store.similarity_search_with_score_by_vector(vector, k=1)
+    assert [(d.id, round(s, 6)) for d, s in found] == [("1", 1.0)]
+    assert store.similarity_search_by_vector_with_score(vector, k=1) == found
+    assert store.get_dimensionality() == 8
+    store.close()
+    keyword_only = HybridSQLVectorStore(str(tmp_path / "k.db"))
+    with pytest.raises(QueryError, match="no dimensionality"):
+        keyword_only.get_dimensionality()
+    keyword_only.close()
+
+
+def test_from_texts_takes_a_default_file_and_sqlitevecs_arguments(tmp_path, monkeypatch):
+    """Issue 39, item 14: `from_texts(texts, embedding)` and SQLiteVec's `table=`, `db_file=`
+    failed with "give db_path (the index file) or index". With no file named, the store is
+    hybridsql.db in the current folder (SQLiteVec's is vec.db there); db_file and table are
+    db_path and collection; an argument neither store has is named in one line with those
+    this one takes."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from hybridsql.indexing.index import HybridIndex
+
+    monkeypatch.chdir(tmp_path)
+    embedding = DeterministicFakeEmbedding(size=8)
+    store = HybridSQLVectorStore.from_texts(["one", "two"], embedding)
+    assert store.index.conn.filename == str(tmp_path / "hybridsql.db")
+    assert store.collection.count() == 2
+    store.close()
+    store = HybridSQLVectorStore.from_texts(
+        ["three"], embedding, table="notes", db_file=str(tmp_path / "vec-like.db")
+    )
+    store.close()
+    with HybridIndex(str(tmp_path / "vec-like.db"), embedder="none") as index:
+        assert HybridSQLVectorStore(index=index, collection="notes").collection.count() == 1
+        assert HybridSQLVectorStore(index=index).collection.count() == 0
+    with pytest.raises(QueryError) as refused:
+        HybridSQLVectorStore.from_texts(["x"], embedding, connection=None)
+    assert str(refused.value) == (
+        "from_texts takes metadatas, ids, db_path, collection, index (SQLiteVec's db_file and"
+        " table as db_path and collection), not connection"
+    )
+    with pytest.raises(QueryError, match="db_file is SQLiteVec's name of db_path: give one"):
+        HybridSQLVectorStore.from_texts(["x"], embedding, db_path="a.db", db_file="b.db")
+    assert not os.path.exists(tmp_path / "a.db")

@@ -2,6 +2,7 @@
 launches the installed ``hybridsql mcp ...`` and calls every tool, while and after the server
 indexes its memory folder in the background."""
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -14,7 +15,7 @@ import urllib.parse
 
 import anyio
 import pytest
-from conftest import HYBRIDSQL, ROOT
+from conftest import DEADLINE, HYBRIDSQL, ROOT, spawned
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 import hybridsql
@@ -369,8 +370,9 @@ class RawClient:
 
     def __init__(self, db, folder):
         args = [HYBRIDSQL, "mcp", "--db", db, "--memory-dir", str(folder), "--embedder", "none"]
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        self.stack = contextlib.ExitStack()
+        self.process = self.stack.enter_context(
+            spawned(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         )
         self.next_id = 0
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
@@ -409,8 +411,11 @@ class RawClient:
         return result.get("isError", False), result["content"][0]["text"]
 
     def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
+        try:
+            self.process.stdin.close()
+            self.process.wait(timeout=DEADLINE)
+        finally:
+            self.stack.close()
 
 
 @pytest.fixture

@@ -395,6 +395,14 @@ def test_every_vector_backend_gives_the_same_filtered_ranking(index, mode):
     assert ids(runs["numpy"]) == ids(runs["extension"]) == ids(runs["python"])
     for b in ("numpy", "python"):
         assert [h.score for h in runs[b]] == pytest.approx([h.score for h in runs["extension"]])
+    # without a filter given, the ones left (not deleted, not superseded) keep most memories:
+    # the vector side is the exact form, the rows vector_index hands best first tested by SQLite
+    everywhere = {
+        b: s.search("how do users sign in", mode=mode, limit=4) for b, s in stores.items()
+    }
+    assert ids(everywhere["numpy"]) == ids(everywhere["extension"]) == ids(everywhere["python"])
+    assert "order by v.score desc limit :pool" in everywhere["extension"].sql
+    assert "k = :pool" in runs["extension"].sql  # a project: the list of its ids, handed over
 
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])

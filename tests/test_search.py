@@ -139,8 +139,11 @@ def test_keyword_plans():
     assert keyword_plan("the who").match == '"the" OR "who"'  # nothing but stopwords: keep them
     cjk = keyword_plan("数据库迁移 rollback 登录")
     assert cjk.table == "chunks_trigram"
-    assert cjk.match == '"数据库迁移" AND "rollback"'  # 登录 is too short for trigrams
-    assert cjk.like_terms == ["数据库迁移", "登录", "rollback"]
+    # the trigrams of 数据库迁移 and the word, OR-ed; 登录 is too short for trigrams: LIKE's
+    assert cjk.match == '"数据库" OR "据库迁" OR "库迁移" OR "rollback"'
+    assert cjk.like_terms == ["rollback", "登录"]
+    without_fts5 = keyword_plan("数据库迁移 rollback 登录", fts=False)
+    assert without_fts5.like_terms == ["数据库", "据库迁", "库迁移", "rollback", "登录"]
     assert keyword_plan("auth", prefix=True).match == '"auth" OR "auth"*'
     assert keyword_plan("auth ERR_X", prefix=True).any_of == ['"auth" OR "auth"*', '"ERR X"']
 

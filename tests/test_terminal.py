@@ -235,3 +235,50 @@ def test_time_left_ignores_files_found_unchanged():
     now[0] = 5.0
     eta.work(100, 300)  # 50 bytes in 5 s; 200 left
     assert eta.left() == 20.0
+
+
+def test_a_keyword_result_with_a_vector_says_why_it_is_no_vector_match(tmp_path, example_db):
+    """A result its words alone found (``keyword``) still shows its vector's cosine: it said
+    `[keyword: vector 0.232, ...]`, which reads as a vector match mislabelled. Its cosine was
+    under the vector floor (0.25), below which a vector counts as noise: the line says so."""
+    argv = ("search", "deploy", "--db", example_db, "--now", "2026-11-22")
+    results = piped(tmp_path, *argv)["results"]
+    under = [r for r in results if r["match_type"] == "keyword" and r["vector_score"] is not None]
+    assert under and all(r["vector_score"] < 0.25 for r in under)
+    code, shown = on_tty(tmp_path, *argv, NO_COLOR="1")
+    assert code == 0
+    keyword_lines = [line for line in shown.splitlines() if "[keyword: " in line]
+    assert len(keyword_lines) == len(under)
+    for r, line in zip(under, keyword_lines, strict=True):
+        assert f"[keyword: vector {r['vector_score']:.3f} under the vector floor 0.25, " in line
+    code, shown = on_tty(tmp_path, *argv, "--vector-floor", "0.05", NO_COLOR="1")
+    assert f"vector {under[0]['vector_score']:.3f} under the vector floor 0.05" not in shown
+
+
+def test_a_keyword_result_past_the_pool_says_so():
+    """The other reason a result with a vector is no vector match: its cosine passed the floor
+    but it was not among the candidate_pool nearest (the vector side's candidates)."""
+    from hybridsql import SearchOptions
+    from hybridsql.terminal import document_lines
+
+    result = {
+        "kind": "document",
+        "path": "a.md",
+        "start_line": 1,
+        "end_line": 2,
+        "other_ranges": [],
+        "score": 0.5,
+        "match_type": "keyword",
+        "vector_score": 0.4,
+        "keyword_score": 1.0,
+        "decay": 1.0,
+        "snippet": "a",
+    }
+    (line, _) = document_lines([result], [], SearchOptions(candidate_pool=20))
+    assert (
+        line
+        == "0.500  a.md:1-2  [keyword: vector 0.400 not among the 20 nearest, keyword 1.000, decay 1.00]"
+    )
+    both = {**result, "match_type": "both"}
+    (line, _) = document_lines([both], [], SearchOptions(candidate_pool=20))
+    assert "[both: vector 0.400, keyword 1.000, decay 1.00]" in line

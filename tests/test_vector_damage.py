@@ -928,7 +928,8 @@ def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
     """Each SIMD path's checksum (a process forced onto it, HYBRIDSQL_SIMD; the CPU's own path
     otherwise, which is sse2 on an x86-64 without AVX2) is the one hybridsql.db.vectors computes in numpy, for blocks of
     every fill, numeric metadata and partition values of every type: so a file written on one
-    path reads on every other, and the fallback reader checks it."""
+    path reads on every other, and the fallback reader checks it. The same path verifies every
+    block a fresh connection's query reads (whole blocks, many chunks summed at once)."""
     from hybridsql.db.vectors import block_checksum
 
     path = tmp_path / "simd.db"
@@ -946,6 +947,14 @@ def test_every_simd_path_writes_the_checksum_numpy_computes(tmp_path, simd):
         " (i, rng.standard_normal(d).astype('<f4').tobytes(), *parts[i % 4], i, i / 3, 'x'))\n"
         "    conn.execute('delete from t where rowid % 7 = 0')\n"
         "    conn.execute('update t set m = -1 where rowid % 5 = 0')\n"
+        "conn.close()\n"
+        # A fresh connection on the same path reads every block, so its checksum is verified there
+        "conn = hybridsql.connect(sys.argv[1], backend='extension')\n"
+        "for d, (p, q) in zip((5, 67, 300, 8), parts):\n"
+        "    if p is not None:\n"
+        "        v = np.ones(d, '<f4').tobytes()\n"
+        "        assert conn.execute('select count(*) from t where e match ? and k = 3000 and p = ?"
+        " and q = ?', (v, p, q)).fetchone()[0] > 300\n"
     )
     env = {**os.environ, "HYBRIDSQL_SIMD": simd}
     # From the file's folder, not the checkout, whose hybridsql/ may have no library.

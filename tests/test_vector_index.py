@@ -274,6 +274,120 @@ def test_an_or_of_the_tables_conditions_is_tested_on_the_k_rows(filled):
     )
 
 
+def steps(conn, sql, params=()):
+    """SQLite's steps (of the statement and of every one it runs, the table's reads of its shadow
+    tables among them: a progress handler called at each), and the rows."""
+    count = [0]
+
+    def step():
+        count[0] += 1
+        return 0
+
+    conn.setprogresshandler(step, 1)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.setprogresshandler(None)
+    return count[0], rows
+
+
+KEPT = "and (n = 3 or project = 'a' or rowid % 1000 = 7)"  # a quarter of the rows; SQLite's own
+
+
+def test_the_exact_form_hands_rows_best_first_and_stops_when_sqlite_does(filled):
+    """order by score desc limit N with a condition SQLite keeps (an OR across columns, an
+    expression) is the N best of the rows it selects (as cosine_topk over them, bit for bit), and
+    SQLite takes the table's rows best first and stops at N: the table rescores only what it hands
+    (csrc/vector_index/knn.c). Counted in SQLite's steps, not time: the k form (the condition in
+    rowid in (select ...)) steps through every row for its list, and the exact form did too
+    before (about 9 steps a row of the table: every row rescored and placed); now it takes fewer
+    steps than the table has rows."""
+    _, conn, store = filled
+    rng = np.random.default_rng(21)
+    for q in rng.standard_normal((3, D)).astype(np.float32):
+        blob = q.tobytes()
+        for n in (1, 5, 10):
+            k_form, _ = steps(
+                conn,
+                f"select rowid from t where e match ? and k = {n}"
+                f" and rowid in (select rowid from t where 1 {KEPT})",
+                (blob,),
+            )
+            exact, rows = steps(
+                conn,
+                f"select id, score from t where e match ? {KEPT} order by score desc limit {n}",
+                (blob,),
+            )
+            want = aggregate(conn, q, n, KEPT.replace("rowid", "id"))
+            assert ([i for i, _ in rows], [s for _, s in rows]) == want
+            assert exact < len(store) and 10 * exact < k_form, (n, exact, k_form)
+        # without ORDER BY the rows come best first too, and a LIMIT with OFFSET counts from there
+        rows = conn.execute(f"select id from t where e match ? {KEPT} limit 4 offset 3", (blob,))
+        assert [i for (i,) in rows] == aggregate(conn, q, 7, KEPT.replace("rowid", "id"))[0][3:]
+    check(conn)
+
+
+def test_a_loop_that_writes_between_rows_goes_on_from_the_last_row(filled):
+    """Rows handed best first come in rounds made from the table as it is: a loop over them that
+    writes to the table through the same connection (deletes, inserts, updates, a savepoint rolled
+    back) gets next the best row after the last one handed in the table as it now is, as a cursor
+    over an index goes on; never a row deleted, a row twice, or a row out of order (a row updated
+    after it was handed, which may then come again where its new score puts it, is not here)."""
+    _, conn, store = filled
+    rng = np.random.default_rng(31)
+    q = rng.standard_normal(D).astype(np.float32)
+    rows = {i: row[0] for i, row in store.items()}
+    kept = {i for i, row in store.items() if row[1] != "c"}
+
+    def after(last):
+        """The best kept row after `last` (score, id) in the table as it is, by brute force."""
+        best = brute({i: (v,) for i, v in rows.items() if i in kept}, q, len(rows))
+        q64 = q.astype(np.float64)
+        for i in best:
+            v = rows[i].astype(np.float64)
+            nn = float(v @ v) * float(q64 @ q64)
+            score = 0.0 if nn == 0 else max(-1.0, min(1.0, float(v @ q64) / nn**0.5))
+            if (
+                last is None
+                or score < last[0] - 1e-12
+                or (abs(score - last[0]) <= 1e-12 and i > last[1])
+            ):
+                return i
+        return None
+
+    writer = conn.cursor()
+    conn.execute("begin")
+    last, handed, new_id = None, [], 10_000
+    sql = "select id, score from t where e match ? and coalesce(project, '') != 'c' order by score desc"
+    for i, score in conn.execute(sql, (q.tobytes(),)):
+        assert i == after(last), len(handed)
+        last = (score, i)
+        handed.append(i)
+        if len(handed) % 3 == 0:
+            gone = int(rng.choice(sorted(set(rows) - {i})))
+            writer.execute("delete from t where id = ?", (gone,))
+            del rows[gone]
+            kept.discard(gone)
+            rows[new_id] = (q + rng.standard_normal(D) * 0.3).astype(np.float32)
+            writer.execute(
+                "insert into t(id, e, project) values (?, ?, 'a')", (new_id, rows[new_id].tobytes())
+            )
+            kept.add(new_id)
+            new_id += 1
+            moved = int(rng.choice(sorted(set(rows) - set(handed))))
+            rows[moved] = rng.standard_normal(D).astype(np.float32)
+            writer.execute("update t set e = ? where id = ?", (rows[moved].tobytes(), moved))
+        if len(handed) % 7 == 0:
+            writer.execute("savepoint s")
+            writer.execute("delete from t where id = ?", (handed[0],))
+            writer.execute("rollback to s")
+            writer.execute("release s")
+        if len(handed) == 300:
+            break
+    conn.execute("commit")
+    assert len(handed) == len(set(handed)) == 300
+
+
 def test_nested_queries_on_one_table(filled):
     _, conn, store = filled
     rows = conn.execute(
@@ -840,6 +954,15 @@ def test_exact_on_hard_vectors_in_every_backend(tmp_path, kind):
                 assert_exact(([i for i, _ in hits], [s for _, s in hits]), vectors, q, k)
         ids = ",".join(map(str, keep))
         assert_exact(knn(conn, q, 10, f"and id in ({ids})"), vectors, q, 10, keep)
+        for k in (10, 300):  # the exact form, with a condition SQLite keeps: handed best first
+            rows = conn.execute(
+                "select id, score from t where e match ? and id % 7 = 0 order by score desc"
+                f" limit {k}",
+                (q.tobytes(),),
+            ).fetchall()
+            got = ([i for i, _ in rows], [s for _, s in rows])
+            assert_exact(got, vectors, q, k, keep)
+            assert got == aggregate(conn, q, k, "and id % 7 = 0"), (kind, k)
         hits = readers[0].topk(q.tobytes(), 10, None, keep)
         assert_exact(([i for i, _ in hits], [s for _, s in hits]), vectors, q, 10, keep)
     check(conn)

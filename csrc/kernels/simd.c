@@ -327,18 +327,19 @@ static int hs_has_avx2_fma(void) {
 }
 #endif
 
-/* The checksum of one whole 256-byte chunk of a T_codes row (format 3: see chunk_sum). */
-typedef uint64_t (*ChunkFn)(const uint8_t *p);
-static uint64_t chunk_sum_generic(const uint8_t *p);
+/* The checksum of m whole 256-byte chunks of a T_codes row, the first one its chunk c0 (format
+** 3: see codes_sum). */
+typedef uint64_t (*ChunksFn)(const uint8_t *p, int64_t m, uint64_t c0);
+static uint64_t chunks_sum_generic(const uint8_t *p, int64_t m, uint64_t c0);
 #ifdef HS_X86
-static uint64_t chunk_sum_sse2(const uint8_t *p);
-static uint64_t chunk_sum_avx2(const uint8_t *p);
+static uint64_t chunks_sum_sse2(const uint8_t *p, int64_t m, uint64_t c0);
+static uint64_t chunks_sum_avx2(const uint8_t *p, int64_t m, uint64_t c0);
 #elif defined(HS_NEON)
-static uint64_t chunk_sum_neon(const uint8_t *p);
+static uint64_t chunks_sum_neon(const uint8_t *p, int64_t m, uint64_t c0);
 #endif
 
 Dot2Fn dot2_fn;
-static ChunkFn chunk_fn = chunk_sum_generic;
+static ChunksFn chunks_fn = chunks_sum_generic;
 Dot2FFn dot2f_fn = dot2f_generic;
 static DotFFn dotf_fn = dotf_generic;
 DotI8Fn doti8_fn = doti8_generic;
@@ -355,11 +356,11 @@ static void choose_simd(void) {
   } else if ((force && strcmp(force, "sse2") == 0) || !hs_has_avx2_fma()) {
     fn = dot2_sse2;
     name = "sse2";
-    chunk_fn = chunk_sum_sse2;
+    chunks_fn = chunks_sum_sse2;
   } else {
     fn = dot2_avx2;
     name = "avx2+fma";
-    chunk_fn = chunk_sum_avx2;
+    chunks_fn = chunks_sum_avx2;
     dot2f_fn = dot2f_avx2;
     dotf_fn = dotf_avx2;
     doti8_fn = doti8_avx2;
@@ -368,7 +369,7 @@ static void choose_simd(void) {
   if (!generic) {
     fn = dot2_neon;
     name = "neon";
-    chunk_fn = chunk_sum_neon;
+    chunks_fn = chunks_sum_neon;
     dot2f_fn = dot2f_neon;
     dotf_fn = dotf_neon;
     doti8_fn = doti8_neon;
@@ -424,9 +425,15 @@ HS_EXPORT int64_t hs_first_nonfinite(const float *v, int64_t d) {
 ** words of its two halves are multiplied pairwise, each xor'd with a key of
 ** its place (so that changes which cancel in the first term do not cancel in
 ** the second).  Whole chunks are summed by the SIMD path chosen at run time
-** (chunk_fn); a write adds the sums of the chunks it changes and takes away
+** (chunks_fn); a write adds the sums of the chunks it changes and takes away
 ** what they were.  It finds damage; it is
 ** not a cryptographic hash.
+**
+** The SIMD paths sum a run of m chunks without a horizontal sum or a
+** multiply of each: with V_i the vector of chunk i's products (its sum is the
+** sum of its lanes), A the running sum of the V_i and B the sum of the A after
+** each chunk, sum (2 (c0 + i) + 1) V_i = (2 c0 + 1) A + 2 (m A - B), lane by
+** lane, modulo 2^64 as every sum here is.
 */
 
 /* A chunk's weights (2i + 1) and keys (j in each byte, xor'd with a constant), as tables: loads
@@ -481,81 +488,121 @@ static uint64_t chunk_sum_generic(const uint8_t *p) {
   return lin + nh;
 }
 
+static uint64_t chunks_sum_generic(const uint8_t *p, int64_t m, uint64_t c0) {
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < m; i++) sum += chunk_sum_generic(p + i * HS_SUM_CHUNK) * (2 * (c0 + i) + 1);
+  return sum;
+}
+
+/* What A and B of m chunks make (above). */
+static uint64_t chunks_total(uint64_t a, uint64_t b, int64_t m, uint64_t c0) {
+  return (2 * c0 + 1) * a + 2 * ((uint64_t)m * a - b);
+}
+
 /*
 ** The same with 32x32 -> 64-bit multiplies of the even and odd words of each
 ** vector (pmuludq): compilers widen every word to 64 bits first, which halves
 ** the throughput of the baseline x86-64 build.
 */
 #ifdef HS_X86
-static uint64_t chunk_sum_sse2(const uint8_t *p) {
-  __m128i lin = _mm_setzero_si128(), nh = _mm_setzero_si128();
-  for (int i = 0; i < HS_SUM_CHUNK / 4; i += 4) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(p + 4 * i));
-    __m128i w = _mm_loadu_si128((const __m128i *)(SUM_WEIGHTS + i));
-    lin = _mm_add_epi64(lin, _mm_mul_epu32(v, w));
-    lin = _mm_add_epi64(lin, _mm_mul_epu32(_mm_srli_epi64(v, 32), _mm_srli_epi64(w, 32)));
+/* The weights of the even words of a chunk, and of the odd ones, each in a 64-bit lane: a
+** 32x32 -> 64-bit multiply takes a lane's low word. */
+static const uint64_t SUM_EVEN[HS_SUM_CHUNK / 8] = {
+    1,  5,  9,  13, 17, 21, 25, 29, 33,  37,  41,  45,  49,  53,  57,  61,
+    65, 69, 73, 77, 81, 85, 89, 93, 97, 101, 105, 109, 113, 117, 121, 125,
+};
+static const uint64_t SUM_ODD[HS_SUM_CHUNK / 8] = {
+    3,  7,  11, 15, 19, 23, 27, 31, 35,  39,  43,  47,  51,  55,  59,  63,
+    67, 71, 75, 79, 83, 87, 91, 95, 99, 103, 107, 111, 115, 119, 123, 127,
+};
+
+static uint64_t chunks_sum_sse2(const uint8_t *p, int64_t m, uint64_t c0) {
+  __m128i a = _mm_setzero_si128(), b = _mm_setzero_si128();
+  for (int64_t c = 0; c < m; c++, p += HS_SUM_CHUNK) {
+    __m128i v = _mm_setzero_si128();
+    for (int i = 0; i < HS_SUM_CHUNK / 4; i += 4) {
+      __m128i w = _mm_loadu_si128((const __m128i *)(p + 4 * i));
+      v = _mm_add_epi64(v, _mm_mul_epu32(w, _mm_loadu_si128((const __m128i *)(SUM_EVEN + i / 2))));
+      v = _mm_add_epi64(v, _mm_mul_epu32(_mm_srli_epi64(w, 32),
+                                         _mm_loadu_si128((const __m128i *)(SUM_ODD + i / 2))));
+    }
+    for (int i = 0; i < HS_SUM_CHUNK / 8; i += 4) {
+      __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 4 * i)),
+                                _mm_loadu_si128((const __m128i *)(SUM_KEYS[0] + i)));
+      __m128i y = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + HS_SUM_CHUNK / 2 + 4 * i)),
+                                _mm_loadu_si128((const __m128i *)(SUM_KEYS[1] + i)));
+      v = _mm_add_epi64(v, _mm_mul_epu32(x, y));
+      v = _mm_add_epi64(v, _mm_mul_epu32(_mm_srli_epi64(x, 32), _mm_srli_epi64(y, 32)));
+    }
+    a = _mm_add_epi64(a, v);
+    b = _mm_add_epi64(b, a);
   }
-  for (int i = 0; i < HS_SUM_CHUNK / 8; i += 4) {
-    __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 4 * i)),
-                              _mm_loadu_si128((const __m128i *)(SUM_KEYS[0] + i)));
-    __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + HS_SUM_CHUNK / 2 + 4 * i)),
-                              _mm_loadu_si128((const __m128i *)(SUM_KEYS[1] + i)));
-    nh = _mm_add_epi64(nh, _mm_mul_epu32(a, b));
-    nh = _mm_add_epi64(nh, _mm_mul_epu32(_mm_srli_epi64(a, 32), _mm_srli_epi64(b, 32)));
-  }
-  uint64_t r[2];
-  _mm_storeu_si128((__m128i *)r, _mm_add_epi64(lin, nh));
-  return r[0] + r[1];
+  uint64_t ra[2], rb[2];
+  _mm_storeu_si128((__m128i *)ra, a);
+  _mm_storeu_si128((__m128i *)rb, b);
+  return chunks_total(ra[0] + ra[1], rb[0] + rb[1], m, c0);
 }
 
 __attribute__((target("avx2")))
-static uint64_t chunk_sum_avx2(const uint8_t *p) {
-  __m256i lin = _mm256_setzero_si256(), nh = _mm256_setzero_si256();
-  for (int i = 0; i < HS_SUM_CHUNK / 4; i += 8) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)(p + 4 * i));
-    __m256i w = _mm256_loadu_si256((const __m256i *)(SUM_WEIGHTS + i));
-    lin = _mm256_add_epi64(lin, _mm256_mul_epu32(v, w));
-    lin = _mm256_add_epi64(lin, _mm256_mul_epu32(_mm256_srli_epi64(v, 32), _mm256_srli_epi64(w, 32)));
+static uint64_t chunks_sum_avx2(const uint8_t *p, int64_t m, uint64_t c0) {
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  for (int64_t c = 0; c < m; c++, p += HS_SUM_CHUNK) {
+    __m256i v = _mm256_setzero_si256();
+    for (int i = 0; i < HS_SUM_CHUNK / 4; i += 8) {
+      __m256i w = _mm256_loadu_si256((const __m256i *)(p + 4 * i));
+      v = _mm256_add_epi64(
+          v, _mm256_mul_epu32(w, _mm256_loadu_si256((const __m256i *)(SUM_EVEN + i / 2))));
+      v = _mm256_add_epi64(v, _mm256_mul_epu32(_mm256_srli_epi64(w, 32),
+                                               _mm256_loadu_si256((const __m256i *)(SUM_ODD + i / 2))));
+    }
+    for (int i = 0; i < HS_SUM_CHUNK / 8; i += 8) {
+      __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 4 * i)),
+                                   _mm256_loadu_si256((const __m256i *)(SUM_KEYS[0] + i)));
+      __m256i y =
+          _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + HS_SUM_CHUNK / 2 + 4 * i)),
+                           _mm256_loadu_si256((const __m256i *)(SUM_KEYS[1] + i)));
+      v = _mm256_add_epi64(v, _mm256_mul_epu32(x, y));
+      v = _mm256_add_epi64(v, _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(y, 32)));
+    }
+    a = _mm256_add_epi64(a, v);
+    b = _mm256_add_epi64(b, a);
   }
-  for (int i = 0; i < HS_SUM_CHUNK / 8; i += 8) {
-    __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 4 * i)),
-                                 _mm256_loadu_si256((const __m256i *)(SUM_KEYS[0] + i)));
-    __m256i b =
-        _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + HS_SUM_CHUNK / 2 + 4 * i)),
-                         _mm256_loadu_si256((const __m256i *)(SUM_KEYS[1] + i)));
-    nh = _mm256_add_epi64(nh, _mm256_mul_epu32(a, b));
-    nh = _mm256_add_epi64(nh, _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32)));
-  }
-  uint64_t r[4];
-  _mm256_storeu_si256((__m256i *)r, _mm256_add_epi64(lin, nh));
-  return (r[0] + r[1]) + (r[2] + r[3]);
+  uint64_t ra[4], rb[4];
+  _mm256_storeu_si256((__m256i *)ra, a);
+  _mm256_storeu_si256((__m256i *)rb, b);
+  return chunks_total((ra[0] + ra[1]) + (ra[2] + ra[3]), (rb[0] + rb[1]) + (rb[2] + rb[3]), m, c0);
 }
 #elif defined(HS_NEON)
-static uint64_t chunk_sum_neon(const uint8_t *p) {
-  uint64x2_t lin = vdupq_n_u64(0), nh = vdupq_n_u64(0);
-  for (int i = 0; i < HS_SUM_CHUNK / 4; i += 4) {
-    uint32x4_t v = vreinterpretq_u32_u8(vld1q_u8(p + 4 * i)), w = vld1q_u32(SUM_WEIGHTS + i);
-    lin = vmlal_u32(lin, vget_low_u32(v), vget_low_u32(w));
-    lin = vmlal_u32(lin, vget_high_u32(v), vget_high_u32(w));
+static uint64_t chunks_sum_neon(const uint8_t *p, int64_t m, uint64_t c0) {
+  uint64x2_t a = vdupq_n_u64(0), b = vdupq_n_u64(0);
+  for (int64_t c = 0; c < m; c++, p += HS_SUM_CHUNK) {
+    uint64x2_t v = vdupq_n_u64(0);
+    for (int i = 0; i < HS_SUM_CHUNK / 4; i += 4) {
+      uint32x4_t w = vreinterpretq_u32_u8(vld1q_u8(p + 4 * i)), x = vld1q_u32(SUM_WEIGHTS + i);
+      v = vmlal_u32(v, vget_low_u32(w), vget_low_u32(x));
+      v = vmlal_u32(v, vget_high_u32(w), vget_high_u32(x));
+    }
+    for (int i = 0; i < HS_SUM_CHUNK / 8; i += 4) {
+      uint32x4_t x = veorq_u32(vreinterpretq_u32_u8(vld1q_u8(p + 4 * i)), vld1q_u32(SUM_KEYS[0] + i));
+      uint32x4_t y = veorq_u32(vreinterpretq_u32_u8(vld1q_u8(p + HS_SUM_CHUNK / 2 + 4 * i)),
+                               vld1q_u32(SUM_KEYS[1] + i));
+      v = vmlal_u32(v, vget_low_u32(x), vget_low_u32(y));
+      v = vmlal_u32(v, vget_high_u32(x), vget_high_u32(y));
+    }
+    a = vaddq_u64(a, v);
+    b = vaddq_u64(b, a);
   }
-  for (int i = 0; i < HS_SUM_CHUNK / 8; i += 4) {
-    uint32x4_t a = veorq_u32(vreinterpretq_u32_u8(vld1q_u8(p + 4 * i)), vld1q_u32(SUM_KEYS[0] + i));
-    uint32x4_t b = veorq_u32(vreinterpretq_u32_u8(vld1q_u8(p + HS_SUM_CHUNK / 2 + 4 * i)),
-                             vld1q_u32(SUM_KEYS[1] + i));
-    nh = vmlal_u32(nh, vget_low_u32(a), vget_low_u32(b));
-    nh = vmlal_u32(nh, vget_high_u32(a), vget_high_u32(b));
-  }
-  uint64x2_t s = vaddq_u64(lin, nh);
-  return vgetq_lane_u64(s, 0) + vgetq_lane_u64(s, 1);
+  return chunks_total(vgetq_lane_u64(a, 0) + vgetq_lane_u64(a, 1),
+                      vgetq_lane_u64(b, 0) + vgetq_lane_u64(b, 1), m, c0);
 }
 #endif
 
 uint64_t codes_sum(const uint8_t *p, int64_t n, int64_t first) {
-  uint64_t sum = 0, c = (uint64_t)(first / HS_SUM_CHUNK);
-  int64_t at = 0;
-  dot2(); /* chooses chunk_fn with the other kernels */
-  for (; at + HS_SUM_CHUNK <= n; at += HS_SUM_CHUNK, c++) sum += chunk_fn(p + at) * (2 * c + 1);
-  if (at < n) sum += chunk_sum(p + at, n - at) * (2 * c + 1);
+  uint64_t c = (uint64_t)(first / HS_SUM_CHUNK);
+  int64_t m = n / HS_SUM_CHUNK, at = m * HS_SUM_CHUNK;
+  dot2(); /* chooses chunks_fn with the other kernels */
+  uint64_t sum = m ? chunks_fn(p, m, c) : 0;
+  if (at < n) sum += chunk_sum(p + at, n - at) * (2 * (c + (uint64_t)m) + 1);
   return sum;
 }
 

@@ -59,7 +59,10 @@
 **    creation times) and header (its checksum): a new lookup by path (a new connection's first
 **    embed(), hybridsql_model('PATH') again) whose file is no longer that one reads it again
 **    (and shares the copy read before where the bytes are the same: a file touched or copied
-**    again).  Models stay until the process exits (a connection may hold one any time).
+**    again).  Models stay until the process exits (a connection may hold one any time), and
+**    so does the library from its first model on: it pins itself (pin_library), so that
+**    SQLite's unloading it with the last connection that loaded it neither strands its models
+**    nor makes the next load read the file again.
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
@@ -113,10 +116,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dlfcn.h>
 #if defined(__linux__)
 #include <link.h>
-#else
-#include <dlfcn.h>
+/* glibc before 2.34 keeps dlopen in libdl, which the library does not link (it loads only libc
+** and libm): a weak reference, answered by the process's own dlopen, which every SQLite that
+** loads an extension has (NULL where none is in the global scope: the library is then not
+** pinned, and nothing else changes). */
+#pragma weak dlopen
 #endif
 #endif
 
@@ -128,8 +135,10 @@ SQLITE_EXTENSION_INIT3
 #define HS_MISSING 2048 /* the path of a model file that is not there, at most */
 #define HS_ID_BYTES 63 /* a model's name or id, at most (model_file.py's id field, less its NUL) */
 #define HS_ERR 4096  /* an error's text, at most */
-/* What to do when the file is not there or not a model. */
-#define HS_MAKE_ONE "write it with `hybridsql model` (pip install 'hybridsql[local]')"
+/* What to do when the file is not there or not a model: the release's file (what a user of the
+** bare library has, docs/platforms.md), or the Python package's command that writes it. */
+#define HS_MAKE_ONE \
+  "take " HS_MODEL_FILE " from hybridsql's release page or write it with `hybridsql model`"
 
 /* ---- The models of this process (Requirement 14) ---- */
 
@@ -153,6 +162,8 @@ typedef struct Model {
 
 static Model *models; /* only added to, under the lock; never freed */
 
+static void pin_library(void);
+
 #if defined(_WIN32)
 static SRWLOCK lock = SRWLOCK_INIT;
 static void models_lock(void) { AcquireSRWLockExclusive(&lock); }
@@ -164,8 +175,13 @@ static void models_unlock(void) { pthread_mutex_unlock(&lock); }
 #endif
 
 static Model *model_add(char *path, const void *data, size_t n, HsModel *m) {
+  static int pinned;
   Model *x = calloc(1, sizeof *x);
   if (!x) return 0;
+  if (!pinned) {
+    pin_library();
+    pinned = 1;
+  }
   x->path = path;
   x->data = data;
   x->n = n;
@@ -638,6 +654,35 @@ static char *library_folder(void) {
 }
 #endif
 
+/* The library kept in the process until it exits, from its first model on (Requirement 14).
+** SQLite unloads an extension when the last connection that loaded it closes; the models, in
+** memory this library's statics point to, would stay unreachable, and the library loaded again
+** would read its model again (23 MB more at each open, embed, close).  No-op for a library
+** compiled into its program. */
+#if defined(_WIN32)
+static void pin_library(void) {
+  HMODULE self;
+  GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_PIN,
+                     (LPCWSTR)(void *)pin_library, &self);
+}
+#elif defined(__linux__)
+static void pin_library(void) {
+  Found f = {0, (uintptr_t)(void *)pin_library};
+  /* Its own name as it was loaded (the main program's is ""): RTLD_NOLOAD finds that library
+  ** and loads nothing, RTLD_NODELETE keeps it; the handle is never closed. */
+  if (dlopen && dl_iterate_phdr(find_self, &f) && f.name && *f.name) {
+    (void)dlopen(f.name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+#else
+static void pin_library(void) {
+  Dl_info info;
+  if (dladdr((void *)pin_library, &info) && info.dli_fname && *info.dli_fname) {
+    (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+}
+#endif
+
 /* hybridsql.embed.cache_dir(), with a trailing separator, in memory from malloc (a path of any
 ** length); NULL if there is none. */
 static char *cache_folder(void) {
@@ -688,6 +733,14 @@ static const Model *model_in_folders(const char *file, char *err, char *missing)
     const char *folder = folders[1] ? folders[1] : folders[0] ? folders[0] : "";
     snprintf(missing, HS_MISSING, "%s%s", folder, file);
     if (!missing[0]) snprintf(missing, HS_MISSING, "%s", file); /* never "" once missing */
+    /* The step docs/platforms.md gives a user of the bare library first, then the Python
+    ** package's: either may be the one reading this (a named model's caller says its own). */
+    snprintf(err, HS_ERR,
+             "embed(): no model file: put %s (from hybridsql's release page) %s%s,"
+             " or write it with `hybridsql model`%s%s, or name one with $HYBRIDSQL_MODEL or"
+             " hybridsql_model('PATH')",
+             file, folders[0] ? "in the library's folder " : "beside the library",
+             folders[0] ? folders[0] : "", folders[1] ? " to " : "", folders[1] ? folders[1] : "");
   }
   free(folders[0]);
   free(folders[1]);
@@ -697,14 +750,7 @@ static const Model *model_in_folders(const char *file, char *err, char *missing)
 /* The default model: HS_MODEL_FILE beside the library, else in the cache folder. */
 static const Model *default_model(char *err) {
   char missing[HS_MISSING];
-  const Model *found = model_in_folders(HS_MODEL_FILE, err, missing);
-  if (missing[0]) {
-    snprintf(err, HS_ERR,
-             "embed(): no model file: " HS_MAKE_ONE " to %s, or name one with $HYBRIDSQL_MODEL"
-             " or hybridsql_model('PATH')",
-             missing);
-  }
-  return found;
+  return model_in_folders(HS_MODEL_FILE, err, missing); /* err says what to do if missing */
 }
 
 /* ---- Models by name (Requirements 13 and 17) ---- */

@@ -10,7 +10,8 @@
 **   held.c       rows appended one after another, held and written together (Appended)
 **   cache.c      the per-connection cache of blocks' records
 **   plan.c       xBestIndex: the plan of a query, and match()
-**   scan.c       xFilter and the cursors: a scan, and a k-nearest query (vx_knn)
+**   knn.c        a query with MATCH: k = N, or every row best first (KnnRows)
+**   scan.c       xFilter and the cursors: a scan, or a query with MATCH
 **   write.c      xUpdate, and the transaction methods
 **   table.c      the declaration, xCreate and xConnect, xDestroy, xRename
 **   integrity.c  xIntegrity
@@ -61,9 +62,11 @@ typedef struct CBlock {
   uint64_t used; /* the query that last used it */
 } CBlock;
 
-/* A block as a query's block list gives it. */
+/* A block as a query's block list gives it; parts: the hash of its partition values
+** (hash_values), which its checksum covers. */
 typedef struct BlockRef {
   int64_t id, dims, capacity, count, nonce;
+  uint64_t parts;
 } BlockRef;
 
 /*
@@ -157,6 +160,7 @@ typedef struct VxTab {
   sqlite3_stmt *st[VS_COUNT];
   char *broken; /* xConnect found the shadow tables damaged: what every use of it says */
   Appended app; /* rows appended and not yet written */
+  uint64_t writes; /* changes by every write through this connection, and every rollback */
 } VxTab;
 
 #define VX_SCORE(t) ((t)->ncol)
@@ -268,9 +272,21 @@ int64_t read_bytes(const VxTab *t, const BlockRef *r);
 
 /* ---- plan.c ---- */
 extern int vtab_in_ok;
+int add_cond(sqlite3_str *sql, Binds *b, const char *column, char op, char coll,
+             sqlite3_value *arg);
 const char *op_sql(char op);
 int register_match(sqlite3 *db);
 int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info);
+
+/* ---- knn.c ---- */
+typedef struct KnnRows KnnRows;
+void knn_close(KnnRows *z);
+int knn_eof(const KnnRows *z);
+int64_t knn_given_k(const KnnRows *z);
+Hit knn_hit(const KnnRows *z);
+int knn_next(VxTab *t, KnnRows *z);
+int knn_open(VxTab *t, int lazy, const char *plan, int argc, sqlite3_value **argv,
+             KnnRows **out);
 
 /* ---- the module's methods (vector_index.c's table of them) ---- */
 int vx_close(sqlite3_vtab_cursor *cur);

@@ -41,6 +41,27 @@ const char *op_sql(char op) {
   }
 }
 
+/* Appends " and <column> <op>" for a token, and its values to b. */
+int add_cond(sqlite3_str *sql, Binds *b, const char *column, char op, char coll,
+             sqlite3_value *arg) {
+  static const char *const colls[] = {"", " collate nocase", " collate rtrim"};
+  const char *c = coll == 'n' ? colls[1] : coll == 'r' ? colls[2] : colls[0];
+  if (op == 'I') {
+    sqlite3_str_appendf(sql, " and %s%s in (", column, c);
+    sqlite3_value *v;
+    int rc = sqlite3_vtab_in_first(arg, &v), first = 1;
+    for (; rc == SQLITE_OK && v; rc = sqlite3_vtab_in_next(arg, &v)) {
+      sqlite3_str_appendall(sql, first ? "?" : ", ?");
+      first = 0;
+      if ((rc = binds_add(b, v)) != SQLITE_OK) return rc;
+    }
+    sqlite3_str_appendall(sql, ")");
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+  }
+  sqlite3_str_appendf(sql, " and %s%s %s", column, c, op_sql(op));
+  return op == '0' || op == '1' ? SQLITE_OK : binds_add(b, arg);
+}
+
 /* Whether this SQLite hands an IN list over whole (sqlite3_vtab_in, 3.38). */
 int vtab_in_ok;
 
@@ -254,7 +275,9 @@ int vx_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
         sqlite3_snprintf(VX_TOKEN + 1, plan + VX_TOKEN * (n - 1), "%c00=b", j ? 'O' : 'L');
       }
     }
-    info->idxNum = 1;
+    /* Without k: the rows may be made best first as SQLite asks for them where it takes them in
+    ** that order (knn.c), and must all be before it sorts them otherwise. */
+    info->idxNum = 1 | (!has_k && (o == 0 || info->orderByConsumed) ? 2 : 0);
     info->estimatedCost = 10.0 + VX_COND_COST * conds;
     info->estimatedRows = 10;
   } else {

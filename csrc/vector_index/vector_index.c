@@ -35,7 +35,9 @@
 **    SQLite applies the rest, the ORDER BY and the LIMIT: "order by score desc
 **    limit N" is the N best of the rows every condition selects (scored alone
 **    where SQLite hands the LIMIT over, which it does only with every
-**    condition, vx_best_index).  A NULL Q gives no rows.  The
+**    condition, vx_best_index; otherwise, where SQLite takes the rows in that
+**    order, they are made best first as it asks for them, knn.c, so it stops
+**    after N that pass its own conditions).  A NULL Q gives no rows.  The
 **    first pass bounds each row's cosine from its int8 record (rec_build) and
 **    the rows that could be in the top k are rescored exactly, so the answer
 **    is exact whatever the data.  Without MATCH, the table is an ordinary

@@ -372,6 +372,7 @@ int vx_release(sqlite3_vtab *vt, int n) {
 int vx_rollback(sqlite3_vtab *vt) {
   VxTab *t = (VxTab *)vt;
   t->format = -1;
+  t->writes++;
   app_clear(t);
   return SQLITE_OK;
 }
@@ -390,6 +391,7 @@ int vx_xupdate(sqlite3_vtab *vt, int argc, sqlite3_value **argv, sqlite3_int64 *
                    " or view on its shadow tables?)", t->name);
   }
   t->busy = 1;
+  t->writes++; /* a query handing rows best first goes on from the table as it is now */
   sqlite3_int64 last = sqlite3_last_insert_rowid(t->db); /* block inserts must not change it */
   map_free(&t->pending);
   int rc = vx_format(t);

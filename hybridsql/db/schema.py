@@ -18,11 +18,13 @@ from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
 if TYPE_CHECKING:
     import apsw
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+# The oldest schema a read-only open can search (what later ones changed, it does without).
+SEARCHABLE_FROM = 5
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 6);
+insert or ignore into meta values ('schema_version', 7);
 
 create table if not exists files(
   id integer primary key,
@@ -150,23 +152,30 @@ begin
 end;
 """
 
-# The characters of CJK text (Han, kana, Hangul, CJK punctuation, fullwidth forms) as the ranges
-# of a character class, the same in a Python regular expression and in SQLite's GLOB (which
-# compares a range's ends by code point). A query with any of them goes to the trigram tables
-# (search/keywords.py, keyword_plan), which hold only the chunks that have one.
-CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
+# The scripts of the trigram tables, as the ranges of a character class, the same in a Python
+# regular expression and in SQLite's GLOB (which compares a range's ends by code point): CJK (Han,
+# kana, Hangul, CJK punctuation, fullwidth forms), and Thai, Lao, Myanmar and Khmer, written
+# without spaces between words, which unicode61 would take a whole phrase at a time as one
+# token. A query with letters of them goes to the trigram tables (search/keywords.py,
+# keyword_plan), which hold only the chunks that have one of these characters. Schema 5's
+# class was CJK alone (its views: document_cjk_chunks, memory_cjk_chunks).
+TRIGRAM_SCRIPTS = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+    "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f"
+)
 
 
-def _has_cjk(text: str) -> str:
-    """The SQL test of whether the column ``text`` holds a CJK character, with built-in functions
-    only (any client may write chunks). The GLOB decodes and tests each character against the
-    class; it ran longer than FTS5's tokenizer on English text. So text whose length in
-    characters is its length in bytes is answered first, without it: every character of such text
-    was read from one byte (ASCII, or a byte that starts no sequence), so none is CJK, and there
-    is no NUL before its end (length() stops at one, as GLOB does). Any other text gets the GLOB,
-    as before: the answer is the same for every value, malformed UTF-8 included."""
+def _has_script(text: str) -> str:
+    """The SQL test of whether the column ``text`` holds a character of TRIGRAM_SCRIPTS, with
+    built-in functions only (any client may write chunks). The GLOB decodes and tests each
+    character against the class; it ran longer than FTS5's tokenizer on English text. So text
+    whose length in characters is its length in bytes is answered first, without it: every
+    character of such text was read from one byte (ASCII, or a byte that starts no sequence),
+    so none is in the class (all of it past U+07FF), and there is no NUL before its end
+    (length() stops at one, as GLOB does). Any other text gets the GLOB, as before: the answer
+    is the same for every value, malformed UTF-8 included."""
     one_byte_each = f"length(cast({text} as text)) = length(cast({text} as blob))"
-    return f"(not {one_byte_each} and {text} glob '*[{CJK}]*')"
+    return f"(not {one_byte_each} and {text} glob '*[{TRIGRAM_SCRIPTS}]*')"
 
 
 # Full-text indexes, one pair for each kind of chunk, so that a search of documents or of memories
@@ -178,62 +187,62 @@ def _has_cjk(text: str) -> str:
 # FTS5's 'rebuild' would add the memories, and its 'integrity-check' with rank 1 counts them as
 # missing, so _fill_fts fills it, and it is checked with rank 0.
 #
-# The trigram tables serve CJK queries only, whose terms match only chunks with CJK text (a
-# term's CJK run is in the chunk), so they hold only those chunks: their views, and the triggers,
-# test the text with the same GLOB (an FTS5 'delete' of a row never indexed would corrupt the
-# index). On a corpus of English notes they were a third of the file.
+# The trigram tables serve queries with letters of TRIGRAM_SCRIPTS only, whose trigrams match
+# only chunks with such text, so they hold only those chunks: their views, and the triggers, test
+# the text with the same GLOB (an FTS5 'delete' of a row never indexed would corrupt the index).
+# On a corpus of English notes they were a third of the file.
 FTS = f"""
 create view if not exists memory_chunks as select id, text from chunks where kind = 'memory';
-create view if not exists document_cjk_chunks as
-  select id, text from chunks where kind = 'document' and {_has_cjk("text")};
-create view if not exists memory_cjk_chunks as
-  select id, text from chunks where kind = 'memory' and {_has_cjk("text")};
+create view if not exists document_trigram_chunks as
+  select id, text from chunks where kind = 'document' and {_has_script("text")};
+create view if not exists memory_trigram_chunks as
+  select id, text from chunks where kind = 'memory' and {_has_script("text")};
 create virtual table if not exists chunks_fts using fts5(
   text, content="chunks", content_rowid="id", tokenize='porter unicode61 remove_diacritics 2'
 );
 create virtual table if not exists chunks_trigram using fts5(
-  text, content='document_cjk_chunks', content_rowid='id', tokenize='trigram'
+  text, content='document_trigram_chunks', content_rowid='id', tokenize='trigram'
 );
 create virtual table if not exists memories_fts using fts5(
   text, content='memory_chunks', content_rowid='id',
   tokenize='porter unicode61 remove_diacritics 2'
 );
 create virtual table if not exists memories_trigram using fts5(
-  text, content='memory_cjk_chunks', content_rowid='id', tokenize='trigram'
+  text, content='memory_trigram_chunks', content_rowid='id', tokenize='trigram'
 );
 create trigger if not exists chunks_fts_insert after insert on chunks begin
   insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
   insert into chunks_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'document' and {_has_cjk("new.text")};
+    select new.id, new.text where new.kind = 'document' and {_has_script("new.text")};
   insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
   insert into memories_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'memory' and {_has_cjk("new.text")};
+    select new.id, new.text where new.kind = 'memory' and {_has_script("new.text")};
 end;
 create trigger if not exists chunks_fts_delete after delete on chunks begin
   insert into chunks_fts(chunks_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'document';
   insert into chunks_trigram(chunks_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'document' and {_has_cjk("old.text")};
+    select 'delete', old.id, old.text where old.kind = 'document' and {_has_script("old.text")};
   insert into memories_fts(memories_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'memory';
   insert into memories_trigram(memories_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_cjk("old.text")};
+    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_script("old.text")};
 end;
 create trigger if not exists chunks_fts_update after update of text, kind on chunks begin
   insert into chunks_fts(chunks_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'document';
   insert into chunks_trigram(chunks_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'document' and {_has_cjk("old.text")};
+    select 'delete', old.id, old.text where old.kind = 'document' and {_has_script("old.text")};
   insert into memories_fts(memories_fts, rowid, text)
     select 'delete', old.id, old.text where old.kind = 'memory';
   insert into memories_trigram(memories_trigram, rowid, text)
-    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_cjk("old.text")};
+    select 'delete', old.id, old.text where old.kind = 'memory' and {_has_script("old.text")};
   insert into chunks_fts(rowid, text) select new.id, new.text where new.kind = 'document';
   insert into chunks_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'document' and {_has_cjk("new.text")};
+    select new.id, new.text where new.kind = 'document' and {_has_script("new.text")};
   insert into memories_fts(rowid, text) select new.id, new.text where new.kind = 'memory';
   insert into memories_trigram(rowid, text)
-    select new.id, new.text where new.kind = 'memory' and {_has_cjk("new.text")};
+    select new.id, new.text where new.kind = 'memory' and {_has_script("new.text")};
 end;
 """
 
@@ -288,6 +297,13 @@ def _parts(script: str) -> tuple:
 # has full-text search, its tables, views and triggers.
 PARTS = _parts(TABLES)
 FTS_PARTS = _parts(FTS)
+
+
+# Schema 5's names of the views that are named otherwise now (SEARCHABLE_FROM).
+_SCHEMA_5_NAMES = {
+    "document_trigram_chunks": "document_cjk_chunks",
+    "memory_trigram_chunks": "memory_cjk_chunks",
+}
 
 
 def _triggers(script: str) -> dict:
@@ -353,10 +369,10 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
             _upgrade_from_2(conn)
         if version in (1, 2, 3):
             _upgrade_from_3(conn)
-        if version in (1, 2, 3, 4):
-            _upgrade_from_4(conn)
         if version in (1, 2, 3, 4, 5):
-            _upgrade_from_5(conn)
+            _upgrade_trigrams(conn)
+        if version in (1, 2, 3, 4, 5, 6):
+            _upgrade_from_6(conn)
         try:
             conn.execute(TABLES)
         except apsw.SQLError as e:
@@ -411,7 +427,10 @@ def whole(conn: apsw.Connection, path: str) -> None:
     ensure_schema)."""
     missing_column(conn, path)
     present = set(_present(conn))
-    expected = PARTS + (FTS_PARTS if present & set(FTS_PARTS) else ())
+    fts_parts = FTS_PARTS
+    if schema_version(conn) == 5:  # searched read-only as it is: its views' names
+        fts_parts = tuple(_SCHEMA_5_NAMES.get(name, name) for name in FTS_PARTS)
+    expected = PARTS + (fts_parts if present & set(fts_parts) else ())
     lost = [name for name in expected if name not in present]
     if lost:
         raise DatabaseError(
@@ -520,25 +539,26 @@ def _upgrade_from_3(conn: apsw.Connection) -> None:
     conn.execute("update meta set value = 4 where key = 'schema_version'")
 
 
-def _upgrade_from_4(conn: apsw.Connection) -> None:
-    """Schema 4's trigram tables held every chunk; they serve CJK queries, which match only
-    chunks with CJK text, so they are made again over those (FTS). Nothing is embedded again,
-    and the porter tables stay as they are. The pages they freed stay in the file for later
-    writes (or a VACUUM)."""
+def _upgrade_trigrams(conn: apsw.Connection) -> None:
+    """The trigram tables are made again over the chunks the class of this version holds
+    (FTS): schema 4's held every chunk, schema 5's those with CJK text, where now Thai, Lao,
+    Myanmar and Khmer text is theirs too. Nothing is embedded again, and the porter tables stay
+    as they are. The pages they freed stay in the file for later writes (or a VACUUM)."""
     if has_fts(conn):
         conn.execute(
             "drop trigger if exists chunks_fts_insert; drop trigger if exists chunks_fts_delete;"
             " drop trigger if exists chunks_fts_update; drop table if exists chunks_trigram;"
             " drop table if exists memories_trigram; drop view if exists document_chunks;"
+            " drop view if exists document_cjk_chunks; drop view if exists memory_cjk_chunks;"
         )
         conn.execute(FTS)
         for table in ("chunks_trigram", "memories_trigram"):
             conn.execute(f"insert into {table}({table}) values ('rebuild')")
-    conn.execute("update meta set value = 5 where key = 'schema_version'")
+    conn.execute("update meta set value = 6 where key = 'schema_version'")
 
 
-def _upgrade_from_5(conn: apsw.Connection) -> None:
-    """Schema 5 did not record which model made the vectors: every index of it that has
+def _upgrade_from_6(conn: apsw.Connection) -> None:
+    """Schemas before 7 did not record which model made the vectors: every such index that has
     vectors of the local model was made by all-MiniLM-L6-v2 (the only one), recorded now, with
     no fingerprint (the next writer with that model fills it in), and its chunks as cut by that
     model's tokenizer. Another provider's vectors keep their model id, as before; its next write
@@ -554,7 +574,7 @@ def _upgrade_from_5(conn: apsw.Connection) -> None:
             " (select 1 from meta where key = 'chunk_tokens')",
             (MINILM_ID,),
         )
-    conn.execute("update meta set value = 6 where key = 'schema_version'")
+    conn.execute("update meta set value = 7 where key = 'schema_version'")
 
 
 # -- the index's model ----------------------------------------------------------------------
@@ -770,7 +790,10 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
     """Raises DatabaseError unless ``path`` holds a hybridsql index this version can use.
 
     An index is known by ``meta.schema_version``. A newer one is refused. An older one is
-    refused when ``readonly`` (only a writing open upgrades it, in ensure_schema). ``create``
+    refused when ``readonly`` (only a writing open upgrades it, in ensure_schema), unless it is
+    SEARCHABLE_FROM or later: schema 5, whose trigram tables hold the chunks with CJK text but not
+    those of Thai, Lao, Myanmar or Khmer, is searched as it is (a query in those scripts finds
+    nothing there, and then LIKE, which reads every chunk, matches its trigrams). ``create``
     accepts a new or empty file (ensure_schema makes the index), never one that holds another
     application's tables, nor an empty one that another application has claimed (its
     ``application_id`` or ``user_version`` set, which hybridsql never sets): nothing is added
@@ -798,7 +821,7 @@ def check_index(conn: apsw.Connection, path: str, readonly: bool, create: bool =
             f"{path} was made by a newer hybridsql (schema {version}, this one knows "
             f"{SCHEMA_VERSION}); upgrade hybridsql to use it"
         )
-    if version < SCHEMA_VERSION and readonly:
+    if version < SEARCHABLE_FROM and readonly:
         raise DatabaseError(
             f"{path} was made by an older hybridsql (schema {version}); run "
             f"`hybridsql index DIR --db {path}` to upgrade it"

@@ -30,6 +30,9 @@ from hybridsql.memory import SECTORS, MemoryStore
 from hybridsql.search import MODES, SearchOptions, explain_sql
 
 KINDS = ("documents", "memories")
+# SQLite's schema tables: what every statement's preparation and the lookup of embed()'s model
+# read. Datasette reads them for every page of a database, under view-database alone.
+SCHEMA_TABLES = {"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"}
 
 
 class Deadline:
@@ -160,12 +163,14 @@ def _form(args) -> dict:
 
 def _search(path: str, form: dict, tables: set, model: str | None = None):
     """The results of the form's search, on a read-only index: nothing is written, not even
-    the reinforcement a memory search gives by default. Adds to ``tables`` every table of the
-    file that the search read (SQLite's authorizer sees each), for the page to check."""
+    the reinforcement a memory search gives by default. Adds to ``tables`` every table whose
+    view-table permission covers what the search read (see ``_covering``), for the page to
+    check."""
+    read: set = set()
 
     def reading(op, table, _column, database, _trigger):
         if op == apsw.SQLITE_READ and database == "main":
-            tables.add(table)
+            read.add(table)
         return apsw.SQLITE_OK
 
     options = SearchOptions(mode=form["mode"], now=form["now"] or None)
@@ -174,17 +179,37 @@ def _search(path: str, form: dict, tables: set, model: str | None = None):
     embedder = None if local_by_default() else _provider()
     with HybridIndex(path, embedder=embedder, model=model, readonly=True) as idx:
         idx.conn.authorizer = reading
-        if form["kind"] == "documents":
-            return idx.searcher.search(form["q"], options)
-        store = MemoryStore(idx, clock=(lambda: options.now) if options.now else time.time)
-        return store.search(
-            form["q"],
-            project=form["project"] or None,
-            sector=form["sector"] or None,
-            include_superseded=form["superseded"],
-            mode=form["mode"],
-            reinforce=False,
-        )
+        try:
+            if form["kind"] == "documents":
+                return idx.searcher.search(form["q"], options)
+            store = MemoryStore(idx, clock=(lambda: options.now) if options.now else time.time)
+            return store.search(
+                form["q"],
+                project=form["project"] or None,
+                sector=form["sector"] or None,
+                include_superseded=form["superseded"],
+                mode=form["mode"],
+                reinforce=False,
+            )
+        finally:
+            idx.conn.authorizer = None
+            tables |= _covering(idx.conn, read)
+
+
+def _covering(conn, read: set) -> set:
+    """The tables whose view-table permission covers the tables a search ``read``, as
+    Datasette's own pages are covered: SQLite's schema tables by none (the database's
+    view-database, checked before; embed() reads them to find a database's model), a virtual
+    table's shadow tables (chunks_fts_idx, vectors_blocks) by that virtual table (its page reads
+    them, and Datasette checks it alone), any other table by itself."""
+    kinds = {name: kind for _, name, kind, *_ in conn.execute("pragma main.table_list")}
+    virtual = [name for name, kind in kinds.items() if kind == "virtual"]
+    covering = set()
+    for table in read - SCHEMA_TABLES:
+        owners = [v for v in virtual if table.startswith(v + "_")]
+        shadow = kinds.get(table) == "shadow" and owners
+        covering.add(max(owners, key=len) if shadow else table)
+    return covering
 
 
 def _marked(snippet: str) -> Markup:
@@ -196,7 +221,8 @@ def _marked(snippet: str) -> Markup:
 async def search_page(datasette, request):
     """The search page. Datasette's permissions hold as on its own pages: the database's
     (``view-database``, then ``view-instance``) before anything is read, and every table the
-    search read (``view-table`` first) before anything is shown; else 403. The URL names the
+    search read (``view-table`` first; a shadow table's virtual table, SQLite's schema tables
+    none) before anything is shown; else 403. The URL names the
     database as Datasette's own links do: its route, tilde-encoded (``team~2Enotes``)."""
     route = tilde_decode(request.url_vars["database"])
     try:

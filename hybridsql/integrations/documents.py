@@ -404,6 +404,20 @@ class Collection:
             ).fetchone()[0]
         )
 
+    def most(self) -> bool:
+        """Whether the collection holds at least a quarter of the index's documents: then
+        vector_index hands its rows best first for SQLite to test that they are the
+        collection's (order by score desc limit), where the list of its every row would cost a
+        pass over them all (docs/benchmarks.md). What a metadata filter keeps is unknown: it is
+        listed."""
+        return bool(
+            self.conn.execute(
+                "select 4 * (select count(*) from files where root = ?) >="
+                " (select count(*) from files)",
+                (self.root,),
+            ).fetchone()[0]
+        )
+
     def profile(self, where: Cond | Logic | None) -> Profile:
         """The search statement's Profile for this collection and filter: its documents only,
         the filter applied before each side's top k, and each one's id and metadata."""
@@ -417,6 +431,7 @@ class Collection:
             join="join files cf on cf.id = c.file_id"
             " join document_metadata m on m.file_id = c.file_id",
             filters=filters,
+            filters_keep_most=bool(filters) and where is None and self.most(),
             columns={"doc_id": "cf.path", "metadata": "m.metadata"},
             params=params if filters else {},
         )
@@ -478,14 +493,23 @@ class Collection:
         searcher = self.index.searcher
         if searcher.native:
             some = where is not None or not self.alone()
-            restrict = ""
-            if some:
-                restrict = (
-                    f" and v.chunk_id in (select c.id from chunks c where c.file_id in ({ids_sql}))"
+            nearest = "select v.chunk_id, v.score from vectors v where v.vector match :q"
+            kind = " and v.model_id = :model and v.kind = 'document'"
+            if some and where is None and self.most():  # tested on the rows handed best first
+                sql = (
+                    f"{nearest}{kind} and exists (select 1 from chunks c join files f on"
+                    " f.id = c.file_id where c.id = v.chunk_id and f.root = :root)"
+                    " order by v.score desc limit :k"
                 )
+            elif some:  # the list of the ids it keeps, handed to vector_index
+                sql = (
+                    f"{nearest} and v.k = :k{kind} and v.chunk_id in"
+                    f" (select c.id from chunks c where c.file_id in ({ids_sql}))"
+                )
+            else:
+                sql = f"{nearest} and v.k = :k{kind}"
             rows = self.conn.execute(
-                "select v.chunk_id, v.score from vectors v where v.vector match :q and v.k = :k"
-                " and v.model_id = :model and v.kind = 'document'" + restrict,
+                sql,
                 {**params, "q": blob, "k": k, "model": self.model_id}
                 if some
                 else {"q": blob, "k": k, "model": self.model_id},

@@ -125,13 +125,22 @@ def _model_id(embedding: Embeddings | None) -> str | None:
     return f"langchain:{type(embedding).__name__}"
 
 
+# The index file a store opens when none is named: in the current folder, as SQLiteVec's
+# db_file is ("vec.db"), under a name of its own (a SQLiteVec file is no hybridsql index).
+DEFAULT_DB_PATH = "hybridsql.db"
+# from_texts' own arguments, and SQLiteVec's names of two of them.
+_FROM_TEXTS = ("metadatas", "ids", "db_path", "collection", "index")
+_SQLITEVEC_NAMES = {"db_file": "db_path", "table": "collection"}
+
+
 class HybridSQLVectorStore(VectorStore):
-    """Documents with ids and metadata in a hybridsql index at ``db_path`` (made if missing),
-    in the collection ``collection``; ``embedding`` makes their vectors (None: keyword-only), or
-    ``model`` names hybridsql's local model to make them (HybridSQLEmbeddings(model=model)).
-    A HybridSQLEmbeddings named by neither runs the model the index was made by; hybridsql's
-    models are recorded in the index as the CLI's are, and another one than the index's is a
-    ModelMismatchError. ``index``: an open HybridIndex to use instead of opening ``db_path``."""
+    """Documents with ids and metadata in a hybridsql index at ``db_path`` (made if missing;
+    by default ``hybridsql.db`` in the current folder), in the collection ``collection``;
+    ``embedding`` makes their vectors (None: keyword-only), or ``model`` names hybridsql's local
+    model to make them (HybridSQLEmbeddings(model=model)). A HybridSQLEmbeddings named by
+    neither runs the model the index was made by; hybridsql's models are recorded in the index
+    as the CLI's are, and another one than the index's is a ModelMismatchError. ``index``: an
+    open HybridIndex to use instead of opening ``db_path``."""
 
     def __init__(
         self,
@@ -145,9 +154,7 @@ class HybridSQLVectorStore(VectorStore):
         from hybridsql.indexing.index import HybridIndex
 
         if index is None:
-            if db_path is None:
-                raise QueryError("give db_path (the index file) or index")
-            index = HybridIndex(db_path, embedder="none")
+            index = HybridIndex(DEFAULT_DB_PATH if db_path is None else db_path, embedder="none")
         self.index = index
         self.embedding = embedding = _local_embedding(index, embedding, model)
         provider = embedding.provider if isinstance(embedding, HybridSQLEmbeddings) else None
@@ -216,15 +223,27 @@ class HybridSQLVectorStore(VectorStore):
         """The k documents nearest to the query's vector, with their cosine."""
         if self.embedding is None:
             return []
-        return self.similarity_search_by_vector_with_score(
+        return self.similarity_search_with_score_by_vector(
             self.embedding.embed_query(query), k, filter
         )
 
-    def similarity_search_by_vector_with_score(
-        self, embedding: list[float], k: int = 4, filter: dict | None = None
+    def similarity_search_with_score_by_vector(
+        self, embedding: list[float], k: int = 4, filter: dict | None = None, **kwargs: Any
     ) -> list[tuple[Document, float]]:
+        """The k documents nearest to ``embedding``, with their cosine (LangChain's name, as
+        SQLiteVec, FAISS and Chroma spell it)."""
         found = self.collection.nearest(embedding, k, parse_filter(filter))
         return [(self._document(f), f.score) for f in found]
+
+    # This store's name for it before it took LangChain's.
+    similarity_search_by_vector_with_score = similarity_search_with_score_by_vector
+
+    def get_dimensionality(self) -> int:
+        """How many dimensions the store's embeddings give (SQLiteVec's method): the length of
+        a vector they make."""
+        if self.embedding is None:
+            raise QueryError("a store without embeddings (keyword-only) has no dimensionality")
+        return len(self.embedding.embed_query("dimensionality"))
 
     def similarity_search(
         self, query: str, k: int = 4, filter: dict | None = None, **kwargs: Any
@@ -234,7 +253,7 @@ class HybridSQLVectorStore(VectorStore):
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, filter: dict | None = None, **kwargs: Any
     ) -> list[Document]:
-        return [d for d, _ in self.similarity_search_by_vector_with_score(embedding, k, filter)]
+        return [d for d, _ in self.similarity_search_with_score_by_vector(embedding, k, filter)]
 
     def hybrid_search_with_score(
         self, query: str, k: int = 4, filter: dict | None = None, **options: Any
@@ -295,7 +314,11 @@ class HybridSQLVectorStore(VectorStore):
         return [self._document(found[i]) for i in picks]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        return lambda cosine: (1.0 + cosine) / 2.0  # [-1, 1] onto [0, 1]
+        # LangChain's relevance for cosine is 1 - the cosine distance (its
+        # _cosine_relevance_score_fn), which is the cosine itself: the score these searches
+        # return. So similarity_score_threshold=0.3 keeps documents whose cosine is 0.3 or
+        # more, as in LangChain's other stores (and LlamaIndex's similarity).
+        return lambda cosine: cosine
 
     @classmethod
     def from_texts(
@@ -307,9 +330,28 @@ class HybridSQLVectorStore(VectorStore):
         ids: list[str] | None = None,
         db_path: str | None = None,
         collection: str = "langchain",
+        index: Any = None,
         **kwargs: Any,
     ) -> "HybridSQLVectorStore":
-        store = cls(db_path, embedding, collection, index=kwargs.get("index"))
+        """A store of ``texts``, at ``db_path`` (by default ``hybridsql.db`` in the current
+        folder) or in ``index``; SQLiteVec's ``db_file`` and ``table`` are taken for
+        ``db_path`` and ``collection``."""
+        for name, ours in _SQLITEVEC_NAMES.items():
+            if name not in kwargs:
+                continue
+            value = kwargs.pop(name)
+            if ours == "db_path" and db_path is None:
+                db_path = value
+            elif ours == "collection" and collection == "langchain":
+                collection = value
+            else:
+                raise QueryError(f"from_texts: {name} is SQLiteVec's name of {ours}: give one")
+        if kwargs:
+            raise QueryError(
+                f"from_texts takes {', '.join(_FROM_TEXTS)} (SQLiteVec's db_file and table as"
+                f" db_path and collection), not {', '.join(sorted(kwargs))}"
+            )
+        store = cls(db_path, embedding, collection, index=index)
         store.add_texts(texts, metadatas, ids=ids)
         return store
 

@@ -172,6 +172,8 @@ def memory_profile(
         kind="memory",
         join="join memories m on m.chunk_id = c.id",
         filters=" and ".join(filters),
+        # not deleted, not superseded: most memories; what the given filters keep, no one knows
+        filters_keep_most=all(value is None for _, _, value in given),
         relevance=RELEVANCE,
         columns=COLUMNS,
         params=params,

@@ -37,7 +37,7 @@ class MemorySearch:
     include_superseded: bool = option(
         False, "also memories a newer one superseded (each says which)"
     )
-    session_id: int | None = option(None, "only memories this session used", flag="--session")
+    session_id: int | None = option(None, "only memories this session used", aliases=["--session"])
     mode: str = option(
         "hybrid", "keyword (FTS5 bm25), semantic (vectors) or both fused", choices=MODES
     )

@@ -47,9 +47,11 @@ class SearchOptions:
     min_score: float = option(0.1, "drop results whose relevance (before decay) is lower")
     limit: int = option(LIMIT, "how many results", short="-n")
     half_life_days: float = option(
-        30.0, "days for a dated note's (memory/YYYY-MM-DD.md) score to halve", flag="--half-life"
+        30.0,
+        "days for a dated note's (memory/YYYY-MM-DD.md) score to halve",
+        aliases=["--half-life"],
     )
-    candidate_pool: int = option(100, "candidates taken from each side", flag="--pool")
+    candidate_pool: int = option(100, "candidates taken from each side", aliases=["--pool"])
     fusion: str = option("linear", "linear (weighted scores) or rrf (ranks)", choices=FUSIONS)
     keyword_norm: str = option(
         "max",

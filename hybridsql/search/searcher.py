@@ -12,7 +12,7 @@ from array import array
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from hybridsql.db.schema import FTS_TABLES, has_fts
+from hybridsql.db.schema import FTS_TABLES, SCHEMA_VERSION, has_fts, schema_version
 from hybridsql.embedding.engine import engine_connection, sql_embed
 from hybridsql.errors import QueryError
 from hybridsql.files.discovery import is_markdown
@@ -45,6 +45,9 @@ class Searcher:
         self.fts = has_fts(conn)
         # Why there is no embedder, where the index's model cannot be found here (its line).
         self.unavailable: str | None = None
+        # An index of schema 5 (searched read-only before its upgrade) has no Thai, Lao, Myanmar
+        # or Khmer in its trigram tables: LIKE looks for those trigrams in every chunk.
+        self.like_trigrams = (schema_version(conn) or SCHEMA_VERSION) < 6
 
     def search(
         self, query: str, opts: SearchOptions | None = None, profile: Profile | None = None
@@ -75,7 +78,9 @@ class Searcher:
                 )
                 mode, query_vector = "keyword", None
         opts = SearchOptions(**{**asdict(opts), "mode": mode})
-        plan = keyword_plan(query, self.fts, opts.prefix, FTS_TABLES[profile.kind])
+        plan = keyword_plan(
+            query, self.fts, opts.prefix, FTS_TABLES[profile.kind], self.like_trigrams
+        )
         params = {
             "pool": max(opts.candidate_pool, opts.limit),
             "fts_query": plan.match,

@@ -23,7 +23,11 @@ class Profile:
     ``kind`` is the kind of chunks searched, 'document' or 'memory': the vector side reads only
     that partition of ``vectors``, the keyword side only that kind's full-text tables.
     ``join`` joins more tables to ``chunks c``; ``filters`` is a condition on them, applied to
-    both candidate lists before their top-k; ``relevance`` scores a candidate from
+    both candidate lists before their top-k. ``filters_keep_most``: they keep most of the kind's
+    chunks, so the vector side has SQLite test them on the rows vector_index hands best first
+    (``order by score desc limit``, which stops at the pool) rather than hand it the list of
+    every id they keep (``rowid in (select ...)``: a pass over all of them, cheap only when they
+    are few; docs/benchmarks.md). ``relevance`` scores a candidate from
     ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
     options); ``columns`` maps more result columns to their SQL. User values reach it only as
     parameters.
@@ -32,6 +36,7 @@ class Profile:
     kind: str = "document"
     join: str = ""
     filters: str = ""
+    filters_keep_most: bool = False
     relevance: str | None = None
     columns: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
@@ -115,7 +120,14 @@ def build_statement(
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
     parts = []
-    if vector_source == "knn":
+    if vector_source == "knn" and profile.filters and profile.filters_keep_most:
+        parts.append(f"""vec(id, vscore) as materialized (
+  select v.rowid, v.score from vectors v
+  where v.vector match :query_vector and v.model_id = :model and v.kind = :kind
+    and exists (select 1 from chunks c {join} where c.id = v.rowid and {profile.filters})
+  order by v.score desc limit :pool
+)""")
+    elif vector_source == "knn":
         conds = " and kind = :kind"
         if profile.filters:  # the filtered ids, so that the top-k is taken among them
             conds += f" and rowid in (select c.id from chunks c {join} where {profile.filters})"
