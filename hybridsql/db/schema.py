@@ -299,6 +299,10 @@ PARTS = _parts(TABLES)
 FTS_PARTS = _parts(FTS)
 
 
+# The parts a schema version added since SEARCHABLE_FROM: an older index searched read-only
+# does without them (its upgrade makes them).
+_ADDED = {"index_model": 7}
+
 # Schema 5's names of the views that are named otherwise now (SEARCHABLE_FROM).
 _SCHEMA_5_NAMES = {
     "document_trigram_chunks": "document_cjk_chunks",
@@ -428,9 +432,11 @@ def whole(conn: apsw.Connection, path: str) -> None:
     missing_column(conn, path)
     present = set(_present(conn))
     fts_parts = FTS_PARTS
-    if schema_version(conn) == 5:  # searched read-only as it is: its views' names
+    version = schema_version(conn) or SCHEMA_VERSION
+    if version == 5:  # searched read-only as it is: its views' names
         fts_parts = tuple(_SCHEMA_5_NAMES.get(name, name) for name in FTS_PARTS)
-    expected = PARTS + (fts_parts if present & set(fts_parts) else ())
+    parts = tuple(name for name in PARTS if _ADDED.get(name, 0) <= version)
+    expected = parts + (fts_parts if present & set(fts_parts) else ())
     lost = [name for name in expected if name not in present]
     if lost:
         raise DatabaseError(
