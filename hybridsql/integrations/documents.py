@@ -534,10 +534,14 @@ class _QueryEmbedder:
     provider = None
 
     def __init__(self, model_id, embed_query, vector) -> None:
-        self.model_id, self.embed_query, self.vector = model_id, embed_query, vector
+        self.model_id, self._embed_query, self.vector = model_id, embed_query, vector
 
     def embed_one(self, text: str):
         import numpy as np
 
-        vector = self.vector if self.vector is not None else self.embed_query(text)
+        vector = self.vector if self.vector is not None else self._embed_query(text)
         return np.asarray(vector, dtype="<f4")
+
+    def embed_query(self, text: str):
+        """A search's query, as Embedder.embed_query: the collection's own embed_query."""
+        return self.embed_one(text)
