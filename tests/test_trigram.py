@@ -463,7 +463,7 @@ def test_a_schema_4_index_upgrades_and_answers_as_a_new_one(cjk_index, tmp_path)
         HybridIndex(path, readonly=True)
     provider = Letters()
     with HybridIndex(path, embedder=provider) as idx, HybridIndex(cjk_index, readonly=True) as new:
-        assert schema_version(idx.conn) == SCHEMA_VERSION == 5
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 6
         assert idx.conn.execute("select chunk_id, vector from vectors order by 1").fetchall() == (
             vectors
         )
