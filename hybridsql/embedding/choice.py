@@ -84,8 +84,10 @@ def choose(
     if recorded is None:
         return resolve_provider(spec, **options)
     if recorded["provider"] != "local":
-        raise ModelMismatchError(
-            f"{db}: this index was made by {recorded['model_id']} (provider"
+        # Not named, and not one this client can make alone: keyword-only, as a local model
+        # whose file is missing (a write refuses with the line).
+        return Missing(
+            f"this index was made by {recorded['model_id']} (provider"
             f" {recorded['provider']}): search it with"
             f" {flag(recorded['provider'], recorded['model_id'])}, or re-index it with a local"
             f" model: `{REINDEX.format(db=db, flag='--embedder local')}`"

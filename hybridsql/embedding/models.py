@@ -288,7 +288,8 @@ def write_atomically(path: Path, data) -> Path:
         staging.write_bytes(data)
         os.replace(staging, path)
     except OSError as e:
-        staging.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # where the folder is a file, this fails too
+            staging.unlink(missing_ok=True)
         raise EmbeddingError(f"cannot write the model file {path}: {e.strerror or e}") from e
     return path
 

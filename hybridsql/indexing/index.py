@@ -385,7 +385,7 @@ class HybridIndex:
                 )
                 self._recorded = True
 
-    def record_model(self, dims: int, provider=None) -> None:
+    def record_model(self, dims: int, provider: Any = None) -> None:
         """Records the embedder's model (or ``provider``'s: a framework store's) as the maker of
         the index's vectors, in the caller's write transaction (where its vectors of ``dims``
         dimensions go in): the first vectors of an index, or a record of schema 5 that had no
