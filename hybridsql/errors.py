@@ -21,6 +21,10 @@ class EmbeddingError(HybridSQLError):
     """An embedding provider is misconfigured or failed to answer."""
 
 
+class ModelMismatchError(EmbeddingError):
+    """An index is used with another model than the one that made its vectors."""
+
+
 class IndexingError(HybridSQLError):
     """A file or memory could not be indexed."""
 

@@ -10,8 +10,8 @@ carries them beside it. Three changes make one translation unit of many:
   becomes static, so that the file defines no global symbol but the entry point, the exported
   kernels and sqlite3_api: it can be compiled into a program or into SQLite itself beside code of
   any names;
-- the macros a .c file defines for itself are undefined where it ends (model.c's HS_FORMAT is
-  not vector_index's); one that a header already defines stops the script;
+- the macros a .c file defines for itself are undefined where it ends (load.c's HS_ALIGN is
+  not another file's); one that a header already defines stops the script;
 - a feature macro a .c file sets before its first include (_GNU_SOURCE) moves to the top.
 
     python scripts/amalgamate.py OUT.c
@@ -35,7 +35,10 @@ ORDER = (
     "kernels/topk.c",
     "kernels/scores.c",
     "kernels/vectext.c",
+    "model/unigram.c",
     "model/tokenizer.c",
+    "model/ops.c",
+    "model/load.c",
     "model/model.c",
     "functions/args.c",
     "functions/scalar.c",

@@ -3,8 +3,12 @@
 code point, derived from Python's unicodedata and checked, code point by code point, against the
 tokenizers library that LocalProvider runs. tests/test_tokenizer.py fails when the header is stale.
 
-    python scripts/unicode_tables.py          # rewrites csrc/model/unicode_tables.h
-    python scripts/unicode_tables.py --check  # exits 1, naming the file, when it is stale
+    python scripts/unicode_tables.py          # rewrites both headers
+    python scripts/unicode_tables.py --check  # exits 1, naming the file, when one is stale
+
+It writes csrc/model/grapheme_tables.h too, for the SentencePiece Unigram tokenizer
+(csrc/model/unigram.c): each code point's grapheme cluster class and whether it is White_Space,
+read from tokenizers (see GRAPHEME below).
 
 What the tokenizer does with one code point c (tokenizers' normalizers/bert.rs and
 pre_tokenizers/bert.rs, in this order):
@@ -47,6 +51,7 @@ import unicodedata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = os.path.join(ROOT, "csrc", "model", "unicode_tables.h")
+GRAPHEME_HEADER = os.path.join(ROOT, "csrc", "model", "grapheme_tables.h")
 TOKENIZER = os.path.join(ROOT, "hybridsql", "data", "tokenizer.json")
 
 # tokenizers' is_chinese_char (normalizers/bert.rs), BERT's own list of CJK ideograph blocks.
@@ -302,6 +307,237 @@ def render(table: list, ccc: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------
+# GRAPHEME: csrc/model/grapheme_tables.h, for the Unigram tokenizer's Precompiled normalizer.
+#
+# tokenizers applies a precompiled charsmap one extended grapheme cluster at a time
+# (normalizers/precompiled.rs, through the unicode-segmentation crate): a cluster under 6 bytes
+# whose bytes start with a key of the charsmap is replaced whole. Which code points form a
+# cluster is UAX #29's rules (GB3 to GB999) over each code point's class: G_NAMES below, the
+# crate's categories with the Indic_Conjunct_Break values GB9c reads folded in. Each class is
+# read from tokenizers itself, whatever Unicode version its crate has: thirteen probes a code
+# point, each a short text run through a Precompiled normalizer of our own charsmap (K1 maps
+# "a" to "b"; K2 maps every byte but "a" and "\n" to "X", so that the output counts, cluster by
+# cluster, one X for a cluster under 6 bytes and one a code point for a longer one), give a
+# signature that breaks(), the rules as unigram.c applies them, predicts for each class; a code
+# point gets the first class (in G_NAMES' order) that predicts what tokenizers did. Classes no
+# text can tell apart are one: Regional_Indicator is Other here (every cluster that holds one is
+# a single 4-byte code point or 8 bytes and more, read code point by code point either way).
+# Planes 4 to 13 (unassigned) and 15 to 16 (private use) are probed one code point in 4096, and
+# must be Other. White_Space (Strip, and an added token's lstrip/rstrip) is what tokenizers'
+# WhitespaceSplit splits at (Rust's char::is_whitespace, as both use).
+
+G_NAMES = (
+    "OTHER", "CONTROL", "EXTEND", "EXTEND_INCB", "LINKER", "ZWJ", "SPACINGMARK", "PREPEND",
+    "L", "V", "T", "LV", "LVT", "EXTPICT", "CONSONANT", "CR", "LF",
+)  # fmt: skip
+G_MEANING = (
+    "any other",
+    "a control (GB4, GB5)",
+    "Extend, Indic_Conjunct_Break none (GB9)",
+    "Extend, Indic_Conjunct_Break=Extend (GB9, GB9c)",
+    "Extend, Indic_Conjunct_Break=Linker (GB9, GB9c)",
+    "ZWJ (GB9, GB11)",
+    "SpacingMark (GB9a)",
+    "Prepend (GB9b)",
+    "Hangul L (GB6)",
+    "Hangul V (GB6, GB7)",
+    "Hangul T (GB7, GB8)",
+    "Hangul LV (GB6, GB7)",
+    "Hangul LVT (GB6, GB8)",
+    "Extended_Pictographic (GB11)",
+    "Indic_Conjunct_Break=Consonant (GB9c)",
+    "carriage return (GB3)",
+    "line feed (GB3)",
+)
+(G_OTHER, G_CONTROL, G_EXTEND, G_EXTEND_INCB, G_LINKER, G_ZWJ, G_SPACINGMARK, G_PREPEND, G_L,
+ G_V, G_T, G_LV, G_LVT, G_EXTPICT, G_CONSONANT, G_CR, G_LF) = range(len(G_NAMES))  # fmt: skip
+G_EXTENDS = (G_EXTEND, G_EXTEND_INCB, G_LINKER)  # Extend to GB11
+G_WHITE = 0x80  # the bit of a White_Space code point in the table
+
+
+def breaks(classes: list) -> list:
+    """UAX #29 over a list of classes, as unicode-segmentation 1.11+ and unigram.c apply it:
+    out[i] tells whether a cluster starts at i."""
+    out = [True]
+    emoji = incb = 0  # GB11: 1 after ExtPict Extend*, 2 after ExtPict Extend* ZWJ; GB9c likewise
+    for i, cur in enumerate(classes):
+        if i:
+            prev = classes[i - 1]
+            if prev == G_CR and cur == G_LF:
+                cut = False
+            elif prev in (G_CONTROL, G_CR, G_LF) or cur in (G_CONTROL, G_CR, G_LF):
+                cut = True
+            elif (
+                (prev == G_L and cur in (G_L, G_V, G_LV, G_LVT))
+                or (prev in (G_LV, G_V) and cur in (G_V, G_T))
+                or (prev in (G_LVT, G_T) and cur == G_T)
+                or cur in (*G_EXTENDS, G_ZWJ, G_SPACINGMARK)
+                or prev == G_PREPEND
+            ):
+                cut = False
+            elif cur == G_CONSONANT:
+                cut = incb != 2
+            else:
+                cut = not (prev == G_ZWJ and cur == G_EXTPICT and emoji == 2)
+            out.append(cut)
+        if cur == G_EXTPICT or (cur in G_EXTENDS and emoji == 1):
+            emoji = 1
+        else:
+            emoji = 2 if cur == G_ZWJ and emoji == 1 else 0
+        if cur == G_CONSONANT:
+            incb = 1
+        elif cur == G_LINKER:
+            incb = 2 if incb else 0
+        elif cur not in (G_EXTEND_INCB, G_ZWJ):
+            incb = 0
+    return out
+
+
+# The probes: the code point probed (_C) among anchors of known class (checked too).
+_C = None
+_ANCHOR = {
+    "a": G_OTHER, "\u00a9": G_EXTPICT, "\u200d": G_ZWJ, "\u0300": G_EXTEND_INCB,
+    "\u0301": G_EXTEND_INCB, "\u1100": G_L, "\u1161": G_V, "\u11a8": G_T, "\u0915": G_CONSONANT,
+    "\u094d": G_LINKER,
+}  # fmt: skip
+_PROBES = (
+    ("a", _C),  # K1: Extend, ZWJ or SpacingMark after a letter (GB9, GB9a)
+    (_C, "a"),  # Prepend (GB9b)
+    (_C, "\u0300", "\u0301"),  # a control (GB4)
+    (_C, "\u1100", "\u0300"),  # Hangul (GB6 to GB8), on either side of L, V, T
+    (_C, "\u1161", "\u0300"),
+    (_C, "\u11a8", "\u0300"),
+    ("\u1100", _C, "\u0300"),
+    ("\u1161", _C, "\u0300"),
+    ("\u00a9", "\u200d", _C, "\u0300", "\u0301"),  # Extended_Pictographic after ZWJ (GB11)
+    ("\u00a9", _C, "\u200d", "\u00a9", "\u0300"),  # Extend, not SpacingMark, before it
+    (_C, "\u094d", "\u0915", "\u0300"),  # Indic_Conjunct_Break: a consonant (GB9c)
+    ("\u0915", _C, "\u0915", "\u0300"),  # a linker
+    ("\u0915", "\u094d", _C, "\u0915", "\u0300"),  # an extend
+)
+
+
+def _predict(probe: tuple, cls: int, size: int, keyed: bool) -> str:
+    """What K2 makes of the probe, the probed code point of class cls and size bytes (keyed:
+    whether its first byte is a key of K2, as all but NUL's and "a"'s are)."""
+    points = [cls if p is _C else _ANCHOR[p] for p in probe]
+    sizes = [size if p is _C else len(p.encode()) for p in probe]
+    keys = [keyed if p is _C else p != "a" for p in probe]
+    starts = [i for i, cut in enumerate(breaks(points)) if cut] + [len(probe)]
+    out = ""
+    for s, e in zip(starts, starts[1:], strict=False):
+        if sum(sizes[s:e]) < 6 and keys[s]:
+            out += "X"
+        else:
+            out += "".join("X" if keys[i] else "." for i in range(s, e))
+    return out
+
+
+def _observe(points: list) -> list:
+    """Each code point's signature: what tokenizers makes of each probe."""
+    from tokenizers import normalizers
+
+    from hybridsql.embedding import darts
+
+    k1 = normalizers.Precompiled(darts.charsmap({b"a": b"b"})).normalize_str
+    rules = {bytes([b]): b"X" for b in range(1, 256) if b not in (0x0A, 0x61)}
+    k2 = normalizers.Precompiled(darts.charsmap(rules)).normalize_str
+    seen = []
+    for j, probe in enumerate(_PROBES):
+        text = "\n".join("".join(ch if p is _C else p for p in probe) for ch in points)
+        out = (k1 if j == 0 else k2)(text).split("\n")
+        if j == 0:
+            out = ["joined" if o == "b" else "apart" for o in out]
+        else:
+            out = ["".join(c if c == "X" else "." for c in o) for o in out]
+        seen.append(out)
+    return list(zip(*seen, strict=True))
+
+
+def grapheme_classes() -> list:
+    """Each code point's class and White_Space bit, as tokenizers reads them."""
+    from tokenizers import pre_tokenizers
+
+    fits: dict = {}
+    for size in (1, 2, 3, 4):
+        for keyed in (False, True):
+            for cls in range(G_CR):  # CR and LF are the two code points GB3 names
+                joined = not breaks([G_OTHER, cls])[1] and size < 5
+                sig = ("joined" if joined else "apart",)
+                sig += tuple(_predict(p, cls, size, keyed) for p in _PROBES[1:])
+                fits.setdefault((size, keyed, sig), cls)
+    probed = [
+        c
+        for c in range(0x110000)
+        if not (0xD800 <= c <= 0xDFFF or c in (0x0A, 0x0D))
+        and (c < 0x40000 or 0xE0000 <= c < 0xF0000 or c % 4096 == 0)
+    ]
+    table = [G_OTHER] * 0x110000
+    table[0x0A], table[0x0D] = G_LF, G_CR
+    unexplained = []
+    for c, sig in zip(probed, _observe([chr(c) for c in probed]), strict=True):
+        cls = fits.get((len(chr(c).encode()), c not in (0, 0x61), sig))
+        if cls is None or (cls != G_OTHER and (0x40000 <= c < 0xE0000 or c >= 0xF0000)):
+            unexplained.append(f"U+{c:04X} {sig}")
+        else:
+            table[c] = cls
+    for ch, cls in _ANCHOR.items():
+        if table[ord(ch)] != cls:
+            unexplained.append(f"the anchor U+{ord(ch):04X} is {G_NAMES[table[ord(ch)]]}")
+    if unexplained:
+        sys.exit(
+            "unicode_tables.py: tokenizers' clusters differ from UAX #29 at "
+            + ", ".join(unexplained[:20])
+        )
+    points = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    text = "a" + "a".join(points) + "a"
+    covered = bytearray(len(text))
+    for _, (lo, hi) in pre_tokenizers.WhitespaceSplit().pre_tokenize_str(text):
+        covered[lo:hi] = b"\1" * (hi - lo)
+    for at in range(1, len(text), 2):
+        if not covered[at]:
+            table[ord(text[at])] |= G_WHITE
+    return table
+
+
+def render_graphemes(table: list) -> str:
+    import collections
+
+    blocks: dict = {}
+    stage1, stage2 = [], []
+    for start in range(0, 0x110000, BLOCK):
+        block = tuple(table[start : start + BLOCK])
+        if block not in blocks:
+            blocks[block] = len(blocks)
+            stage2.extend(block)
+        stage1.append(blocks[block])
+    count = collections.Counter(c & ~G_WHITE for c in table)
+    lines = [
+        "/* Generated by scripts/unicode_tables.py: do not edit. Each code point's extended",
+        "** grapheme cluster class (UAX #29, as the tokenizers library's Precompiled normalizer",
+        "** cuts a text into clusters) and whether it is White_Space, read from tokenizers (see",
+        "** the script). */",
+        "#ifndef HYBRIDSQL_GRAPHEME_TABLES_H",
+        "#define HYBRIDSQL_GRAPHEME_TABLES_H",
+        "#include <stdint.h>",
+        "",
+    ]
+    for i, (name, meaning) in enumerate(zip(G_NAMES, G_MEANING, strict=True)):
+        lines.append(f"#define HS_G_{name} {i} /* {meaning}: {count[i]} code points */")
+    lines += [
+        f"#define HS_G_WHITE 0x{G_WHITE:X} /* the bit of a White_Space code point */",
+        f"#define HS_G_BLOCK {BLOCK}",
+        "",
+        f"static const uint16_t hs_g_stage1[{len(stage1)}] = {{",
+    ]
+    lines += wrap([str(b) for b in stage1])
+    lines += ["};", "", f"static const uint8_t hs_g_stage2[{len(stage2)}] = {{"]
+    lines += wrap([str(r) for r in stage2])
+    lines += ["};", "", "#endif", ""]
+    return "\n".join(lines)
+
+
 def wrap(items: list, width: int = 100) -> list:
     out, line = [], " "
     for item in items:
@@ -316,19 +552,22 @@ def wrap(items: list, width: int = 100) -> list:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when the header is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a header is stale")
     parser.add_argument("--diff", action="store_true", help="list where the two sides differ")
     args = parser.parse_args()
-    text = build(args.diff)
-    if args.check:
-        with open(HEADER, encoding="utf-8") as f:
-            if f.read() != text:
-                print(f"{HEADER} is stale: run python scripts/unicode_tables.py", file=sys.stderr)
-                return 1
-        return 0
-    with open(HEADER, "w", encoding="utf-8") as f:
-        f.write(text)
-    return 0
+    sys.path.insert(0, ROOT)  # hybridsql.embedding.darts writes the probes' charsmaps
+    written = {HEADER: build(args.diff), GRAPHEME_HEADER: render_graphemes(grapheme_classes())}
+    stale = 0
+    for path, text in written.items():
+        if args.check:
+            with open(path, encoding="utf-8") as f:
+                if f.read() != text:
+                    print(f"{path} is stale: run python scripts/unicode_tables.py", file=sys.stderr)
+                    stale = 1
+            continue
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return stale
 
 
 if __name__ == "__main__":

@@ -83,9 +83,7 @@ def header(declared: int) -> bytes:
     """The tiny model with its header's file size set to ``declared`` and sealed again."""
     data = bytearray(TINY)
     data[24:32] = struct.pack("<Q", declared)
-    data[32:40] = bytes(8)
-    data[32:40] = struct.pack("<Q", model_file.checksum(data))
-    return bytes(data)
+    return model_file.seal(data)
 
 
 def flipped() -> bytes:

@@ -238,11 +238,11 @@ def test_model_loads_lazily_and_once(tmp_path):
         "from hybridsql.embedding import embedder as embed, local_model\n"
         "conn = apsw.Connection(':memory:')\n"
         "embed.register_embed(conn, embed.Embedder(embed.resolve_provider('auto'), conn))\n"
-        "assert local_model._local_model == []\n"
+        "assert local_model._local_models == {}\n"
         "conn.execute('SELECT embed(?)', ('first call',)).fetchall()\n"
-        "loaded = list(local_model._local_model)\n"
+        "loaded = dict(local_model._local_models)\n"
         "embed.LocalProvider().embed(['another provider'])\n"
-        "print(len(loaded) == 1 and local_model._local_model == loaded)\n",
+        "print(len(loaded) == 1 and local_model._local_models == loaded)\n",
         tmp_path,
     )
     assert out.stdout == "True\n"
@@ -657,10 +657,12 @@ def test_sql_embed(local, driver):
     assert null is None
     assert blob == embedder.embed_one(text).astype("<f4").tobytes()
     assert len(blob) == 384 * 4
-    narg, flags = conn.execute(
-        "SELECT narg, flags FROM pragma_function_list WHERE name = 'embed'"
-    ).fetchone()
-    assert narg == 1 and not flags & SQLITE_DETERMINISTIC
+    found = conn.execute(
+        "SELECT narg, flags FROM pragma_function_list WHERE name = 'embed' ORDER BY narg"
+    ).fetchall()
+    assert [narg for narg, _ in found] == [1, 2]  # embed(text) and embed(text, role)
+    assert not any(flags & SQLITE_DETERMINISTIC for _, flags in found)
+    assert conn.execute("SELECT embed(?, 'query') = embed(?)", (text, text)).fetchone()[0] == 1
     error = TypeError if driver == "apsw" else sqlite3.OperationalError
     with pytest.raises(error):
         conn.execute("SELECT embed(x'00')").fetchall()
@@ -724,24 +726,25 @@ def test_an_interrupt_stops_embed_between_the_windows_of_one_text(monkeypatch):
     """An interrupt while the local model reads a long text's 8 windows stops it before the next
     window, not after the eighth: the statement fails as interrupted, the windows left are not
     run, and no vector is cached (apsw's interrupt; Datasette's time limit in test_datasette)."""
-    model = local_model._load_local()
+    provider = LocalProvider(threads=1)
+    model = provider.engine()
     conn = apsw.Connection(":memory:")
     asked = []
 
     class Model:
         """The engine, counting the times it asks whether to stop; the first one interrupts."""
 
-        def embed(self, text, stop):
+        def embed(self, text, stop, role):
             def asking():
                 asked.append(text)
                 if len(asked) == 1:
                     conn.interrupt()
                 return stop()
 
-            return model.embed(text, asking)
+            return model.embed(text, asking, role)
 
-    monkeypatch.setattr(local_model, "_local_model", [Model()])
-    register_embed(conn, Embedder(LocalProvider(threads=1), conn))
+    monkeypatch.setattr(local_model, "_local_models", {str(provider.model.path): Model()})
+    register_embed(conn, Embedder(provider, conn))
     with pytest.raises(apsw.InterruptError):
         conn.execute("select embed(?)", ("deploy " * 100_000,)).fetchall()
     assert len(asked) == 1  # after its first window: the 7 others were not run

@@ -373,7 +373,8 @@ def test_exact_list_of_registered_functions(backend):
     fts5 = {("bm25_candidate", -1)} if backend == "extension" else set()
     # embed() and its model come with the extension; Python registers embed() on its own
     # (register_embed), for a provider the extension does not run.
-    model = {("embed", 1), ("hybridsql_model", 1)} if backend == "extension" else set()
+    model = {("embed", 1), ("embed", 2), ("hybridsql_model", 1)}
+    model = model if backend == "extension" else set()
     assert registered(conn) - before == FUNCTIONS | fts5 | model
 
 

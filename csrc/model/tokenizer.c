@@ -1,6 +1,9 @@
 /*
-** The embedding model's tokenizer: csrc/model/tokenizer.h is the contract.  It gives the ids the
-** tokenizers library gives for hybridsql/data/tokenizer.json, as LocalProvider reads a text:
+** The embedding model's tokenizers behind one interface, and the WordPiece one itself:
+** csrc/model/tokenizer.h is the contract.  hs_tokenizer_open reads a section of either kind
+** (unigram.c reads a Unigram one); requirements 5 and 6 below, the windows, are every kind's.
+** WordPiece gives the ids the tokenizers library gives for hybridsql/data/tokenizer.json, as
+** LocalProvider reads a text:
 **
 **   1. Invalid UTF-8 is read as Python's bytes.decode("utf-8", "replace") reads it: each maximal
 **      subpart of a valid sequence becomes one U+FFFD (which step 3 drops; it still counts as a
@@ -19,28 +22,41 @@
 **      piece fits at some point.
 **   5. Windows: LocalProvider reads 256 tokens a window, [CLS] and [SEP] among them, so a window
 **      holds HS_WINDOW_PIECES ids of the text; hs_tokenize gives those of the first `most`.
+**      hs_tokenizer_ids takes the ids a window holds (`per`) from its caller, the model's.
 **   6. What is read: encode_windows (hybridsql/windows.py) tokenizes a prefix of 512 characters a
 **      window, cut before the first space, tab, line break or U+4E00..U+9FFF among the 256
 **      characters from there (else there), then a prefix twice as long while the ids do not fill
 **      more than `most` windows and the text goes on, up to 4096 characters a window.  This reads
-**      the same prefixes, so a long text gives encode_windows' ids whatever its length.
+**      the same prefixes, so a long text gives encode_windows' ids whatever its length.  A
+**      prefix (hs_tokenizer_ids': a model's "query: ") is the text's start: its characters
+**      count.  For Unigram, a cut before a CJK ideograph or at the bound can cut a word that
+**      has no space in it (Chinese): the pieces just before the cut can then differ from the
+**      whole text's, as they do in encode_windows with the tokenizers library, which this
+**      follows; they are past the windows kept unless the prefix barely overfills them.
 */
 #include "tokenizer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "text.h"
 #include "unicode_tables.h"
+#include "unigram.h"
 
 #define HS_WINDOW_PIECES 254 /* LocalProvider.window less [CLS] and [SEP] */
 #define HS_PREFIX_CHARS 4096 /* windows.py _PREFIX_CHARS */
 #define HS_FIRST_CHARS 512   /* windows.py _FIRST_CHARS */
 #define HS_CUT_REACH 256     /* how far windows.py _cut looks for a break */
 #define HS_WORD_CHARS 100    /* tokenizer.json's max_input_chars_per_word */
+#define WORDPIECE_HEADER 16  /* the WordPiece section's header (tokenizer.h) */
+#define WORDPIECE_BERT_UNCASED 15u
 
 /* tokenizer.json's added tokens, in the order of its list. */
 static const char *const SPECIAL[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 #define N_SPECIAL ((int)(sizeof(SPECIAL) / sizeof(SPECIAL[0])))
+/* Their roles, in the order of HS_TOKEN_CLS .. HS_TOKEN_MASK. */
+static const char *const SPECIAL_ROLE[] = {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"};
 
 typedef struct Edge {
   uint32_t key; /* parent node << 8 | byte; EMPTY_EDGE when free */
@@ -65,73 +81,6 @@ struct HsVocab {
   int32_t special[N_SPECIAL]; /* ids of SPECIAL, -1 where the vocabulary lacks one */
   uint8_t *share;             /* [n]: SHARE_* */
 };
-
-/* ------------------------------------------------------------------------------------------ */
-/* UTF-8 (requirement 1) */
-
-/* Decodes the code point at p (p < end) into *cp and returns its bytes; an invalid sequence is
-** U+FFFD over the bytes Python's decoder replaces with one: the longest start of a valid
-** sequence, at least one byte. */
-static int utf8_next(const uint8_t *p, const uint8_t *end, uint32_t *cp) {
-  uint8_t b = p[0], lo = 0x80, hi = 0xBF;
-  uint32_t c;
-  int need, i;
-  if (b < 0x80) {
-    *cp = b;
-    return 1;
-  }
-  if (b >= 0xC2 && b <= 0xDF) {
-    need = 1;
-    c = b & 0x1F;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    need = 2;
-    c = b & 0x0F;
-    if (b == 0xE0) lo = 0xA0;      /* overlong */
-    else if (b == 0xED) hi = 0x9F; /* surrogates */
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    need = 3;
-    c = b & 0x07;
-    if (b == 0xF0) lo = 0x90;      /* overlong */
-    else if (b == 0xF4) hi = 0x8F; /* over U+10FFFF */
-  } else {
-    *cp = 0xFFFD;
-    return 1;
-  }
-  for (i = 1; i <= need; i++) {
-    if (p + i >= end || p[i] < lo || p[i] > hi) {
-      *cp = 0xFFFD;
-      return i;
-    }
-    c = (c << 6) | (p[i] & 0x3F);
-    lo = 0x80;
-    hi = 0xBF;
-  }
-  *cp = c;
-  return need + 1;
-}
-
-static int utf8_put(uint32_t c, uint8_t *out) {
-  if (c < 0x80) {
-    out[0] = (uint8_t)c;
-    return 1;
-  }
-  if (c < 0x800) {
-    out[0] = (uint8_t)(0xC0 | (c >> 6));
-    out[1] = (uint8_t)(0x80 | (c & 0x3F));
-    return 2;
-  }
-  if (c < 0x10000) {
-    out[0] = (uint8_t)(0xE0 | (c >> 12));
-    out[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-    out[2] = (uint8_t)(0x80 | (c & 0x3F));
-    return 3;
-  }
-  out[0] = (uint8_t)(0xF0 | (c >> 18));
-  out[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
-  out[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-  out[3] = (uint8_t)(0x80 | (c & 0x3F));
-  return 4;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* The vocabulary: a trie of the pieces' bytes, its edges in one hash table */
@@ -195,7 +144,7 @@ static uint8_t share_of(const char *piece, size_t n) {
   if (!strcmp(piece, "[UNK]")) return SHARE_UNREADABLE;
   for (i = 0; i < n; i++) chars += ((uint8_t)piece[i] & 0xC0) != 0x80;
   if (chars == 1 && n > 1) {
-    utf8_next((const uint8_t *)piece, (const uint8_t *)piece + n, &c);
+    hs_utf8_next((const uint8_t *)piece, (const uint8_t *)piece + n, &c);
     if ((c >= 0x2E80 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7AF) ||
         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0xFF00 && c <= 0xFFEF))
       return SHARE_UNREADABLE;
@@ -279,17 +228,6 @@ double hs_readable_share(const HsVocab *v, const int32_t *ids, int64_t n) {
 /* ------------------------------------------------------------------------------------------ */
 /* Tokenizing (requirements 2 to 4) */
 
-/* The ids found so far: written while under cap, counted up to limit. */
-typedef struct Out {
-  int32_t *ids;
-  int64_t cap, n, limit;
-} Out;
-
-static void emit(Out *o, int32_t id) {
-  if (o->n < o->cap) o->ids[o->n] = id;
-  o->n++;
-}
-
 /* The word being read: its first HS_WORD_CHARS + 1 code points (one more says it is too long),
 ** each with its combining class (0 but for HS_UNI_CCC's marks). */
 typedef struct Word {
@@ -326,17 +264,17 @@ static void word_add(Word *w, uint32_t c, uint8_t ccc) {
 }
 
 /* Requirement 4: the word's pieces, then an empty word. */
-static void word_end(const HsVocab *v, Word *w, Out *o) {
+static void word_end(const HsVocab *v, Word *w, HsIds *o) {
   uint8_t bytes[HS_WORD_CHARS * 4];
   int32_t pieces[HS_WORD_CHARS];
   int len = 0, start = 0, count = 0, i;
   if (w->n == 0) return;
   if (w->n > HS_WORD_CHARS) {
-    emit(o, v->unk);
+    hs_ids_add(o, v->unk);
     w->n = w->run = 0;
     return;
   }
-  for (i = 0; i < w->n; i++) len += utf8_put(w->cp[i], bytes + len);
+  for (i = 0; i < w->n; i++) len += hs_utf8_put(w->cp[i], bytes + len);
   w->n = w->run = 0;
   while (start < len) {
     int32_t node = start ? v->cont : 0, best = -1;
@@ -349,13 +287,13 @@ static void word_end(const HsVocab *v, Word *w, Out *o) {
       }
     }
     if (best < 0) {
-      emit(o, v->unk);
+      hs_ids_add(o, v->unk);
       return;
     }
     pieces[count++] = best;
     start = end;
   }
-  for (i = 0; i < count; i++) emit(o, pieces[i]);
+  for (i = 0; i < count; i++) hs_ids_add(o, pieces[i]);
 }
 
 /* The id of the added token at p, else -1; *n its bytes. */
@@ -372,7 +310,7 @@ static int32_t special_at(const HsVocab *v, const uint8_t *p, const uint8_t *end
 }
 
 /* The ids of text[0..len), into o until o->limit are counted. */
-static void tokenize(const HsVocab *v, const uint8_t *text, int64_t len, Out *o) {
+static void tokenize(const HsVocab *v, const uint8_t *text, int64_t len, HsIds *o) {
   const uint8_t *p = text, *end = text + len;
   Word w;
   w.n = w.run = 0;
@@ -384,12 +322,12 @@ static void tokenize(const HsVocab *v, const uint8_t *text, int64_t len, Out *o)
       int32_t id = special_at(v, p, end, &step);
       if (id >= 0) {
         word_end(v, &w, o);
-        emit(o, id);
+        hs_ids_add(o, id);
         p += step;
         continue;
       }
     }
-    step = utf8_next(p, end, &c);
+    step = hs_utf8_next(p, end, &c);
     p += step;
     r = &hs_uni_records[hs_uni_stage2[hs_uni_stage1[c / HS_UNI_BLOCK] * HS_UNI_BLOCK +
                                       c % HS_UNI_BLOCK]];
@@ -438,38 +376,185 @@ static int64_t cut(const uint8_t *text, int64_t len, int64_t at, int *whole) {
   int k;
   uint32_t c;
   while (pos < len && chars < at) {
-    pos += text[pos] < 0x80 ? 1 : utf8_next(text + pos, text + len, &c);
+    pos += text[pos] < 0x80 ? 1 : hs_utf8_next(text + pos, text + len, &c);
     chars++;
   }
   *whole = pos >= len;
   if (*whole) return len;
   mark = pos;
   for (k = 0; k < HS_CUT_REACH && pos < len; k++) {
-    int step = utf8_next(text + pos, text + len, &c);
+    int step = hs_utf8_next(text + pos, text + len, &c);
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || (c >= 0x4E00 && c <= 0x9FFF)) return pos;
     pos += step;
   }
   return mark;
 }
 
-int64_t hs_tokenize(const HsVocab *v, const char *text, int64_t len, int most, int32_t *ids,
-                    int64_t cap) {
-  const uint8_t *t = (const uint8_t *)text;
-  int64_t keep, bound, size;
-  if (!v || most <= 0 || cap <= 0 || len <= 0 || !text) return 0;
-  keep = (int64_t)HS_WINDOW_PIECES * most;
-  bound = (int64_t)HS_PREFIX_CHARS * most;
-  size = (int64_t)HS_FIRST_CHARS * most;
+/* A tokenizer's ids of text[0..len), added to o until o->limit are counted: WordPiece's
+** tokenize, or unigram.c's. */
+typedef void (*Pass)(const void *tok, const uint8_t *text, int64_t len, HsIds *o);
+
+static void wordpiece_pass(const void *tok, const uint8_t *text, int64_t len, HsIds *o) {
+  tokenize(tok, text, len, o);
+}
+
+static void unigram_pass(const void *tok, const uint8_t *text, int64_t len, HsIds *o) {
+  hs_unigram_ids(tok, text, len, o);
+}
+
+/* Requirement 6: the ids of the first `most` windows of `per`, from prefixes of the text. */
+static int64_t windows(Pass pass, const void *tok, const uint8_t *t, int64_t len, int per,
+                       int most, int32_t *ids, int64_t cap) {
+  int64_t keep = (int64_t)per * most, bound = (int64_t)HS_PREFIX_CHARS * most;
+  int64_t size = (int64_t)HS_FIRST_CHARS * most;
   for (;;) {
     int whole;
     int64_t end = cut(t, len, size, &whole);
-    Out o;
+    HsIds o;
     o.ids = ids;
     o.cap = cap < keep ? cap : keep;
     o.n = 0;
     o.limit = keep + 1;
-    tokenize(v, t, end, &o);
+    o.nomem = 0;
+    pass(tok, t, end, &o);
+    if (o.nomem) return -1;
     if (o.n > keep || whole || size >= bound) return o.n < o.cap ? o.n : o.cap;
     size = 2 * size < bound ? 2 * size : bound;
   }
+}
+
+int64_t hs_tokenize(const HsVocab *v, const char *text, int64_t len, int most, int32_t *ids,
+                    int64_t cap) {
+  if (!v || most <= 0 || cap <= 0 || len <= 0 || !text) return 0;
+  return windows(wordpiece_pass, v, (const uint8_t *)text, len, HS_WINDOW_PIECES, most, ids, cap);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The interface of every kind (tokenizer.h) */
+
+struct HsTokenizer {
+  int kind;
+  HsVocab *wordpiece;
+  HsUnigram *unigram;
+  int32_t special[5]; /* HS_TOKEN_CLS .. HS_TOKEN_MASK */
+};
+
+static uint32_t le32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+static HsTokenizer *bad_tokenizer(HsTokenizer *t, char *err, size_t errcap, const char *why) {
+  if (err && errcap) snprintf(err, errcap, "%s", why);
+  hs_tokenizer_free(t);
+  return NULL;
+}
+
+HsTokenizer *hs_tokenizer_open(int kind, const void *section, int64_t len, char *err,
+                               size_t errcap) {
+  const uint8_t *s = section;
+  HsTokenizer *t;
+  int k;
+  if (kind != HS_TOKENIZER_WORDPIECE && kind != HS_TOKENIZER_UNIGRAM)
+    return bad_tokenizer(NULL, err, errcap,
+                         "the tokenizer is of a kind this version does not know");
+  if (!s || len < 0) return bad_tokenizer(NULL, err, errcap, "the tokenizer's section is missing");
+  t = calloc(1, sizeof(*t));
+  if (!t) return bad_tokenizer(NULL, err, errcap, "no memory for the tokenizer");
+  t->kind = kind;
+  if (kind == HS_TOKENIZER_UNIGRAM) {
+    static const int order[5] = {HS_UNIGRAM_CLS, HS_UNIGRAM_SEP, HS_UNIGRAM_PAD, HS_UNIGRAM_UNK,
+                                 HS_UNIGRAM_MASK};
+    t->unigram = hs_unigram_open(s, len, err, errcap);
+    if (!t->unigram) return bad_tokenizer(t, NULL, 0, "");
+    for (k = 0; k < 5; k++) t->special[k] = hs_unigram_special(t->unigram, order[k]);
+    return t;
+  }
+  if (len < WORDPIECE_HEADER || le32(s) != 1)
+    return bad_tokenizer(t, err, errcap, "the WordPiece tokenizer's section is not of version 1");
+  if (le32(s + 4) != WORDPIECE_BERT_UNCASED)
+    return bad_tokenizer(t, err, errcap,
+                  "the WordPiece tokenizer's section asks for a normalizer other than BERT's "
+                  "uncased one (lower case, accents stripped, CJK split, text cleaned)");
+  if (le32(s + 12) != (uint64_t)len - WORDPIECE_HEADER || le32(s + 8) == 0 ||
+      le32(s + 8) > INT32_MAX)
+    return bad_tokenizer(t, err, errcap,
+                         "the WordPiece tokenizer's section is not as long as it says");
+  t->wordpiece = hs_vocab_new((const char *)s + WORDPIECE_HEADER, len - WORDPIECE_HEADER,
+                              (int32_t)le32(s + 8));
+  if (!t->wordpiece)
+    return bad_tokenizer(t, err, errcap,
+                  "the WordPiece tokenizer's section is not its count of NUL-ended pieces "
+                  "with [UNK] among them, or there is no memory to read it");
+  for (k = 0; k < 5; k++) t->special[k] = hs_vocab_id(t->wordpiece, SPECIAL_ROLE[k]);
+  return t;
+}
+
+void hs_tokenizer_free(HsTokenizer *t) {
+  if (!t) return;
+  hs_vocab_free(t->wordpiece);
+  hs_unigram_free(t->unigram);
+  free(t);
+}
+
+int32_t hs_tokenizer_special(const HsTokenizer *t, int which) {
+  return t && which >= 0 && which < 5 ? t->special[which] : -1;
+}
+
+int32_t hs_tokenizer_size(const HsTokenizer *t) {
+  if (!t) return 0;
+  return t->unigram ? hs_unigram_size(t->unigram) : t->wordpiece->n;
+}
+
+int32_t hs_tokenizer_id(const HsTokenizer *t, const char *piece, int64_t len) {
+  int32_t node;
+  if (!t || !piece || len <= 0) return -1;
+  if (t->unigram) return hs_unigram_id(t->unigram, (const uint8_t *)piece, len);
+  node = walk(t->wordpiece, 0, piece, (size_t)len);
+  return node <= 0 ? -1 : t->wordpiece->term[node];
+}
+
+int64_t hs_tokenizer_ids(const HsTokenizer *t, const char *prefix, int64_t plen,
+                         const char *text, int64_t len, int per, int most, int32_t *ids,
+                         int64_t cap) {
+  Pass pass;
+  const void *tok;
+  uint8_t *both;
+  int64_t take, n;
+  if (!t || per <= 0 || per > HS_TOKENIZER_PER || most <= 0 || most > HS_TOKENIZER_MOST ||
+      cap <= 0 || !ids)
+    return 0;
+  if (!text || len < 0) len = 0;
+  if (!prefix || plen < 0) plen = 0;
+  pass = t->unigram ? unigram_pass : wordpiece_pass;
+  tok = t->unigram ? (const void *)t->unigram : (const void *)t->wordpiece;
+  if (plen == 0)
+    return len ? windows(pass, tok, (const uint8_t *)text, len, per, most, ids, cap) : 0;
+  /* The prefix and as much of the text as the cuts can reach (4 bytes a character at most),
+  ** side by side: they are read as one text, as Python's prefix + text is. */
+  take = 4 * ((int64_t)HS_PREFIX_CHARS * most + HS_CUT_REACH + 1);
+  if (take > len) take = len;
+  both = malloc((size_t)(plen + take));
+  if (!both) return -1;
+  memcpy(both, prefix, (size_t)plen);
+  if (take) memcpy(both + plen, text, (size_t)take);
+  n = windows(pass, tok, both, plen + take, per, most, ids, cap);
+  free(both);
+  return n;
+}
+
+double hs_tokenizer_readable(const HsTokenizer *t, const int32_t *ids, int64_t n) {
+  int64_t counted = 0, unreadable = 0, i;
+  if (!t) return 0;
+  if (t->wordpiece) return hs_readable_share(t->wordpiece, ids, n);
+  for (i = 0; i < n; i++) {
+    int32_t id = ids[i];
+    if (id >= 0 && (id == t->special[HS_TOKEN_CLS] || id == t->special[HS_TOKEN_SEP] ||
+                    id == t->special[HS_TOKEN_PAD]))
+      continue;
+    counted++;
+    unreadable += id < 0 || id >= hs_unigram_size(t->unigram) || id == t->special[HS_TOKEN_UNK];
+  }
+  return counted ? 1.0 - (double)unreadable / (double)counted : 1.0;
 }

@@ -23,14 +23,27 @@ int32_t hs_vocab_id(const struct HsVocab *v, const char *piece);
 int64_t hs_tokenize(const struct HsVocab *v, const char *text, int64_t len, int most,
                     int32_t *ids, int64_t cap);
 double hs_readable_share(const struct HsVocab *v, const int32_t *ids, int64_t n);
+struct HsTokenizer *hs_tokenizer_open(int kind, const void *section, int64_t len, char *err,
+                                      size_t errcap);
+void hs_tokenizer_free(struct HsTokenizer *t);
+int32_t hs_tokenizer_special(const struct HsTokenizer *t, int which);
+int32_t hs_tokenizer_size(const struct HsTokenizer *t);
+int32_t hs_tokenizer_id(const struct HsTokenizer *t, const char *piece, int64_t len);
+int64_t hs_tokenizer_ids(const struct HsTokenizer *t, const char *prefix, int64_t plen,
+                         const char *text, int64_t len, int per, int most, int32_t *ids,
+                         int64_t cap);
+double hs_tokenizer_readable(const struct HsTokenizer *t, const int32_t *ids, int64_t n);
 int hs_model_header(const void *head, uint64_t size, char *err, size_t errcap);
 struct HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 void hs_model_free(struct HsModel *m);
 const char *hs_model_simd(void);
 const char *hs_model_id(const struct HsModel *m);
 int hs_model_dims(const struct HsModel *m);
-int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, float *out,
+int hs_model_window(const struct HsModel *m);
+int hs_model_embed(const struct HsModel *m, const char *text, int64_t len, int role, float *out,
                    int (*stop)(void *), void *arg);
+int64_t hs_model_tokens(const struct HsModel *m, const char *text, int64_t len, int role,
+                        int most, int32_t *ids, int64_t cap);
 int hs_model_embed_ids(const struct HsModel *m, const int32_t *ids, int64_t n, float *out);
 """
 
@@ -139,6 +152,55 @@ class Vocab:
         return lib.hs_readable_share(self._vocab, ffi.new("int32_t[]", ids), len(ids))
 
 
+class Tokenizer:
+    """A model file's tokenizer section of ``kind`` ("wordpiece" or "unigram"; their layouts are
+    csrc/model/tokenizer.h's and unigram.c's), opened by the C tokenizer: ``Tokenizer(kind,
+    section)`` raises EmbeddingError with the C side's one line when it refuses the bytes."""
+
+    KINDS = {"wordpiece": 1, "unigram": 2}
+    SPECIAL = {"cls": 0, "sep": 1, "pad": 2, "unk": 3, "mask": 4}
+
+    def __init__(self, kind: str, section: bytes):
+        from hybridsql.errors import EmbeddingError
+
+        ffi, lib = _open()
+        self._section = ffi.new("char[]", section)  # the tokenizer reads it in place
+        err = ffi.new("char[]", 512)
+        tok = lib.hs_tokenizer_open(self.KINDS[kind], self._section, len(section), err, len(err))
+        if tok == ffi.NULL:
+            raise EmbeddingError(ffi.string(err).decode())
+        self._tok = ffi.gc(tok, lib.hs_tokenizer_free)
+        self.size = lib.hs_tokenizer_size(tok)
+
+    def special(self, name: str) -> int:
+        """The id of "cls", "sep", "pad", "unk" or "mask", -1 where it has none."""
+        _, lib = _open()
+        return lib.hs_tokenizer_special(self._tok, self.SPECIAL[name])
+
+    def id(self, piece: str) -> int:
+        """The id of ``piece``, -1 when it is not one."""
+        _, lib = _open()
+        raw = piece.encode()
+        return lib.hs_tokenizer_id(self._tok, raw, len(raw))
+
+    def ids(self, text: bytes, per: int, most: int, cap: int, prefix: bytes = b"") -> list:
+        """The ids of UTF-8 ``prefix + text`` in ``most`` windows of ``per`` (at most ``cap``),
+        without the windows' own special tokens."""
+        ffi, lib = _open()
+        out = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_tokenizer_ids(
+            self._tok, prefix, len(prefix), text, len(text), per, most, out, cap
+        )
+        if n < 0:
+            raise MemoryError("hs_tokenizer_ids(): no memory")
+        return list(out[0:n])
+
+    def readable_share(self, ids: list) -> float:
+        """The share of ``ids`` the model can read (hs_tokenizer_readable)."""
+        ffi, lib = _open()
+        return lib.hs_tokenizer_readable(self._tok, ffi.new("int32_t[]", ids), len(ids))
+
+
 MODEL_HEADER = 128  # HS_MODEL_HEADER of csrc/model/model.h: a model file's header, its first bytes
 
 
@@ -151,6 +213,15 @@ def model_header(head: bytes, size: int) -> str | None:
     ffi, lib = _open()
     err = ffi.new("char[]", 512)
     return ffi.string(err).decode() if lib.hs_model_header(head, size, err, len(err)) else None
+
+
+ROLES = {"query": 0, "document": 1}  # HS_MODEL_QUERY, HS_MODEL_DOCUMENT of csrc/model/model.h
+
+
+def _role(role: str) -> int:
+    if role not in ROLES:
+        raise ValueError(f"role must be 'query' or 'document', got {role!r}")
+    return ROLES[role]
 
 
 class Model:
@@ -177,18 +248,31 @@ class Model:
         self._model = ffi.gc(model, lib.hs_model_free)
         self.model_id = ffi.string(lib.hs_model_id(model)).decode()
         self.dims = lib.hs_model_dims(model)
+        self.window = lib.hs_model_window(model)
 
-    def embed(self, text: str, stop=None) -> bytes | None:
-        """``text``'s vector, a float32 blob of ``dims``; None when ``stop()``, asked between
-        two windows, said True."""
+    def embed(self, text: str, stop=None, role: str = "query") -> bytes | None:
+        """``text``'s vector as a ``role`` ("query", as SQL embed(text), or "document"), a
+        float32 blob of ``dims``; None when ``stop()``, asked between two windows, said True."""
         ffi, lib = _open()
         raw = text.encode("utf-8", "surrogatepass")
         out = ffi.new("float[]", self.dims)
         asked = ffi.callback("int(void *)", lambda _: bool(stop())) if stop else ffi.NULL
-        rc = lib.hs_model_embed(self._model, raw, len(raw), out, asked, ffi.NULL)
+        rc = lib.hs_model_embed(self._model, raw, len(raw), _role(role), out, asked, ffi.NULL)
         if rc == 2:
             raise MemoryError
         return bytes(ffi.buffer(out)) if rc == 0 else None
+
+    def tokens(self, text: str, role: str = "query", most: int = 8) -> list:
+        """The ids the model reads of ``text`` as a ``role`` in ``most`` windows: its prefix's
+        and the text's, no [CLS]/[SEP]."""
+        ffi, lib = _open()
+        raw = text.encode("utf-8", "surrogatepass")
+        cap = most * (self.window - 2)
+        ids = ffi.new("int32_t[]", max(cap, 1))
+        n = lib.hs_model_tokens(self._model, raw, len(raw), _role(role), most, ids, cap)
+        if n < 0:
+            raise MemoryError("hs_model_tokens(): no memory")
+        return list(ids[0:n])
 
     def embed_ids(self, ids: list) -> bytes:
         """The vector of word-piece ids ([CLS] and [SEP] left out), a float32 blob."""

@@ -18,13 +18,13 @@ from hybridsql.errors import DatabaseError, ExtensionError, IndexingError
 if TYPE_CHECKING:
     import apsw
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # The oldest schema a read-only open can search (what later ones changed, it does without).
 SEARCHABLE_FROM = 5
 
 TABLES = """
 create table if not exists meta(key text primary key, value) without rowid;
-insert or ignore into meta values ('schema_version', 6);
+insert or ignore into meta values ('schema_version', 7);
 
 create table if not exists files(
   id integer primary key,
@@ -81,6 +81,17 @@ end;
 create virtual table if not exists vectors using vector_index(
   chunk_id integer primary key, vector float[], model_id text partition key,
   kind text partition key
+);
+
+-- The model that made the index's vectors, one row, which every search and SQL embed() on the
+-- index use without being told (csrc/model/embedsql.c, Requirement 17): model_id tags its vectors
+-- (vectors.model_id) and, for hybridsql's own engine (provider 'local'), names its file
+-- <model_id>.hsmodel; provider is 'local', 'openai', 'llm' or 'other'; name is what it was
+-- chosen by (--model); fingerprint, what changes its vectors ('' where unknown). An ordinary
+-- rowid table: the shape embed() reads, running nothing of the database's.
+create table if not exists index_model(
+  model_id text not null, provider text not null, name text not null, dims integer not null,
+  fingerprint text not null
 );
 
 -- Deletes cascade by trigger, so they hold whatever a client's foreign_keys setting is.
@@ -270,6 +281,7 @@ COLUMNS = {
     "sessions": ("id", "project", "started_at", "ended_at", "summary"),
     "session_memories": ("session_id", "memory_id", "usage", "at"),
     "memory_links": ("from_id", "to_id", "relation", "created_by", "created_at"),
+    "index_model": ("model_id", "provider", "name", "dims", "fingerprint"),
 }
 
 
@@ -286,6 +298,10 @@ def _parts(script: str) -> tuple:
 PARTS = _parts(TABLES)
 FTS_PARTS = _parts(FTS)
 
+
+# The parts a schema version added since SEARCHABLE_FROM: an older index searched read-only
+# does without them (its upgrade makes them).
+_ADDED = {"index_model": 7}
 
 # Schema 5's names of the views that are named otherwise now (SEARCHABLE_FROM).
 _SCHEMA_5_NAMES = {
@@ -359,6 +375,8 @@ def ensure_schema(conn: apsw.Connection, path: str | None = None) -> bool:
             _upgrade_from_3(conn)
         if version in (1, 2, 3, 4, 5):
             _upgrade_trigrams(conn)
+        if version in (1, 2, 3, 4, 5, 6):
+            _upgrade_from_6(conn)
         try:
             conn.execute(TABLES)
         except apsw.SQLError as e:
@@ -414,9 +432,11 @@ def whole(conn: apsw.Connection, path: str) -> None:
     missing_column(conn, path)
     present = set(_present(conn))
     fts_parts = FTS_PARTS
-    if schema_version(conn) == 5:  # searched read-only as it is: its views' names
+    version = schema_version(conn) or SCHEMA_VERSION
+    if version == 5:  # searched read-only as it is: its views' names
         fts_parts = tuple(_SCHEMA_5_NAMES.get(name, name) for name in FTS_PARTS)
-    expected = PARTS + (fts_parts if present & set(fts_parts) else ())
+    parts = tuple(name for name in PARTS if _ADDED.get(name, 0) <= version)
+    expected = parts + (fts_parts if present & set(fts_parts) else ())
     lost = [name for name in expected if name not in present]
     if lost:
         raise DatabaseError(
@@ -541,6 +561,57 @@ def _upgrade_trigrams(conn: apsw.Connection) -> None:
         for table in ("chunks_trigram", "memories_trigram"):
             conn.execute(f"insert into {table}({table}) values ('rebuild')")
     conn.execute("update meta set value = 6 where key = 'schema_version'")
+
+
+def _upgrade_from_6(conn: apsw.Connection) -> None:
+    """Schemas before 7 did not record which model made the vectors: every such index that has
+    vectors of the local model was made by all-MiniLM-L6-v2 (the only one), recorded now, with
+    no fingerprint (the next writer with that model fills it in), and its chunks as cut by that
+    model's tokenizer. Another provider's vectors keep their model id, as before; its next write
+    records it."""
+    conn.execute(TABLES)
+    found = conn.execute(
+        "select length(vector) / 4 from vectors where model_id = ? limit 1", (MINILM_ID,)
+    ).fetchone()
+    if found is not None and not conn.execute("select 1 from index_model").fetchone():
+        record_model(conn, MINILM_ID, "local", "all-MiniLM-L6-v2", found[0], "")
+        conn.execute(
+            "insert or replace into meta select 'chunk_tokenizer', ? where exists"
+            " (select 1 from meta where key = 'chunk_tokens')",
+            (MINILM_ID,),
+        )
+    conn.execute("update meta set value = 7 where key = 'schema_version'")
+
+
+# -- the index's model ----------------------------------------------------------------------
+
+MINILM_ID = "all-MiniLM-L6-v2-int8"  # the vectors' id of the one local model before schema 6
+
+
+def recorded_model(conn: apsw.Connection) -> dict | None:
+    """The model the index records as the maker of its vectors (its first row: model_id,
+    provider, name, dims, fingerprint), or None: no table (not an index of schema 6), no row
+    (nothing embedded yet)."""
+    if not conn.execute(
+        "select 1 from sqlite_schema where type = 'table' and name = 'index_model'"
+    ).fetchone():
+        return None
+    row = conn.execute(
+        "select model_id, provider, name, dims, fingerprint from index_model order by rowid limit 1"
+    ).fetchone()
+    return None if row is None else dict(zip(COLUMNS["index_model"], row, strict=True))
+
+
+def record_model(
+    conn: apsw.Connection, model_id: str, provider: str, name: str, dims: int, fingerprint: str
+) -> None:
+    """Records the model that makes the index's vectors, in place of any other."""
+    conn.execute("delete from index_model")
+    conn.execute(
+        "insert into index_model(model_id, provider, name, dims, fingerprint)"
+        " values (?, ?, ?, ?, ?)",
+        (model_id, provider, name, dims, fingerprint),
+    )
 
 
 _FILL_CHUNK_KEYS = (

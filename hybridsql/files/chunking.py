@@ -32,6 +32,10 @@ _OTHER_COST = 10
 
 # The costliest unit (20 digits) is 11 tokens, so with this floor every unit fits in a chunk.
 _MIN_MAX_TOKENS = 16
+# An over-budget line is cut with each unit counted by the model's tokenizer up to this many
+# units (a long paragraph of a script the estimate knows less well: Thai, Chinese); past it,
+# a unit's estimate scaled to the line's count.
+_COUNTED_UNITS = 4096
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # An ATX heading's opening; its title and closing #s are taken apart by _atx without a regex,
 # whose backtracking over a run of spaces took time quadratic in the line's length.
@@ -266,17 +270,28 @@ def heading_at(text: str, heading: str, line: int, file_start: bool = False) -> 
     return " > ".join(t for _, t in titles)
 
 
-def _split_line(line: str, line_no: int, heading: str, budget: int, overlap: int) -> list[Chunk]:
+def _split_line(
+    line: str, line_no: int, heading: str, budget: int, overlap: int, counter=None
+) -> list[Chunk]:
     """Cut one over-budget line into overlapping pieces, preferring to end at a sentence end.
 
     The units are kept in arrays, not tuples: a 20 MB line without a break is millions of
-    units, and tuples of them took 1.4 GB (tests/test_resources.py).
+    units, and tuples of them took 1.4 GB (tests/test_resources.py). With ``counter`` (a
+    model's tokenizer), each unit costs what it counts, up to _COUNTED_UNITS units; a longer
+    line's estimates are scaled by its own count over their sum.
     """
     starts, ends, costs = array("i"), array("i"), array("i")
     for start, end, cost in _units(line):
         starts.append(start)
         ends.append(end)
         costs.append(cost)
+    if counter is not None and costs:
+        if len(costs) <= _COUNTED_UNITS:
+            counts = counter([line[starts[i] : ends[i]] for i in range(len(costs))])
+            costs = array("i", (10 * c for c in counts))
+        else:
+            scale = 10 * counter([line])[0] / max(1, sum(costs))
+            costs = array("i", (round(c * scale) for c in costs))
     after_end = bytearray(len(costs))  # 1 where the unit follows a sentence end
     for i in range(1, len(costs)):
         after_end[i] = line[ends[i - 1] - 1] in _SENTENCE_END
@@ -314,7 +329,9 @@ def chunk_markdown(
     chunks = []
     for start, end in _windows(costs, budget, overlap, hard, soft):
         if costs[start] > budget:
-            chunks.extend(_split_line(lines[start], start + 1, paths[start], budget, overlap))
+            chunks.extend(
+                _split_line(lines[start], start + 1, paths[start], budget, overlap, counter)
+            )
         else:
             chunks.append(Chunk(start + 1, end, "\n".join(lines[start:end]), paths[start]))
     return chunks

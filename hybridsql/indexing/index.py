@@ -20,11 +20,21 @@ from typing import Any
 import apsw
 
 from hybridsql.db.extension import DAMAGED, close, connect, file_error, transaction
-from hybridsql.db.schema import COLUMNS, check_index, ensure_schema, has_fts, whole, without_native
-from hybridsql.embedding.embedder import Embedder, LocalProvider, resolve_provider
-from hybridsql.embedding.engine import prepare_sql_embed
+from hybridsql.db.schema import (
+    COLUMNS,
+    check_index,
+    ensure_schema,
+    has_fts,
+    record_model,
+    recorded_model,
+    whole,
+    without_native,
+)
+from hybridsql.embedding.choice import Missing, check, choose, provider_kind, provider_name
+from hybridsql.embedding.embedder import Embedder, LocalProvider
 from hybridsql.embedding.local_model import runs_locally
-from hybridsql.errors import IndexingError
+from hybridsql.embedding.models import KNOWN, prepare_sql_embed
+from hybridsql.errors import EmbeddingError, IndexingError, ModelMismatchError
 from hybridsql.files.chunking import chunk_markdown
 from hybridsql.files.discovery import (
     DEFAULT_GLOBS,
@@ -73,6 +83,8 @@ class IndexReport:
     skipped: list = field(default_factory=list)  # [path, reason]
     warnings: list = field(default_factory=list)
     seconds: float = 0.0
+    model: str = ""  # the model that embedded, by name; "" keyword-only
+    chunks_unreadable: int = 0  # chunks written whose vector is the zero vector: words alone
     globs: list = field(default_factory=list)  # the patterns that chose the files
     gitignore: bool = True
     left_out: dict = field(default_factory=dict)  # see discovery.discover
@@ -254,8 +266,13 @@ class HybridIndex:
 
     ``embedder`` is "auto" (the local model when installed, else keyword-only), "none",
     "local", "openai", None ($HYBRIDSQL_EMBEDDER, else auto), an EmbeddingProvider, or an
-    Embedder. Threads may share it: its methods run one at a time, under ``lock`` (``conn``
-    used directly is the caller's to share).
+    Embedder. ``model`` names the local provider's model (models.resolve: all-MiniLM-L6-v2,
+    multilingual-e5-small, a converted model's id, a model file or a Hugging Face folder). The
+    index records the model that made its vectors; with neither named, it is that model, and
+    another one named is a ModelMismatchError, unless ``reembed`` (a writing open): then every
+    vector is made again by the one named (at the next index_folder or embed_missing). Threads
+    may share it: its methods run one at a time, under ``lock`` (``conn`` used directly is the
+    caller's to share).
     """
 
     def __init__(
@@ -265,6 +282,8 @@ class HybridIndex:
         backend: str = "auto",
         readonly: bool = False,
         create: bool = True,
+        model: str | os.PathLike | None = None,
+        reembed: bool = False,
         **provider_options: Any,
     ) -> None:
         """``readonly`` opens with SQLITE_OPEN_READONLY, writes nothing and needs an index made by
@@ -300,21 +319,101 @@ class HybridIndex:
             if problem is None:
                 raise
             raise problem from e
-        self.embedder = self._embedder(embedder, provider_options)
+        # the line of an index's model this client cannot find, if so
+        self.missing: str | None = None
+        self._unread: list = []  # an index run's files of mostly unreadable chunks
+        self._recorded = False  # the embedder's model is recorded (record_model)
+        try:
+            self.embedder = self._embedder(embedder, model, reembed, provider_options)
+        except BaseException:
+            close(self.conn)
+            raise
         native = self.conn.execute("select hybridsql_debug()").get
         self.searcher = Searcher(self.conn, self.embedder, "backend extension" in native)
+        self.searcher.unavailable = self.missing
 
-    def _embedder(self, embedder, options):
-        if isinstance(embedder, Embedder):
-            return embedder
-        if embedder is None or isinstance(embedder, str):
-            provider = resolve_provider(embedder, **options)
+    def _embedder(self, embedder, model, reembed, options):
+        recorded = recorded_model(self.conn)
+        if reembed and self.readonly:
+            raise IndexingError("reembed writes every vector again: open the index for writing")
+        if isinstance(embedder, Embedder) or not (embedder is None or isinstance(embedder, str)):
+            if model is not None:
+                raise EmbeddingError(
+                    "model= names the local provider's model: give it with embedder 'auto' or"
+                    " 'local', not with a provider or an Embedder of your own"
+                )
+            provider = embedder.provider if isinstance(embedder, Embedder) else embedder
         else:
-            provider = embedder
+            provider = choose(recorded, embedder, model, options, self.db_path)
+        if isinstance(provider, Missing):
+            self.missing, provider = provider.line, None
+        check(recorded, provider, reembed, self.db_path)
+        if reembed and provider is not None:
+            self._replace_vectors(provider)
         if provider is None:
             return None
+        if isinstance(embedder, Embedder):
+            return embedder
         # A read-only index reads and writes no embedding cache: the query is embedded afresh.
         return Embedder(provider, None if self.readonly else self.conn)
+
+    def _replace_vectors(self, provider) -> None:
+        """--reembed: every vector, and the cached vectors of the model named, leave the index,
+        in one transaction; the model named is recorded (a local one at once, another at its
+        first vectors), so that a run stopped half way resumes with it."""
+        kind = provider_kind(provider)
+        with transaction(self.conn):
+            self.conn.execute("delete from vectors")
+            self.conn.execute("delete from index_model")
+            self.conn.execute("delete from meta where key glob 'vectors *'")
+            if self.conn.execute(
+                "select 1 from sqlite_schema where type = 'table' and name = 'embedding_cache'"
+            ).fetchone():
+                self.conn.execute(
+                    "delete from embedding_cache where model_id = ?1"
+                    " or substr(model_id, 1, length(?1) + 1) = ?1 || '@'",
+                    (provider.model_id,),
+                )
+            if kind == "local":
+                record_model(
+                    self.conn,
+                    provider.model_id,
+                    kind,
+                    provider_name(provider),
+                    provider.dims,
+                    provider.fingerprint,
+                )
+                self._recorded = True
+
+    def record_model(self, dims: int, provider: Any = None) -> None:
+        """Records the embedder's model (or ``provider``'s: a framework store's) as the maker of
+        the index's vectors, in the caller's write transaction (where its vectors of ``dims``
+        dimensions go in): the first vectors of an index, or a record of schema 5 that had no
+        fingerprint. A record of another model, or of another file of the same one, is a
+        ModelMismatchError (written since this index was opened, by another process): vectors
+        of two models never mix."""
+        if provider is None:
+            if self._recorded or self.embedder is None:
+                return
+            provider = self.embedder.provider
+        recorded = recorded_model(self.conn)
+        check(recorded, provider, False, self.db_path)
+        kind = provider_kind(provider)
+        fingerprint = provider.fingerprint if kind == "local" else ""
+        name = provider_name(provider)
+        was = recorded["fingerprint"] if recorded is not None else ""
+        if was and fingerprint and was != fingerprint:
+            raise ModelMismatchError(
+                f"{self.db_path}: this index's vectors were made by another file of the model"
+                f" {name} (fingerprint {was}, this one's {fingerprint}): embed every chunk again"
+                f" with this one: `hybridsql index DIR --db {self.db_path} --model {name}"
+                " --reembed`"
+            )
+        new = (provider.model_id, kind, name, dims, fingerprint)
+        if recorded is None or tuple(recorded.values()) != new:
+            record_model(self.conn, *new)
+        if self.embedder is not None and provider is self.embedder.provider:
+            self._recorded = True
 
     def close(self, damaged: bool = False) -> None:
         """Closes the database; ``damaged``: without writing to it (see extension.close)."""
@@ -334,11 +433,17 @@ class HybridIndex:
 
     def chunking(self) -> tuple:
         """(most tokens a chunk holds, tokens it shares with the next, the counter of tokens):
-        sized to the embedder's window and counted by its tokenizer when it has them."""
+        sized to the embedder's window and counted by its tokenizer when it has them (the
+        model's own, for the local model)."""
         provider = self.embedder.provider if self.embedder else None
         window = getattr(provider, "window", None)
         size = min(CHUNK_TOKENS, window - 2) if window else CHUNK_TOKENS
         return size, size // 5, getattr(provider, "count_tokens", None)
+
+    def _tokenizer(self) -> str:
+        """Whose tokens chunks are counted in: the embedder's model id, "" for the estimate."""
+        provider = self.embedder.provider if self.embedder else None
+        return getattr(provider, "model_id", "") if hasattr(provider, "count_tokens") else ""
 
     def documents(self) -> Profile:
         """The Profile of a search of the memory files (documents)."""
@@ -370,14 +475,18 @@ class HybridIndex:
             raise IndexingError(f"{root} is not a folder")
         if not self.conn.execute(VECTOR_INDEX_LOADED).fetchall():  # an index made before
             raise without_native("no such module: vector_index")
+        if self.missing is not None:
+            raise EmbeddingError(self.missing)
         if self.embedder is not None and runs_locally(self.embedder.provider):
-            prepare_sql_embed()  # the model file SQL embed() runs, in any client, from now on
+            # the model file SQL embed() runs, in any client, from now on
+            prepare_sql_embed(self.conn)
         started = time.monotonic()
         root = os.path.abspath(root)
         # Names are stored as contents are: undecodable bytes (lone surrogates from os.walk)
         # become U+FFFD; files are still read by their real names.
         stored_root = clean_text(root)
         report = IndexReport() if report is None else report
+        report.model = provider_name(self.embedder.provider) if self.embedder else ""
         choice, new_globs = self._choice(stored_root, globs, gitignore)
         report.globs, report.gitignore = choice["globs"], choice["gitignore"]
         vanished: list = []
@@ -409,16 +518,10 @@ class HybridIndex:
         bar = progress or Progress()
         bar.start(len(paths))
         most, overlap, counter = self.chunking()
-        was = self._resize(most)
+        was = self._resize(most, self._tokenizer())
         if was is not None:
             if known:
-                report.warnings.append(
-                    [
-                        stored_root,
-                        f"chunks are now cut to {most} tokens, were {was}: every file is"
-                        " chunked again",
-                    ]
-                )
+                report.warnings.append([stored_root, f"{was}: every file is chunked again"])
             known = {path: (file_id, "", stat_) for path, (file_id, _, stat_) in known.items()}
         skipped_before = len(report.skipped)
         work = Work(bar, root, paths, known, changed)
@@ -432,10 +535,19 @@ class HybridIndex:
 
         chunking = most, overlap, counter
         reader = Reader(root, paths, known, changed, max_file_bytes, chunking, step)
+        self._unread = []
+        unreadable_before = report.chunks_unreadable
+        written_before = report.chunks_written
         try:
             self._pipeline(stored_root, reader, report, step, work)
         finally:
             reader.close()
+        self._unreadable_lines(
+            stored_root,
+            report,
+            report.chunks_unreadable - unreadable_before,
+            report.chunks_written - written_before,
+        )
         seen = {clean_text(p) for p in paths} - {p for p, why in report.skipped if why == VANISHED}
         seen |= unread
         for path, (file_id, _, _) in known.items():
@@ -459,22 +571,68 @@ class HybridIndex:
         report.seconds = round(time.monotonic() - started, 3)
         return report
 
-    def _resize(self, most: int):
-        """The size chunks were cut to when it was not ``most`` tokens and files were indexed,
-        else None; ``most`` is recorded as the size.
+    def _unreadable_lines(self, root: str, report: IndexReport, unreadable: int, written: int):
+        """Warnings where a run's chunks, or a file's, are mostly the zero vector (text the
+        model cannot read, found by its words alone: windows.py), with the command that reads
+        them: the multilingual model. The run's own line, or one a file and then the command."""
+        files, self._unread = self._unread, []
+        if self.embedder is None or not (files or unreadable * 2 > written > 0):
+            return
+        name = provider_name(self.embedder.provider)
+        multilingual = KNOWN["multilingual-e5-small"]
+        fix = ""
+        if name != multilingual.name:
+            fix = (
+                f": for meaning in every language, `hybridsql index {root} --db {self.db_path}"
+                f" --model {multilingual.name} --reembed` (pip install"
+                f" 'hybridsql[{multilingual.extras}]')"
+            )
+        if unreadable * 2 > written:
+            report.warnings.append(
+                [
+                    root,
+                    f"{unreadable} of {written} chunks are text that {name} cannot read, found by"
+                    f" their words alone{fix}",
+                ]
+            )
+            return
+        for rel, count, total in files:
+            report.warnings.append(
+                [rel, f"{count} of {total} chunks are text that {name} cannot read"]
+            )
+        report.warnings.append(
+            [
+                root,
+                f"{plural(len(files), 'file')} {'is' if len(files) == 1 else 'are'} mostly text"
+                f" that {name} cannot read{fix}",
+            ]
+        )
 
-        The new size is recorded at once, and in the same transaction every file indexed is
-        marked as not yet cut to it (its sha256 emptied): a run stopped half way, by Ctrl-C,
-        ``kill -9`` or a power cut, resumes with the files it had not reached, and the files of
-        other folders are cut again when their folder is next indexed."""
+    def _resize(self, most: int, tokenizer: str):
+        """What changed in how chunks are cut (their size, ``most`` tokens, or the tokenizer
+        that counts them, ``tokenizer``: a model's id, "" for the estimate), in words, when
+        files were indexed, else None; both are recorded.
+
+        They are recorded at once, and in the same transaction every file indexed is marked as
+        not yet cut so (its sha256 emptied): a run stopped half way, by Ctrl-C, ``kill -9`` or a
+        power cut, resumes with the files it had not reached, and the files of other folders
+        are cut again when their folder is next indexed."""
         with transaction(self.conn):
-            recorded = self.conn.execute("select value from meta where key = 'chunk_tokens'")
-            was = (recorded.fetchone() or (CHUNK_TOKENS,))[0]
-            if was == most:
+            get = "select value from meta where key = ?"
+            was = (self.conn.execute(get, ("chunk_tokens",)).fetchone() or (CHUNK_TOKENS,))[0]
+            by = (self.conn.execute(get, ("chunk_tokenizer",)).fetchone() or ("",))[0]
+            if was == most and by == tokenizer:
                 return None
             self.conn.execute("insert or replace into meta values ('chunk_tokens', ?)", (most,))
+            self.conn.execute(
+                "insert or replace into meta values ('chunk_tokenizer', ?)", (tokenizer,)
+            )
             self.conn.execute("update files set sha256 = ''")
-            return was if self.conn.changes() > 0 else None
+            if self.conn.changes() == 0:
+                return None
+            if was != most:
+                return f"chunks are now cut to {most} tokens, were {was}"
+            return f"chunks are now counted in the tokens of {tokenizer or 'an estimate'}"
 
     def _choice(self, stored_root: str, globs, gitignore) -> tuple:
         """The patterns of a run: those given, else those of the folder's last run (in meta
@@ -514,6 +672,7 @@ class HybridIndex:
         computing: Any = None  # the batch the provider has: (entries, {key: text}, keys, found)
         # None without an embedder: then no chunk is gathered, and nothing sent
         worker: Any = Computer(embedder) if embedder else None
+        unread = self._unread  # files whose chunks are mostly unreadable by the model
 
         def write_ready() -> None:
             written = False
@@ -522,6 +681,10 @@ class HybridIndex:
                 self._write_file(root, rel, sha, size, mtime, chunks, vectors)
                 report.files_indexed += 1
                 report.chunks_written += len(chunks)
+                unreadable = sum(1 for v in vectors if not v.any())
+                report.chunks_unreadable += unreadable
+                if vectors and unreadable * 2 > len(vectors):
+                    unread.append([rel, unreadable, len(vectors)])
                 work.done(rel, tell=False)
                 step(rel)
                 written = True
@@ -618,6 +781,7 @@ class HybridIndex:
             )
             if vectors:
                 model = self.embedder.model_id
+                self.record_model(len(vectors[0]))
                 insert_rows(
                     conn,
                     "vectors",
@@ -647,6 +811,7 @@ class HybridIndex:
                 return done
             vectors = self.embedder.embed([text for _, text, _ in rows])
             with transaction(self.conn):
+                self.record_model(vectors.shape[1])
                 self.conn.executemany(
                     "insert or replace into vectors(chunk_id, vector, model_id, kind)"
                     " values (?, ?, ?, ?)",

@@ -1,6 +1,10 @@
 """The Datasette plugin: every hybridsql function, and embed(), in every Datasette query, and a
 search page per database at /DATABASE/-/hybridsql that searches as `hybridsql search` does,
-read-only. Each Datasette query's time limit interrupts its connection when it passes."""
+read-only. Each Datasette query's time limit interrupts its connection when it passes.
+
+An index is searched, and embed() in its queries run, with the model that made its vectors (the
+one it records); the plugin's config may name another for a database or for all of them, as
+``--model`` does (metadata.yml: ``plugins: {hybridsql: {model: multilingual-e5-small}}``)."""
 
 import asyncio
 import contextlib
@@ -18,7 +22,8 @@ from markupsafe import Markup, escape
 
 from hybridsql.db.extension import load
 from hybridsql.embedding.embedder import default_embedder, register_embed, resolve_provider
-from hybridsql.embedding.engine import local_by_default, prepare_sql_embed
+from hybridsql.embedding.engine import local_by_default
+from hybridsql.embedding.models import prepare_sql_embed
 from hybridsql.errors import HybridSQLError
 from hybridsql.indexing.index import HybridIndex
 from hybridsql.memory import SECTORS, MemoryStore
@@ -87,15 +92,35 @@ def _time_limit(conn, ms):
 datasette.database.sqlite_timelimit = _time_limit
 
 
+def _model(datasette, database) -> str | None:
+    """The model the plugin's config names for ``database`` (its own, else the plugin's)."""
+    config = datasette.plugin_config("hybridsql", database=database) or {}
+    model = config.get("model")
+    return model if isinstance(model, str) and model else None
+
+
 @hookimpl
-def prepare_connection(conn):
+def prepare_connection(conn, database, datasette):
     # As the sqlite-utils plugin: the extension's embed() for the local model (it stops between
     # windows when the time limit interrupts the connection), else Python's, which asks
     # _interrupted. Either model loads on the first embed() call, inside that query's limit.
     if load(conn) == "extension" and local_by_default():
-        prepare_sql_embed()
+        model = _model(datasette, database)
+        if model is None:
+            prepare_sql_embed(conn)  # the index's own model, or the default
+        else:
+            _name_model(conn, model)
     else:
         register_embed(conn, default_embedder, interrupted=_interrupted)
+
+
+def _name_model(conn, model: str) -> None:
+    """Makes embed() on ``conn`` run the model the config names (hybridsql_model()), its file
+    written first where it can be; where it cannot be found, embed() says so when called."""
+    from hybridsql.embedding.models import ensure, resolve
+
+    with contextlib.suppress(Exception):  # a connection must open whatever the model's state
+        conn.execute("select hybridsql_model(?)", (str(ensure(resolve(model))),)).fetchall()
 
 
 @hookimpl
@@ -136,7 +161,7 @@ def _form(args) -> dict:
     return form
 
 
-def _search(path: str, form: dict, tables: set):
+def _search(path: str, form: dict, tables: set, model: str | None = None):
     """The results of the form's search, on a read-only index: nothing is written, not even
     the reinforcement a memory search gives by default. Adds to ``tables`` every table whose
     view-table permission covers what the search read (see ``_covering``), for the page to
@@ -149,7 +174,10 @@ def _search(path: str, form: dict, tables: set):
         return apsw.SQLITE_OK
 
     options = SearchOptions(mode=form["mode"], now=form["now"] or None)
-    with HybridIndex(path, embedder=_provider(), readonly=True) as idx:
+    # The local provider: the index's own model (or the config's), read once a process; another
+    # provider is made once.
+    embedder = None if local_by_default() else _provider()
+    with HybridIndex(path, embedder=embedder, model=model, readonly=True) as idx:
         idx.conn.authorizer = reading
         try:
             if form["kind"] == "documents":
@@ -209,7 +237,8 @@ async def search_page(datasette, request):
     found, error, tables = None, None, set()
     if form["q"] and db.path:
         try:
-            found = await asyncio.to_thread(_search, db.path, form, tables)
+            model = _model(datasette, database)
+            found = await asyncio.to_thread(_search, db.path, form, tables, model)
         except (HybridSQLError, ValueError) as e:
             error = str(e)
         for table in sorted(tables):

@@ -221,9 +221,10 @@ class Collection:
     """The documents of one collection in an open HybridIndex.
 
     ``embed_documents(texts)`` and ``embed_query(text)`` give vectors (sequences of floats) of
-    the model ``model_id``; None for both makes a keyword-only collection. Threads may share
-    it (LangChain's async methods run it in others): its methods run one at a time, under the
-    index's lock."""
+    the model ``model_id``; None for both makes a keyword-only collection. ``record(dims)``,
+    where given, is called in each transaction that writes vectors (the index records the model
+    that made them: HybridIndex.record_model). Threads may share it (LangChain's async methods
+    run it in others): its methods run one at a time, under the index's lock."""
 
     def __init__(
         self,
@@ -232,6 +233,7 @@ class Collection:
         embed_documents: Callable[[list], Sequence] | None = None,
         embed_query: Callable[[str], Sequence] | None = None,
         model_id: str | None = None,
+        record: Callable[[int], None] | None = None,
     ) -> None:
         from hybridsql.db.extension import transaction
         from hybridsql.indexing.index import insert_rows
@@ -245,6 +247,7 @@ class Collection:
         self.embed_documents = embed_documents
         self.embed_query = embed_query
         self.model_id = model_id
+        self.record = record
         self._transaction = transaction
         self._insert_rows = insert_rows
         if not index.readonly:
@@ -308,6 +311,8 @@ class Collection:
             )
             if vectors is not None:
                 model = self.model_id
+                if self.record is not None and vectors:
+                    self.record(len(vectors[0]) // 4)
                 insert(
                     conn,
                     "vectors",
@@ -553,10 +558,14 @@ class _QueryEmbedder:
     provider = None
 
     def __init__(self, model_id, embed_query, vector) -> None:
-        self.model_id, self.embed_query, self.vector = model_id, embed_query, vector
+        self.model_id, self._embed_query, self.vector = model_id, embed_query, vector
 
     def embed_one(self, text: str):
         import numpy as np
 
-        vector = self.vector if self.vector is not None else self.embed_query(text)
+        vector = self.vector if self.vector is not None else self._embed_query(text)
         return np.asarray(vector, dtype="<f4")
+
+    def embed_query(self, text: str):
+        """A search's query, as Embedder.embed_query: the collection's own embed_query."""
+        return self.embed_one(text)

@@ -70,20 +70,49 @@ def parse_filter(spec: dict | None) -> Cond | Logic | None:
 
 
 class HybridSQLEmbeddings(Embeddings):
-    """hybridsql's local model (all-MiniLM-L6-v2, int8) as LangChain Embeddings: the vectors
-    ``hybridsql index`` writes, so the CLI's hybrid search finds what a store wrote with it."""
+    """hybridsql's local model as LangChain Embeddings: ``model`` names it (all-MiniLM-L6-v2,
+    multilingual-e5-small, a converted model's id, a model file or a Hugging Face folder); the
+    vectors ``hybridsql index`` writes, so the CLI's hybrid search finds what a store wrote
+    with it. Named by neither ``model`` nor ``provider``, it runs, in a store, the model that
+    the store's index was made by (else the default)."""
 
-    def __init__(self, provider: Any = None) -> None:
+    def __init__(self, provider: Any = None, model: Any = None) -> None:
         from hybridsql.embedding.embedder import LocalProvider
 
-        self.provider = provider or LocalProvider()
+        if provider is not None and model is not None:
+            raise QueryError("give provider= or model=, not both")
+        self.named = provider is not None or model is not None
+        self.provider = provider or LocalProvider(model=model)
         self.model_id = self.provider.model_id
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.provider.embed(list(texts)).tolist() if texts else []
 
     def embed_query(self, text: str) -> list[float]:
-        return self.provider.embed([text])[0].tolist()
+        embed = self.provider.embed
+        if getattr(self.provider, "roles", False):  # a query prefix of its own (e5's)
+            return embed([text], role="query")[0].tolist()
+        return embed([text])[0].tolist()
+
+
+def _local_embedding(index: Any, embedding: Embeddings | None, model: Any) -> Any:
+    """The store's embeddings: hybridsql's local model where ``model`` names it, or where the
+    HybridSQLEmbeddings given names none (the index's model, else the default); checked
+    against the model the index was made by."""
+    from hybridsql.db.schema import recorded_model
+    from hybridsql.embedding.choice import check
+
+    if model is not None:
+        if embedding is not None:
+            raise QueryError("give embedding= or model= (hybridsql's local model), not both")
+        embedding = HybridSQLEmbeddings(model=model)
+    if not isinstance(embedding, HybridSQLEmbeddings):
+        return embedding
+    recorded = recorded_model(index.conn)
+    if not embedding.named and recorded is not None and recorded["provider"] == "local":
+        embedding = HybridSQLEmbeddings(model=recorded["model_id"])
+    check(recorded, embedding.provider, False, index.db_path)
+    return embedding
 
 
 def _model_id(embedding: Embeddings | None) -> str | None:
@@ -107,8 +136,11 @@ _SQLITEVEC_NAMES = {"db_file": "db_path", "table": "collection"}
 class HybridSQLVectorStore(VectorStore):
     """Documents with ids and metadata in a hybridsql index at ``db_path`` (made if missing;
     by default ``hybridsql.db`` in the current folder), in the collection ``collection``;
-    ``embedding`` makes their vectors (None: keyword-only). ``index``: an open HybridIndex to
-    use instead of opening ``db_path``."""
+    ``embedding`` makes their vectors (None: keyword-only), or ``model`` names hybridsql's local
+    model to make them (HybridSQLEmbeddings(model=model)). A HybridSQLEmbeddings named by
+    neither runs the model the index was made by; hybridsql's models are recorded in the index
+    as the CLI's are, and another one than the index's is a ModelMismatchError. ``index``: an
+    open HybridIndex to use instead of opening ``db_path``."""
 
     def __init__(
         self,
@@ -117,19 +149,22 @@ class HybridSQLVectorStore(VectorStore):
         collection: str = "langchain",
         *,
         index: Any = None,
+        model: Any = None,
     ) -> None:
         from hybridsql.indexing.index import HybridIndex
 
         if index is None:
             index = HybridIndex(DEFAULT_DB_PATH if db_path is None else db_path, embedder="none")
         self.index = index
-        self.embedding = embedding
+        self.embedding = embedding = _local_embedding(index, embedding, model)
+        provider = embedding.provider if isinstance(embedding, HybridSQLEmbeddings) else None
         self.collection = Collection(
             index,
             collection,
             embedding.embed_documents if embedding else None,
             embedding.embed_query if embedding else None,
             _model_id(embedding),
+            (lambda dims: index.record_model(dims, provider)) if provider is not None else None,
         )
 
     @property

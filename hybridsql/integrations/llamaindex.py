@@ -72,19 +72,25 @@ def parse_filters(filters: MetadataFilters | MetadataFilter | None) -> Cond | Lo
 
 
 class HybridSQLEmbedding(BaseEmbedding):
-    """hybridsql's local model (all-MiniLM-L6-v2, int8) as a LlamaIndex embedding: the vectors
-    ``hybridsql index`` writes, so the CLI's hybrid search finds what the store wrote."""
+    """hybridsql's local model as a LlamaIndex embedding: ``model`` names it (all-MiniLM-L6-v2
+    by default, multilingual-e5-small, a converted model's id, a model file or a Hugging Face
+    folder); the vectors ``hybridsql index`` writes, so the CLI's hybrid search finds what the
+    store wrote."""
 
     _provider: Any = PrivateAttr()
 
-    def __init__(self, provider: Any = None, **kwargs: Any) -> None:
+    def __init__(self, provider: Any = None, model: Any = None, **kwargs: Any) -> None:
         from hybridsql.embedding.embedder import LocalProvider
 
-        provider = provider or LocalProvider()
+        if provider is not None and model is not None:
+            raise QueryError("give provider= or model=, not both")
+        provider = provider or LocalProvider(model=model)
         super().__init__(model_name=provider.model_id, **kwargs)
         self._provider = provider
 
     def _get_query_embedding(self, query: str) -> list[float]:
+        if getattr(self._provider, "roles", False):  # a query prefix of its own (e5's)
+            return self._provider.embed([query], role="query")[0].tolist()
         return self._provider.embed([query])[0].tolist()
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
@@ -99,8 +105,11 @@ class HybridSQLEmbedding(BaseEmbedding):
 
 class HybridSQLVectorStore(BasePydanticVectorStore):
     """Nodes in a hybridsql index at ``db_path`` (made if missing), collection ``collection``;
-    ``model_id`` names the embedding model the nodes' vectors come from (the local model's id
-    by default, which the CLI's hybrid search uses). ``index``: an open HybridIndex instead."""
+    ``model_id`` names the embedding model the nodes' vectors come from: by default the model
+    the index was made by, else the local model's (what the CLI's hybrid search uses). ``model``
+    names hybridsql's local model instead (HybridSQLEmbedding(model=...) makes its vectors):
+    it is recorded in the index as the CLI records it, and another one than the index's is a
+    ModelMismatchError. ``index``: an open HybridIndex instead."""
 
     stores_text: bool = True
     flat_metadata: bool = False
@@ -110,18 +119,36 @@ class HybridSQLVectorStore(BasePydanticVectorStore):
         self,
         db_path: str | None = None,
         collection: str = "llamaindex",
-        model_id: str = "all-MiniLM-L6-v2-int8",
+        model_id: str | None = None,
         *,
         index: Any = None,
+        model: Any = None,
     ) -> None:
+        from hybridsql.db.schema import recorded_model
+        from hybridsql.embedding.choice import check
+        from hybridsql.embedding.embedder import LocalProvider
         from hybridsql.indexing.index import HybridIndex
 
         super().__init__(stores_text=True)
+        if model is not None and model_id is not None:
+            raise QueryError("give model_id= (any model's) or model= (hybridsql's), not both")
         if index is None:
             if db_path is None:
                 raise QueryError("give db_path (the index file) or index")
             index = HybridIndex(db_path, embedder="none")
-        self._collection = Collection(index, collection, model_id=model_id)
+        recorded = recorded_model(index.conn)
+        record = None
+        if model is not None:
+            provider = LocalProvider(model=model)
+            check(recorded, provider, False, index.db_path)
+            model_id = provider.model_id
+
+            def record(dims: int) -> None:
+                index.record_model(dims, provider)
+
+        elif model_id is None:
+            model_id = recorded["model_id"] if recorded else LocalProvider.model_id
+        self._collection = Collection(index, collection, model_id=model_id, record=record)
 
     @property
     def client(self) -> Any:

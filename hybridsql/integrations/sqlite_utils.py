@@ -4,7 +4,8 @@ import sqlite_utils
 
 from hybridsql.db.extension import load
 from hybridsql.embedding.embedder import default_embedder, register_embed
-from hybridsql.embedding.engine import local_by_default, prepare_sql_embed
+from hybridsql.embedding.engine import local_by_default
+from hybridsql.embedding.models import prepare_sql_embed
 
 
 @sqlite_utils.hookimpl
@@ -13,6 +14,6 @@ def prepare_connection(conn):
     # local model; another provider's, or the fallback's, is registered in Python, and loads
     # on the first embed() call.
     if load(conn) == "extension" and local_by_default():
-        prepare_sql_embed()
+        prepare_sql_embed(conn)
     else:
         register_embed(conn, default_embedder)

@@ -47,7 +47,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
 
 from hybridsql.embedding.embedder import resolve_provider
-from hybridsql.errors import HybridSQLError, IndexingError, ProjectError
+from hybridsql.errors import EmbeddingError, HybridSQLError, IndexingError, ProjectError
 from hybridsql.indexing.index import HybridIndex
 from hybridsql.mcp.http_limits import descriptor_limit, limited_protocol
 from hybridsql.mcp.keys import EVERYTHING, Keys, digest
@@ -102,8 +102,8 @@ class Open:
     """An index of the server: opened by its first call, under its guard (so that opening one
     project's file never holds up the others); ``closed`` once the cache let it go."""
 
-    def __init__(self, path: str, embedder, memory_dir: str | None):
-        self.path, self.embedder, self.memory_dir = path, embedder, memory_dir
+    def __init__(self, path: str, embedder, memory_dir: str | None, model=None):
+        self.path, self.embedder, self.memory_dir, self.model = path, embedder, memory_dir, model
         self.guard = Guard(path)
         self.store = None
         self.identity = None  # (device, inode) of the file it opened
@@ -111,7 +111,7 @@ class Open:
 
     def load(self) -> MemoryStore:
         if self.store is None:
-            index = HybridIndex(self.path, embedder=self.embedder)
+            index = HybridIndex(self.path, embedder=self.embedder, model=self.model)
             self.store = MemoryStore(index, self.memory_dir)
             st = os.stat(self.path)
             self.identity = (st.st_dev, st.st_ino)
@@ -142,9 +142,12 @@ class Projects:
     """The indexes of a server (one per project in ``data_dir``, or ``db`` alone), their open
     connections and the hybridsql sessions of its MCP sessions; ``where`` for build_server."""
 
-    def __init__(self, db, data_dir, embedder, project="", memory_dir=None, cache=CACHE_SIZE):
+    def __init__(
+        self, db, data_dir, embedder, project="", memory_dir=None, cache=CACHE_SIZE, model=None
+    ):
         self.db, self.data_dir, self.default = db, data_dir, project
         self.embedder, self.memory_dir, self.cache = embedder, memory_dir, cache
+        self.model = model
         self.lock = threading.Lock()
         self.open_indexes: OrderedDict[str, Open] = OrderedDict()
         self.sessions: dict[tuple, list] = {}  # (index key, MCP session id) -> [id, last use]
@@ -230,7 +233,7 @@ class Projects:
             entry = self.open_indexes.get(key)
             if entry is None:
                 entry = self.open_indexes[key] = Open(
-                    self.path(key), self.embedder, self.memory_dir
+                    self.path(key), self.embedder, self.memory_dir, self.model
                 )
                 while len(self.open_indexes) > self.cache:
                     closing.append(self.open_indexes.popitem(last=False)[1])
@@ -403,8 +406,11 @@ def serve_http(
     embedder=None,
     token: str | None = None,
     keys_file: str | None = None,
+    model=None,
 ) -> None:
-    """Serves MCP over streamable HTTP at ``address`` until SIGINT or SIGTERM."""
+    """Serves MCP over streamable HTTP at ``address`` until SIGINT or SIGTERM. Each index is
+    searched with the model it records (the local provider's models are read once a process
+    and shared), unless ``model`` names one; another provider is made once for all."""
     host, port = parse_address(address)
     if (db is None) == (data_dir is None):
         raise HybridSQLError(
@@ -428,14 +434,23 @@ def serve_http(
         if project:
             check_project(project)
         os.makedirs(data_dir, exist_ok=True)
-    shared = resolve_provider(embedder) or "none"  # one model for every project
-    projects = Projects(db, data_dir, shared, project, memory_dir)
+    spec = (embedder or os.environ.get("HYBRIDSQL_EMBEDDER") or "auto").strip()
+    if spec.lower() in ("auto", "local"):
+        shared = spec  # each index's own model: HybridIndex finds it in the index
+    elif model is not None:
+        raise EmbeddingError(
+            f"--model names a model of hybridsql's own engine, for the local provider; with"
+            f" --embedder {spec}, name its model there"
+        )
+    else:
+        shared = resolve_provider(embedder) or "none"  # one provider for every project
+    projects = Projects(db, data_dir, shared, project, memory_dir, model=model)
     indexing = None
     try:
         if db is not None:
             projects.open("").load()  # made or upgraded before the indexing thread opens it
             if memory_dir is not None:
-                indexing = Indexing(db, memory_dir, shared)
+                indexing = Indexing(db, memory_dir, shared, model)
                 indexing.thread.start()
         server = build_server(projects.where, indexing)
         if data_dir is not None:  # it writes to a memory folder, which only --db has

@@ -100,19 +100,21 @@ class Indexing(Progress):
     file indexed so far and never wait for a batch. It is also the progress that index_folder
     reports to: between files it stops when asked."""
 
-    def __init__(self, db_path: str, memory_dir: str, embedder):
+    def __init__(self, db_path: str, memory_dir: str, embedder, model=None):
         self.report = IndexReport()
         self.memory_dir = memory_dir
         self.finished = False
         self.error = None
         self.stop = threading.Event()
         self.thread = threading.Thread(
-            target=self._run, args=(db_path, memory_dir, embedder), name="hybridsql-indexing"
+            target=self._run,
+            args=(db_path, memory_dir, embedder, model),
+            name="hybridsql-indexing",
         )
 
-    def _run(self, db_path, memory_dir, embedder) -> None:
+    def _run(self, db_path, memory_dir, embedder, model) -> None:
         try:
-            with HybridIndex(db_path, embedder=embedder) as index:
+            with HybridIndex(db_path, embedder=embedder, model=model) as index:
                 watch_folder(
                     index,
                     memory_dir,
@@ -605,18 +607,26 @@ def end_session(store: MemoryStore, session_id: int) -> None:
     store.end_session(session_id, f"MCP session: {summary}")
 
 
-def serve(db_path: str, memory_dir: str | None = None, project: str = "", embedder=None) -> None:
-    """Serves MCP on stdin/stdout until EOF, indexing ``memory_dir`` (incrementally) meanwhile."""
+def serve(
+    db_path: str,
+    memory_dir: str | None = None,
+    project: str = "",
+    embedder=None,
+    model=None,
+) -> None:
+    """Serves MCP on stdin/stdout until EOF, indexing ``memory_dir`` (incrementally) meanwhile.
+    ``embedder`` and ``model`` as HybridIndex takes them: by default, the index's own model."""
     if memory_dir is not None and not os.path.isdir(memory_dir):  # said now, not in a search
         raise IndexingError(f"{memory_dir} is not a folder")
-    index = HybridIndex(db_path, embedder=embedder)  # made or upgraded before the thread opens it
+    # made or upgraded before the thread opens it
+    index = HybridIndex(db_path, embedder=embedder, model=model)
     indexing = None
     try:
         store = MemoryStore(index, memory_dir)
         session = store.start_session(project)
         guard = Guard(db_path)
         if memory_dir is not None:
-            indexing = Indexing(db_path, memory_dir, embedder)
+            indexing = Indexing(db_path, memory_dir, embedder, model)
             indexing.thread.start()
         try:
             build_server(one_store(store, session.id, project, guard), indexing).run("stdio")

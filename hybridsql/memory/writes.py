@@ -5,7 +5,7 @@ a ``chunks`` row, its vector and FTS entries, and a ``memories`` row; links go t
 import hashlib
 import re
 
-from hybridsql.errors import IndexingError, NotFoundError
+from hybridsql.errors import EmbeddingError, IndexingError, NotFoundError
 from hybridsql.memory.records import (
     _MEMORY_SQL,
     RELATED_TO,
@@ -187,6 +187,8 @@ class Writes(StoreState):
         return memory
 
     def _embed(self, content: str):
+        if self.index.missing is not None:  # the index's model, which cannot be found here
+            raise EmbeddingError(self.index.missing)
         embedder = self.index.embedder
         return None if embedder is None else embedder.embed([content])[0]
 
@@ -204,6 +206,7 @@ class Writes(StoreState):
             (memory_id, project, sector, tier, salience, created_at),
         )
         if vector is not None:
+            self.index.record_model(len(vector))
             conn.execute(
                 "insert into vectors(chunk_id, vector, model_id, kind) values (?, ?, ?, 'memory')",
                 (memory_id, vector.astype("<f4").tobytes(), self.index.embedder.model_id),

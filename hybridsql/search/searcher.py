@@ -49,6 +49,8 @@ class Searcher:
         # documents, with one query, and embedding it was most of each search.
         self.recent: OrderedDict = OrderedDict()
         self.fts = has_fts(conn)
+        # Why there is no embedder, where the index's model cannot be found here (its line).
+        self.unavailable: str | None = None
         # An index of schema 5 (searched read-only before its upgrade) has no Thai, Lao, Myanmar
         # or Khmer in its trigram tables: LIKE looks for those trigrams in every chunk.
         self.like_trigrams = (schema_version(conn) or SCHEMA_VERSION) < 6
@@ -69,7 +71,8 @@ class Searcher:
         query = clean_text(query)
         mode, notes = opts.mode, []
         if mode != "keyword" and self.embedder is None:
-            notes.append("no embedding provider is configured: keyword-only search")
+            why = self.unavailable or "no embedding provider is configured"
+            notes.append(f"{why}: keyword-only search")
             mode = "keyword"
         query_vector, embedded = None, None
         if mode != "keyword":
@@ -153,11 +156,14 @@ class Searcher:
         from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
 
         conn = self.conn if self.native else engine_connection()
-        if conn is not None and runs_locally(self.embedder.provider):
+        provider = self.embedder.provider
+        # The model of the index's vectors named on the connection (pin): else its own lookup
+        # might find another.
+        if conn is not None and runs_locally(provider) and provider.pin(conn):
             vector = sql_embed(conn, query)
             if vector is not None:
                 return vector, query if self.native else None
-        return self.embedder.embed_one(query).astype("<f4").tobytes(), None
+        return self.embedder.embed_query(query).astype("<f4").tobytes(), None
 
     def _backend(self, opts) -> str:
         """What finds the vector candidates: the extension in SQL, or numpy or pure Python."""
