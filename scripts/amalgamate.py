@@ -43,6 +43,7 @@ ORDER = (
     "functions/args.c",
     "functions/scalar.c",
     "functions/bm25_candidate.c",
+    "model/files.c",
     "model/embedsql.c",
     "vector_index/storage.c",
     "vector_index/blocks.c",

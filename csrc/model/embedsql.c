@@ -105,6 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "files.h"
 #include "model.h"
 
 #if defined(_WIN32)
@@ -142,22 +143,14 @@ SQLITE_EXTENSION_INIT3
 
 /* ---- The models of this process (Requirement 14) ---- */
 
-/* A model file's identity when it was read: a new lookup by path reads the file again unless it
-** is still this one (Requirement 14).  The header holds the checksum, so that a file rewritten
-** with another model in place is told apart even where its times did not move. */
-typedef struct {
-  uint64_t device, inode, size;
-  int64_t modified, changed; /* nanoseconds (Windows: 100 ns) since an epoch */
-  unsigned char header[HS_MODEL_HEADER];
-} FileId;
 
 typedef struct Model {
   struct Model *next;
   char *path;        /* the file as first named; NULL for a model read from a BLOB */
-  const void *data;  /* its bytes: a copy of the file's (private_bytes), or of the BLOB's */
+  const void *data;  /* its bytes: a copy of the file's (hs_private_bytes), or of the BLOB's */
   size_t n;
   HsModel *model;
-  FileId file;       /* the file's identity when it was read (a file's model only) */
+  HsFileId file;       /* the file's identity when it was read (a file's model only) */
 } Model;
 
 static Model *models; /* only added to, under the lock; never freed */
@@ -196,245 +189,6 @@ static void model_error(char *err, const char *where, const char *why) {
   snprintf(err, HS_ERR, "embed(): %s %s; %s, or name another", where, why, HS_MAKE_ONE);
 }
 
-static int same_file(const FileId *a, const FileId *b) {
-  return a->device == b->device && a->inode == b->inode && a->size == b->size &&
-         a->modified == b->modified && a->changed == b->changed &&
-         memcmp(a->header, b->header, sizeof a->header) == 0;
-}
-
-/* a + b in memory from malloc; NULL when there is none. */
-static char *joined(const char *a, const char *b) {
-  size_t na = strlen(a), nb = strlen(b);
-  char *out = malloc(na + nb + 1);
-  if (out) {
-    memcpy(out, a, na);
-    memcpy(out + na, b, nb + 1);
-  }
-  return out;
-}
-
-/* A file is opened, checked to be a regular file before a byte of it is read, read from an
-** offset, and closed.  file_open writes its identity, header aside, into id; on failure it says
-** why in a few words ("does not exist", "is not a file (a FIFO)"). */
-#if defined(_WIN32)
-typedef HANDLE File;
-
-/* A UTF-8 path as Windows takes it; NULL on failure. */
-static wchar_t *wide(const char *s) {
-  int n = MultiByteToWideChar(CP_UTF8, 0, s, -1, 0, 0);
-  wchar_t *w = n > 0 ? malloc((size_t)n * sizeof *w) : 0;
-  if (w && MultiByteToWideChar(CP_UTF8, 0, s, -1, w, n) != n) {
-    free(w);
-    w = 0;
-  }
-  return w;
-}
-
-static const char *open_error(DWORD e) {
-  switch (e) {
-    case ERROR_FILE_NOT_FOUND:
-    case ERROR_PATH_NOT_FOUND:
-    case ERROR_INVALID_NAME: return "does not exist";
-    case ERROR_CANT_RESOLVE_FILENAME: return "is a loop of symbolic links";
-    case ERROR_ACCESS_DENIED: return "cannot be read: check its permissions";
-    default: return "cannot be read";
-  }
-}
-
-static int file_identity(File f, FileId *id) {
-  BY_HANDLE_FILE_INFORMATION info;
-  if (!GetFileInformationByHandle(f, &info)) return 1;
-  id->device = info.dwVolumeSerialNumber;
-  id->inode = (uint64_t)info.nFileIndexHigh << 32 | info.nFileIndexLow;
-  id->size = (uint64_t)info.nFileSizeHigh << 32 | info.nFileSizeLow;
-  id->modified = (int64_t)((uint64_t)info.ftLastWriteTime.dwHighDateTime << 32 |
-                           info.ftLastWriteTime.dwLowDateTime);
-  id->changed = (int64_t)((uint64_t)info.ftCreationTime.dwHighDateTime << 32 |
-                          info.ftCreationTime.dwLowDateTime);
-  return 0;
-}
-
-static int file_open(const char *path, File *out, FileId *id, const char **why) {
-  wchar_t *w = wide(path);
-  if (!w) {
-    *why = "does not exist";
-    return 1;
-  }
-  DWORD attributes = GetFileAttributesW(w);
-  if (attributes != INVALID_FILE_ATTRIBUTES && (attributes & FILE_ATTRIBUTE_DIRECTORY)) {
-    free(w);
-    *why = "is not a file (a folder)";
-    return 1;
-  }
-  /* Shared for writing too: a file another program holds open is read, and a change found. */
-  HANDLE f = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                         0, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, 0);
-  DWORD e = GetLastError();
-  free(w);
-  if (f == INVALID_HANDLE_VALUE) {
-    *why = open_error(e);
-    return 1;
-  }
-  /* A pipe or a device (CON, COM1) opens at once but may block the first read. */
-  if (GetFileType(f) != FILE_TYPE_DISK) {
-    CloseHandle(f);
-    *why = "is not a file (a pipe or a device)";
-    return 1;
-  }
-  if (file_identity(f, id)) {
-    CloseHandle(f);
-    *why = "cannot be read";
-    return 1;
-  }
-  *out = f;
-  return 0;
-}
-
-/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
-static int file_read(File f, void *buf, size_t n, uint64_t at) {
-  char *p = buf;
-  while (n > 0) {
-    OVERLAPPED o = {0};
-    o.Offset = (DWORD)at;
-    o.OffsetHigh = (DWORD)(at >> 32);
-    DWORD want = n > (1u << 30) ? (1u << 30) : (DWORD)n, got = 0;
-    if (!ReadFile(f, p, want, &got, &o)) return GetLastError() == ERROR_HANDLE_EOF ? 1 : -1;
-    if (got == 0) return 1;
-    p += got;
-    n -= got;
-    at += got;
-  }
-  return 0;
-}
-
-static void file_close(File f) { CloseHandle(f); }
-
-static void *private_bytes(size_t n) { return malloc(n); }
-static void private_free(void *p, size_t n) {
-  (void)n;
-  free(p);
-}
-
-static int exists(const char *path) {
-  wchar_t *w = wide(path);
-  DWORD a = w ? GetFileAttributesW(w) : INVALID_FILE_ATTRIBUTES;
-  DWORD e = GetLastError();
-  free(w);
-  return a != INVALID_FILE_ATTRIBUTES || (e != ERROR_FILE_NOT_FOUND && e != ERROR_PATH_NOT_FOUND);
-}
-#else
-typedef int File;
-
-#if defined(__APPLE__)
-#define HS_MTIME(st) ((int64_t)(st).st_mtimespec.tv_sec * 1000000000 + (st).st_mtimespec.tv_nsec)
-#define HS_CTIME(st) ((int64_t)(st).st_ctimespec.tv_sec * 1000000000 + (st).st_ctimespec.tv_nsec)
-#else
-#define HS_MTIME(st) ((int64_t)(st).st_mtim.tv_sec * 1000000000 + (st).st_mtim.tv_nsec)
-#define HS_CTIME(st) ((int64_t)(st).st_ctim.tv_sec * 1000000000 + (st).st_ctim.tv_nsec)
-#endif
-
-static const char *open_error(int e) {
-  switch (e) {
-    case ENOENT:
-    case ENOTDIR: return "does not exist";
-    case ELOOP: return "is a loop of symbolic links";
-    case EACCES:
-    case EPERM: return "cannot be read: check its permissions";
-    case ENAMETOOLONG: return "is a path longer than this system takes";
-    default: return "cannot be read";
-  }
-}
-
-static const char *not_a_file(mode_t mode) {
-  if (S_ISDIR(mode)) return "is not a file (a folder)";
-  if (S_ISFIFO(mode)) return "is not a file (a FIFO)";
-  if (S_ISSOCK(mode)) return "is not a file (a socket)";
-  if (S_ISCHR(mode) || S_ISBLK(mode)) return "is not a file (a device)";
-  return "is not a file";
-}
-
-static int file_identity(File f, FileId *id) {
-  struct stat st;
-  if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) return 1;
-  id->device = (uint64_t)st.st_dev;
-  id->inode = (uint64_t)st.st_ino;
-  id->size = (uint64_t)st.st_size;
-  id->modified = HS_MTIME(st);
-  id->changed = HS_CTIME(st);
-  return 0;
-}
-
-static int file_open(const char *path, File *out, FileId *id, const char **why) {
-  /* The type first, so that a device is never opened (some act when opened); then opened
-  ** without blocking (a FIFO would block open() until a writer came) and checked again, as
-  ** the path may name another file by then. */
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    *why = open_error(errno);
-    return 1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    *why = not_a_file(st.st_mode);
-    return 1;
-  }
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) {
-    *why = open_error(errno);
-    return 1;
-  }
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    *why = "cannot be read";
-    return 1;
-  }
-  if (!S_ISREG(st.st_mode) || file_identity(fd, id) != 0) {
-    close(fd);
-    *why = not_a_file(st.st_mode);
-    return 1;
-  }
-  *out = fd;
-  return 0;
-}
-
-/* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
-static int file_read(File f, void *buf, size_t n, uint64_t at) {
-  char *p = buf;
-  while (n > 0) {
-    ssize_t got = pread(f, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n, (off_t)at);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return -1;
-    if (got == 0) return 1;
-    p += got;
-    n -= (size_t)got;
-    at += (uint64_t)got;
-  }
-  return 0;
-}
-
-static void file_close(File f) { close(f); }
-
-/* Memory for a file's copy, in pages of its own: on Linux in huge pages where the system allows
-** them (madvise), as the copy's first touch of some 5,600 pages of 4 KB took longer than the
-** copy itself (docs/benchmarks.md).  NULL when there is none. */
-static void *private_bytes(size_t n) {
-  void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return 0;
-#if defined(MADV_HUGEPAGE)
-  madvise(p, n, MADV_HUGEPAGE);
-#endif
-  return p;
-}
-
-static void private_free(void *p, size_t n) {
-  if (p) munmap(p, n);
-}
-
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR);
-}
-#endif
-
 /* The error of a file that changed or failed between two reads. */
 static void read_error(char *err, const char *where, int rc) {
   if (rc > 0) {
@@ -449,20 +203,20 @@ static void read_error(char *err, const char *where, int rc) {
 ** are copied into memory of the process's own, and its identity checked again after: a file
 ** that changes under the process or is cut short can no longer reach a vector (a mapping gave
 ** SIGBUS, or other weights, then). */
-static const Model *file_model_read(File f, const char *path, const FileId *id, const char *where,
+static const Model *file_model_read(HsFile f, const char *path, const HsFileId *id, const char *where,
                                     char *err) {
   enum { READ = 0, CHANGED = 1, FAILED = -1, NOMEM = 2, REFUSED = 3 };
   size_t n = (size_t)id->size; /* at most HS_MODEL_MOST: hs_model_header said so */
-  void *data = private_bytes(n);
-  char *name = joined(path, "");
+  void *data = hs_private_bytes(n);
+  char *name = hs_joined(path, "");
   char why[HS_PATH] = "";
   HsModel *m = 0;
-  FileId now;
-  int rc = data && name ? file_read(f, data, n, 0) : NOMEM;
-  if (rc == READ && file_identity(f, &now) != 0) rc = FAILED;
+  HsFileId now;
+  int rc = data && name ? hs_file_read(f, data, n, 0) : NOMEM;
+  if (rc == READ && hs_file_identity(f, &now) != 0) rc = FAILED;
   if (rc == READ) {
     memcpy(now.header, data, sizeof now.header);
-    if (!same_file(id, &now)) rc = CHANGED;
+    if (!hs_same_file(id, &now)) rc = CHANGED;
   }
   const Model *same = 0; /* one read before from the same bytes: the file touched, copied again */
   for (Model *x = models; rc == READ && x && !same; x = x->next) {
@@ -472,7 +226,7 @@ static const Model *file_model_read(File f, const char *path, const FileId *id, 
     Model *x = model_add(name, same->data, n, same->model); /* its identity now, shared bytes */
     if (x) {
       x->file = *id;
-      private_free(data, n);
+      hs_private_free(data, n);
       return x;
     }
     rc = NOMEM;
@@ -493,7 +247,7 @@ static const Model *file_model_read(File f, const char *path, const FileId *id, 
     read_error(err, where, rc);
   }
   hs_model_free(m);
-  private_free(data, n);
+  hs_private_free(data, n);
   free(name);
   return 0;
 }
@@ -503,10 +257,10 @@ static const Model *file_model_read(File f, const char *path, const FileId *id, 
 ** exist; ...") on any failure.  where names the file for the user: "the model file /x" or
 ** "$HYBRIDSQL_MODEL (/x)". */
 static const Model *model_from_file(const char *path, const char *where, char *err) {
-  File f;
-  FileId id;
+  HsFile f;
+  HsFileId id;
   const char *why;
-  if (file_open(path, &f, &id, &why) != 0) {
+  if (hs_file_open(path, &f, &id, &why) != 0) {
     model_error(err, where, why);
     return 0;
   }
@@ -517,19 +271,19 @@ static const Model *model_from_file(const char *path, const char *where, char *e
   memset(id.header, 0, sizeof id.header);
   if (id.size == 0) {
     model_error(err, where, "is empty: it is not a model file");
-  } else if ((rc = file_read(f, id.header, head, 0)) != 0) {
+  } else if ((rc = hs_file_read(f, id.header, head, 0)) != 0) {
     read_error(err, where, rc);
   } else if (hs_model_header(id.header, id.size, why_open, sizeof why_open) != 0) {
     snprintf(err, HS_ERR, "embed(): %s: %s", where, why_open);
   } else {
     models_lock();
     for (Model *x = models; x && !found; x = x->next) {
-      if (x->path && same_file(&x->file, &id)) found = x;
+      if (x->path && hs_same_file(&x->file, &id)) found = x;
     }
     if (!found) found = file_model_read(f, path, &id, where, err);
     models_unlock();
   }
-  file_close(f);
+  hs_file_close(f);
   return found;
 }
 
@@ -639,7 +393,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 static char *library_folder(void) {
   Found f = {0, (uintptr_t)(void *)library_folder};
   if (!dl_iterate_phdr(find_self, &f) || !f.name || !strrchr(f.name, '/')) return 0;
-  char *buf = joined(f.name, "");
+  char *buf = hs_joined(f.name, "");
   if (buf) strrchr(buf, '/')[1] = 0;
   return buf;
 }
@@ -648,7 +402,7 @@ static char *library_folder(void) {
   Dl_info info;
   if (!dladdr((void *)library_folder, &info) || !info.dli_fname || !strrchr(info.dli_fname, '/'))
     return 0;
-  char *buf = joined(info.dli_fname, "");
+  char *buf = hs_joined(info.dli_fname, "");
   if (buf) strrchr(buf, '/')[1] = 0;
   return buf;
 }
@@ -690,19 +444,19 @@ static char *cache_folder(void) {
 #if defined(_WIN32)
   const char *local = getenv("LOCALAPPDATA");
   const char *home = getenv("USERPROFILE");
-  if (chosen && *chosen) return joined(chosen, "\\");
-  if (local && *local) return joined(local, "\\hybridsql\\Cache\\");
-  if (home && *home) return joined(home, "\\.cache\\hybridsql\\");
+  if (chosen && *chosen) return hs_joined(chosen, "\\");
+  if (local && *local) return hs_joined(local, "\\hybridsql\\Cache\\");
+  if (home && *home) return hs_joined(home, "\\.cache\\hybridsql\\");
 #else
   const char *home = getenv("HOME");
   const char *xdg = getenv("XDG_CACHE_HOME");
-  if (chosen && *chosen) return joined(chosen, "/");
+  if (chosen && *chosen) return hs_joined(chosen, "/");
 #if defined(__APPLE__)
   (void)xdg;
-  if (home && *home) return joined(home, "/Library/Caches/hybridsql/");
+  if (home && *home) return hs_joined(home, "/Library/Caches/hybridsql/");
 #else
-  if (xdg && *xdg) return joined(xdg, "/hybridsql/");
-  if (home && *home) return joined(home, "/.cache/hybridsql/");
+  if (xdg && *xdg) return hs_joined(xdg, "/hybridsql/");
+  if (home && *home) return hs_joined(home, "/.cache/hybridsql/");
 #endif
 #endif
   return 0;
@@ -717,11 +471,11 @@ static const Model *model_in_folders(const char *file, char *err, char *missing)
   int looked = 0;
   missing[0] = 0;
   for (int i = 0; i < 2 && !looked; i++) {
-    char *path = folders[i] ? joined(folders[i], file) : 0;
+    char *path = folders[i] ? hs_joined(folders[i], file) : 0;
     if (folders[i] && !path) {
       snprintf(err, HS_ERR, "embed(): out of memory");
       looked = 1;
-    } else if (path && exists(path)) {
+    } else if (path && hs_exists(path)) {
       char where[HS_ERR];
       snprintf(where, sizeof where, "the model file %s", path);
       found = model_from_file(path, where, err);
@@ -780,11 +534,11 @@ static int is_model_id(const char *s, size_t n) {
 }
 
 /* Whether the text a path is taken from names a model instead: a model's name or id, not a
-** path to a model file (no separator, not ending in ".hsmodel") nor a file that exists. */
+** path to a model file (no separator, not ending in ".hsmodel") nor a file that hs_exists. */
 static int names_a_model(const char *text) {
   size_t n = strlen(text);
   return is_model_id(text, n) && !(n >= 8 && strcmp(text + n - 8, ".hsmodel") == 0) &&
-         !exists(text);
+         !hs_exists(text);
 }
 
 /* The known model of name or id, -1 for none. */
