@@ -120,6 +120,8 @@ SEARCH_MODULES = {
     *("hybridsql.options", "hybridsql.db", "hybridsql.db._native", "hybridsql.db.extension"),
     *("hybridsql.db.functions", "hybridsql.db.schema", "hybridsql.embedding"),
     *("hybridsql.embedding.embedder", "hybridsql.embedding.engine"),
+    # the index's model, chosen as the index opens (issue 41): its record read, its name known
+    *("hybridsql.embedding.choice", "hybridsql.embedding.models"),
     *("hybridsql.embedding.local_model", "hybridsql.embedding.providers"),
     *("hybridsql.embedding.threads", "hybridsql.embedding.windows", "hybridsql.files"),
     *("hybridsql.files.chunking", "hybridsql.files.discovery", "hybridsql.indexing"),
@@ -130,13 +132,17 @@ SEARCH_MODULES = {
     *("hybridsql.search.snippets", "hybridsql.search.statement"),
 }
 ALLOWED = {
+    # 7 of the standard library's under an editable install, whose finder has imported the rest
+    # before `pass`; 17 under a plain one (threading and ctypes bring collections, functools...)
     "--version": (
         {"hybridsql", "hybridsql.__main__", "hybridsql.db", "hybridsql.db._native"},
         set(),
-        10,
+        20,
     ),
-    "search --mode keyword": (SEARCH_MODULES, {"click", "apsw"}, 60),
-    "search (hybrid)": (SEARCH_MODULES, {"click", "apsw"}, 60),
+    # 51 under an editable install, 98 under a plain one (Python 3.11): apsw, click, json,
+    # hashlib, logging... that the editable finder's imports do not already hold
+    "search --mode keyword": (SEARCH_MODULES, {"click", "apsw"}, 110),
+    "search (hybrid)": (SEARCH_MODULES, {"click", "apsw"}, 110),
 }
 
 

@@ -105,3 +105,35 @@ def test_the_readme_python_block_in_the_checkout_says_why_beside_an_index_made_b
     out = run_python(readme_python_block(), tmp_path)
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1] == NEEDS_NATIVE.format(package=tmp_path / "hybridsql")
+
+
+def test_a_search_from_the_checkout_of_an_index_with_vectors_is_keyword_only_with_the_line(
+    tmp_path, example_db
+):
+    """An index that records the local model, searched from a clone's root (the source folder,
+    no library, so no engine): a keyword search that says why, not an AttributeError from the
+    library that is not there (CI, 2026-11-29: the model's header read through a missing lib)."""
+    copy_checkout(tmp_path, source_folder=True)
+    shutil.copyfile(example_db, tmp_path / "notes.db")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hybridsql",
+            "search",
+            "deploy freeze",
+            "--db",
+            "notes.db",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout)
+    assert found["mode"] == "keyword" and found["results"]
+    line = f"imported from its source folder {tmp_path / 'hybridsql'}, where the native extension"
+    assert any(line in note for note in found["notes"]), found["notes"]

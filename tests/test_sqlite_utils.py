@@ -258,7 +258,8 @@ def test_what_every_open_checks_is_what_a_new_index_holds(tmp_path):
             for table in schema.COLUMNS
         }
         shadow = (
-            "name like 'vectors\\_%' escape '\\' or name glob '*_fts_*' or name glob '*_trigram_*'"
+            "name like 'vectors\\_%' escape '\\' or name glob '*_fts_*'"
+            " or name glob 'chunks_trigram_*' or name glob 'memories_trigram_*'"
         )
         parts = conn.execute(
             f"select name from sqlite_schema where type in ('table', 'view', 'trigger')"

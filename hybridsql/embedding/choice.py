@@ -55,6 +55,14 @@ class Missing:
     line: str
 
 
+def _library_built() -> bool:
+    """Whether the native library, whose engine runs every local model, is there (found, not
+    opened: a keyword search never pays for cffi)."""
+    from hybridsql.db import _native
+
+    return os.path.isfile(_native.PATH)
+
+
 def choose(
     recorded: dict | None,
     embedder: str | None,
@@ -78,6 +86,17 @@ def choose(
     if kind == "none" and not colon:
         return None
     if not local:
+        return resolve_provider(spec, **options)
+    if not _library_built():
+        # The engine is the library's: none to run a local model here. Named, that is an error;
+        # otherwise keyword-only, with the line where the index has vectors of a local model.
+        from hybridsql.db import _native
+        from hybridsql.db.extension import library_missing
+
+        if kind == "local" or model is not None or os.environ.get("HYBRIDSQL_MODEL"):
+            raise EmbeddingError(library_missing(_native.PATH))
+        if recorded is not None and recorded["provider"] == "local":
+            return Missing(library_missing(_native.PATH))
         return resolve_provider(spec, **options)
     if model is not None or os.environ.get("HYBRIDSQL_MODEL"):
         return LocalProvider(model=model, **options)
