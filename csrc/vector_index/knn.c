@@ -913,7 +913,7 @@ static int knn_whole(VxTab *t, KnnRows *z) {
   map_free(&scored);
   free(best);
   if (rc) return rc;
-  qsort(z->ready, (size_t)z->nready, sizeof(Ready), cmp_ready);
+  if (z->nready > 1) qsort(z->ready, (size_t)z->nready, sizeof(Ready), cmp_ready);
   for (int64_t i = 0; i < z->nready && rc == SQLITE_OK; i++) {
     rc = vx_check_place(t, &s->cand[z->ready[i].at]);
   }
@@ -991,7 +991,9 @@ static int best_round(VxTab *t, KnnRows *z) {
     if (rc == SQLITE_OK && after_handed(z, x.score, x.id)) rc = ready_add(z, x);
   }
   rescore_close(&z->r);
-  if (rc == SQLITE_OK) qsort(z->ready, (size_t)z->nready, sizeof(Ready), cmp_ready);
+  if (rc == SQLITE_OK && z->nready > 1) {
+    qsort(z->ready, (size_t)z->nready, sizeof(Ready), cmp_ready);
+  }
   z->sorted = 1;
   return rc;
 }
