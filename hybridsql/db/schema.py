@@ -585,7 +585,7 @@ def _upgrade_from_6(conn: apsw.Connection) -> None:
 
 # -- the index's model ----------------------------------------------------------------------
 
-MINILM_ID = "all-MiniLM-L6-v2-int8"  # the vectors' id of the one local model before schema 6
+MINILM_ID = "all-MiniLM-L6-v2-int8"  # the vectors' id of the one local model before schema 7
 
 
 def recorded_model(conn: apsw.Connection) -> dict | None:
