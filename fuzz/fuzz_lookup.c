@@ -110,6 +110,13 @@ static void seal(uint8_t *p, size_t n) {
   memcpy(p + 32, &sum, 8);
 }
 
+
+/* The run's folder and the two model files in it, removed at exit. */
+static void remove_folder(void) {
+  unlink(tiny_path);
+  unlink(tiny_named);
+  rmdir(folder);
+}
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -135,6 +142,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   const char *tmp = getenv("TMPDIR");
   snprintf(folder, sizeof folder, "%.40s/fuzz_lookup.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(folder)) fail("cannot make a folder", folder);
+  atexit(remove_folder); /* libFuzzer ends by exit(): the folder goes with the run */
   snprintf(tiny_path, sizeof tiny_path, "%s/all-MiniLM-L6-v2-int8.hsmodel", folder);
   f = fopen(tiny_path, "wb");
   if (!f || fwrite(tiny, 1, tiny_n, f) != tiny_n || fclose(f) != 0) fail("cannot write", tiny_path);
