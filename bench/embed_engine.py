@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from hybridsql.db import _native
-from hybridsql.embedding import model_file
+from hybridsql.embedding import convert, model_file
 from hybridsql.embedding.embedder import LocalProvider
 from hybridsql.files.chunking import chunk_markdown
 
@@ -158,7 +158,9 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
-        path = model_file.write_model_file(os.path.join(folder, "minilm.hsmodel"))
+        path = model_file.write_model_file(
+            os.path.join(folder, "minilm.hsmodel"), convert.minilm_bytes()
+        )
         data = path.read_bytes()
     model = _native.Model(data)
     chunks = markdown_chunks(args.corpus, args.files)[args.start :: args.every]
