@@ -71,12 +71,16 @@ static void fail(const char *what, const char *detail) {
   abort();
 }
 
+/* The run's folder, empty by then (each input's file is removed after it), removed at exit. */
+static void remove_folder(void) { rmdir(folder); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
   const char *tmp = getenv("TMPDIR");
   snprintf(folder, sizeof folder, "%.40s/fuzz_model.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(folder)) fail("cannot make a folder", folder);
+  atexit(remove_folder); /* libFuzzer ends by exit(): the folder goes with the run */
   if (sqlite3_open(":memory:", &db) != SQLITE_OK) fail("open", sqlite3_errmsg(db));
   if (sqlite3_hybridsql_init(db, 0, 0) != SQLITE_OK) fail("init", sqlite3_errmsg(db));
   if (sqlite3_prepare_v2(db, "select hybridsql_model(?1)", -1, &choose, 0) != SQLITE_OK ||
