@@ -74,6 +74,12 @@ def _open():
     return _opened[0]
 
 
+def built() -> bool:
+    """Whether the library's file is there: found, not opened (no cffi), for a caller that
+    only needs to know whether the engine can run here."""
+    return os.path.isfile(PATH)
+
+
 def available() -> bool:
     """Whether the library is built and opens: the kernels below can be called."""
     return _open()[1] is not None

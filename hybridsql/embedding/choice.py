@@ -55,14 +55,6 @@ class Missing:
     line: str
 
 
-def _library_built() -> bool:
-    """Whether the native library, whose engine runs every local model, is there (found, not
-    opened: a keyword search never pays for cffi)."""
-    from hybridsql.db import _native
-
-    return os.path.isfile(_native.PATH)
-
-
 def choose(
     recorded: dict | None,
     embedder: str | None,
@@ -87,10 +79,11 @@ def choose(
         return None
     if not local:
         return resolve_provider(spec, **options)
-    if not _library_built():
+    from hybridsql.db import _native
+
+    if not _native.built():
         # The engine is the library's: none to run a local model here. Named, that is an error;
         # otherwise keyword-only, with the line where the index has vectors of a local model.
-        from hybridsql.db import _native
         from hybridsql.db.extension import library_missing
 
         if kind == "local" or model is not None or os.environ.get("HYBRIDSQL_MODEL"):

