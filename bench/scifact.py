@@ -5,6 +5,8 @@
     python bench/scifact.py --dated         # dated copies: decay on and off
     python bench/scifact.py --embedding truncated   # how a long abstract reaches its vector
     python bench/scifact.py --engines bench/results/scifact-vectors.npz  # C engine vs onnxruntime
+    python bench/scifact.py --model multilingual-e5-small   # another local model's index
+    python bench/scifact.py --model multilingual-e5-small --option vector_floor=0.8
 
 The first run builds bench/results/scifact-windows.db (title + abstract per document, embedded
 with the local model: about 15 minutes on 2 cores); later runs reuse it. ``--embedding``: each
@@ -13,7 +15,10 @@ abstract one chunk read in windows (the default), one chunk cut at the model's f
 (group_by_file), each in its own file. ``--engines`` reads the SciFact vectors of the C engine
 (csrc/model/model.c) and of onnxruntime that ``bench/embed_engine.py --save`` wrote, indexes the
 corpus with each, and compares the same searches: nDCG@10 of each, and the share of queries
-whose top 10 is the same ids in the same order.
+whose top 10 is the same ids in the same order. ``--model NAME``: the local model (as
+``hybridsql index --model``) that embeds the corpus and the queries, its index kept apart
+(bench/results/scifact-windows-NAME.db); ``--option NAME=VALUE`` (repeatable): a search option
+added to every configuration, as xquad.py takes it.
 """
 
 import argparse
@@ -27,6 +32,7 @@ import time
 
 import numpy as np
 from measures import ndcg_at_10
+from xquad import search_option
 
 from hybridsql.files.chunking import chunk_markdown
 from hybridsql.indexing.index import HybridIndex, transaction
@@ -120,12 +126,15 @@ def build(idx: HybridIndex, chunked: bool = False, keep=None) -> None:
         print(f"embedded {n} chunks in {time.monotonic() - started:.0f}s", file=sys.stderr)
 
 
-def open_index(embedding: str = "windows") -> HybridIndex:
-    """The index of one way of embedding (EMBEDDINGS), built on first use."""
+def open_index(embedding: str = "windows", model: str | None = None) -> HybridIndex:
+    """The index of one way of embedding (EMBEDDINGS) by the local ``model`` (None: the
+    default), built on first use."""
     options, chunked = EMBEDDINGS[embedding]
     path = DB if embedding == "windows" else DB.replace("windows", embedding)
+    if model:
+        path = path.replace(".db", f"-{model}.db")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    idx = HybridIndex(path, embedder="local", **options)
+    idx = HybridIndex(path, embedder="local", model=model, **options)
     build(idx, chunked)
     return idx
 
@@ -255,12 +264,22 @@ def main():
         help="the C engine against onnxruntime, from the vectors bench/embed_engine.py --save"
         " wrote",
     )
+    parser.add_argument("--model", help="the local model's name (default: the default model)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        type=search_option,
+        metavar="NAME=VALUE",
+        help="a search option added to every configuration (repeatable)",
+    )
     args = parser.parse_args()
     require_data()
     if args.engines:
         compare_engines(args.engines, args.split)
         return
-    idx = open_index(args.embedding)
+    extra = dict(args.option)
+    idx = open_index(args.embedding, args.model)
     queries, qrels = load_jsonl("queries.jsonl"), load_qrels(args.split)
     configs = dict(CONFIGS)
     if EMBEDDINGS[args.embedding][1]:
@@ -284,7 +303,8 @@ def main():
     print(f"SciFact {args.split} split, {len(qrels)} judged queries, nDCG@10\n")
     print("| configuration | nDCG@10 |\n| --- | --- |")
     for name, options in configs.items():
-        print(f"| {name} | {evaluate(idx, queries, qrels, **options):.3f} |", flush=True)
+        score = evaluate(idx, queries, qrels, **{**extra, **options})
+        print(f"| {name} | {score:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
