@@ -456,7 +456,13 @@ def serve_http(
         if data_dir is not None:  # it writes to a memory folder, which only --db has
             server.remove_tool("extract_memory")
         app = server.streamable_http_app(
-            streamable_http_path=PATH, max_request_body_size=MAX_BODY, host=host
+            streamable_http_path=PATH,
+            max_request_body_size=MAX_BODY,
+            host=host,
+            # Each answer as one JSON body, not an SSE stream: a stream costs the server a task,
+            # a memory channel and event framing per request, and its tools send nothing before
+            # their result.
+            json_response=True,
         )
         sock = listening_socket(host, port)
         where = f"{db}" if db is not None else f"one index per project in {data_dir}"

@@ -388,7 +388,10 @@ class StrictServer(MCPServer):
     answer too (``run_stdio_async``)."""
 
     async def call_tool(self, name, arguments, context=None):
-        schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+        # The tool's own schema, not list_tools(): that builds every tool's description, a
+        # cost each call paid for one schema.
+        tool = self._tool_manager.get_tool(name)
+        schema = None if tool is None else tool.parameters
         if schema is not None:
             properties = schema.get("properties", {})
             valid = list(properties)
