@@ -499,3 +499,34 @@ def test_a_query_searched_again_is_not_embedded_again(idx, monkeypatch):
     assert embedded == [query]
     idx.search(query + " again", now=NOW)
     assert embedded == [query, query + " again"]
+
+
+def test_a_query_embedded_ahead_in_another_thread_is_searched_without_embedding(
+    idx, monkeypatch
+):
+    """A server embeds a search's query before it takes the index's lock, on a connection of
+    the thread's own (issue 42): the search then embeds nothing on the index's connection and
+    finds exactly what a search that embedded it there finds."""
+    import threading
+
+    from hybridsql.search import searcher
+
+    query = "how do we keep the editor's cache between test runs"
+    idx.searcher.recent.clear()
+    alone = [r.as_dict() for r in idx.search(query, now=NOW)]
+    idx.searcher.recent.clear()
+    embedded = []
+    real = searcher.sql_embed
+    monkeypatch.setattr(
+        searcher, "sql_embed", lambda conn, text: embedded.append(conn) or real(conn, text)
+    )
+    done = []
+    thread = threading.Thread(target=lambda: done.append(idx.searcher.embed_ahead(query)))
+    thread.start()
+    thread.join()
+    assert done == [True]
+    assert len(embedded) == 1 and embedded[0] is not idx.conn  # the thread's own connection
+    assert [r.as_dict() for r in idx.search(query, now=NOW)] == alone
+    assert len(embedded) == 1  # the search took that vector
+    assert idx.searcher.embed_ahead(query) is False  # known: not embedded again
+    assert len(embedded) == 1

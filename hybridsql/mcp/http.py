@@ -26,6 +26,7 @@ gets an MCP session id), served by uvicorn to many clients at once.
   exhaust file descriptors; the embedder (the local model) is loaded once for all of them.
 """
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -42,6 +43,7 @@ from contextvars import ContextVar
 from functools import partial
 
 import anyio
+import apsw
 import uvicorn
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
@@ -193,6 +195,7 @@ class Projects:
             project,
             default,
             read_only=not grant.write,
+            ahead=partial(self.embed_ahead, key),
         )
 
     def path(self, key: str) -> str:
@@ -226,6 +229,19 @@ class Projects:
             with entry.guard.lock:
                 if not entry.closed:  # else the cache closed it meanwhile: open it again
                     return entry.guard.call(entry.run, fn, *args, **kwargs)
+
+    def embed_ahead(self, key: str, query) -> None:
+        """Embeds a search's query for the index ``key`` outside its guard, on this thread's
+        own connection (Searcher.embed_ahead), so that one project's requests embed side by
+        side and hold its connection for their statements alone. An index not opened yet is
+        left to the search; so is any failure, which the search meets again under the guard
+        and answers as a tool error."""
+        entry = self.open(key)
+        store = entry.store
+        if store is None or entry.closed:
+            return
+        with contextlib.suppress(HybridSQLError, apsw.Error):
+            store.index.searcher.embed_ahead(query)
 
     def open(self, key: str) -> Open:
         closing = []

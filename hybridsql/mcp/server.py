@@ -178,9 +178,12 @@ class Place:
     project of new memories when it names none. A ``read_only`` place (a key that may only
     read) runs READS alone and has no session."""
 
-    def __init__(self, call, session, project: str | None, default: str, read_only=False):
+    def __init__(
+        self, call, session, project: str | None, default: str, read_only=False, ahead=None
+    ):
         self._call = call
         self._session = session
+        self._ahead = ahead
         self.project = project
         self.default = default
         self.read_only = read_only
@@ -192,6 +195,12 @@ class Place:
         if self.read_only and fn not in READS:
             raise self.refuse()
         return self._call(fn, *args, **kwargs)
+
+    def embed_ahead(self, query) -> None:
+        """Embeds a search's query before its call takes the index's lock, where the place
+        can (an HTTP server's, whose requests run side by side)."""
+        if self._ahead is not None:
+            self._ahead(query)
 
     def session(self):
         if self.read_only:
@@ -480,6 +489,8 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         if place.read_only:  # a read key only looks
             options["reinforce"] = False
         reinforce = options.get("reinforce", True)
+        if options.get("mode", "hybrid") != "keyword":
+            place.embed_ahead(query)
         found = place.call(
             MemoryStore.search,
             query,

@@ -7,6 +7,7 @@ re-ranks for diversity (MMR) when asked.
 
 import json
 import re
+import threading
 import time
 from array import array
 from collections import OrderedDict
@@ -14,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridsql.db.schema import FTS_TABLES, SCHEMA_VERSION, has_fts, schema_version
-from hybridsql.embedding.engine import engine_connection, sql_embed
+from hybridsql.embedding.engine import engine_connection, sql_embed, thread_engine_connection
 from hybridsql.errors import QueryError
 from hybridsql.files.discovery import is_markdown
 from hybridsql.search.files import file_hits
@@ -48,6 +49,7 @@ class Searcher:
         # The last queries' vectors: an MCP search_memory searches the memories, then the
         # documents, with one query, and embedding it was most of each search.
         self.recent: OrderedDict = OrderedDict()
+        self.recent_lock = threading.Lock()  # embed_ahead() adds to it from other threads
         self.fts = has_fts(conn)
         # Why there is no embedder, where the index's model cannot be found here (its line).
         self.unavailable: str | None = None
@@ -143,14 +145,48 @@ class Searcher:
         (no onnxruntime, no numpy), on this connection or, where it has no extension, on the
         process's own; else the embedder. One of the last RECENT_QUERIES is not embedded again."""
         key = (self.embedder.model_id, query)
-        if key in self.recent:
-            self.recent.move_to_end(key)
-            return self.recent[key]
+        with self.recent_lock:
+            if key in self.recent:
+                self.recent.move_to_end(key)
+                return self.recent[key]
         found = self._embed_new(query)
-        self.recent[key] = found
-        if len(self.recent) > RECENT_QUERIES:
-            self.recent.popitem(last=False)
+        self._remember(key, found)
         return found
+
+    def _remember(self, key: tuple, found: tuple) -> None:
+        with self.recent_lock:
+            self.recent[key] = found
+            self.recent.move_to_end(key)
+            if len(self.recent) > RECENT_QUERIES:
+                self.recent.popitem(last=False)
+
+    def embed_ahead(self, query) -> bool:
+        """Embeds ``query`` now, on this thread's own connection, for a search() of it to come:
+        a server calls it before it takes the lock of the index's connection, so that requests'
+        embeddings run side by side and the lock is held for the search alone. The same model
+        (pinned by path) gives the same vector as this connection's embed(). Only for the
+        extension's local model on a native connection; whether it embedded. A failure is left
+        to the search, which meets it again and says it."""
+        if self.embedder is None or not self.native or not isinstance(query, str):
+            return False
+        if len(query) > MAX_QUERY_CHARS:
+            return False
+        from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
+
+        query = clean_text(query)
+        key = (self.embedder.model_id, query)
+        with self.recent_lock:
+            if key in self.recent:
+                return False
+        provider = self.embedder.provider
+        conn = thread_engine_connection()
+        if conn is None or not runs_locally(provider) or not provider.pin(conn):
+            return False
+        vector = sql_embed(conn, query)
+        if vector is None:
+            return False
+        self._remember(key, (vector, query))
+        return True
 
     def _embed_new(self, query: str) -> tuple:
         from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
