@@ -407,6 +407,98 @@ def test_concurrent_clients_lose_no_write(tmp_path):
             assert rows == len(mine)
 
 
+def test_concurrent_hybrid_searches_find_what_a_quiet_one_finds_and_lose_no_add(tmp_path):
+    """With the local model, 6 clients add to one project and run hybrid searches of another
+    in parallel, each with queries of its own: a search embeds its query before it takes the
+    index's lock (issue 42), on its thread's own connection, so a search given another's
+    vector would rank differently. Every search answers as the same search alone, and every
+    acknowledged add is found, by meaning and by its word, once each."""
+    seconds = float(os.environ.get("HYBRIDSQL_HTTP_SECONDS", "3"))
+    data = tmp_path / "data"
+    facts = [
+        "Maya indents Python with four spaces",
+        "the billing service retries a failed charge three times",
+        "deploys to production happen on Tuesday mornings",
+        "the cache folder is cleared before each release build",
+        "Tomas prefers dark themes in every editor",
+        "the staging database is restored from last night's backup",
+    ]
+    queries = [
+        "how wide is an indent",
+        "what happens when a payment fails",
+        "which day do we ship",
+        "what is removed before releasing",
+        "which colours does Tomas like",
+        "where does staging get its data",
+    ]
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "local") as base:
+
+        async def prepare():
+            async with connect(f"{base}/mcp/quiet") as c:
+                for fact in facts:
+                    await c.call("add", content=fact)
+
+        run(prepare)
+        acked, errors, answers = [], [], []
+
+        async def worker(n, stop_at):
+            async with connect(f"{base}/mcp") as c:
+                i = 0
+                while anyio.current_time() < stop_at or i == 0:
+                    word = f"w{n}x{i}"
+                    added = await c.call("add", content=f"{facts[n]} ({word})", project="busy")
+                    if "error" in added:
+                        errors.append(added)
+                    else:
+                        acked.append((added["id"], word))
+                    q = queries[(n + i) % len(queries)]
+                    found = await c.call(
+                        "search_memory",
+                        query=q,
+                        limit=6,
+                        documents=0,
+                        reinforce=False,
+                        project="quiet",
+                    )
+                    answers.append((q, found))
+                    i += 1
+
+        async def steps():
+            stop_at = anyio.current_time() + seconds
+            async with anyio.create_task_group() as tasks:
+                for n in range(len(facts)):
+                    tasks.start_soon(worker, n, stop_at)
+
+        run(steps)
+    assert errors == []
+    with HybridIndex(str(data / "quiet.db"), embedder="local", readonly=True) as index:
+        store = MemoryStore(index)  # each search alone, in this process
+        expected = {
+            q: [
+                (h.memory.id, h.score)
+                for h in store.search(q, project="quiet", limit=6, reinforce=False)
+            ]
+            for q in queries
+        }
+    # The queries rank differently: a search given another's vector would show.
+    assert len({tuple(expected[q]) for q in queries}) == len(queries)
+    for q, found in answers:
+        assert ids(found) == [i for i, _ in expected[q]], q
+        assert [h["score"] for h in found["memories"]] == pytest.approx(
+            [score for _, score in expected[q]], rel=1e-4
+        )  # their recency moves on a little between the two
+    with HybridIndex(str(data / "busy.db"), embedder="local", readonly=True) as index:
+        store = MemoryStore(index)
+        lost = [
+            (i, word)
+            for i, word in acked
+            if i not in ids_of(store.search(word, mode="keyword", reinforce=False))
+        ]
+        assert lost == []
+        rows = index.conn.execute("select count(*) from memories").fetchone()[0]
+        assert rows == len(acked) == len({i for i, _ in acked})
+
+
 def ids_of(found):
     return [hit.memory.id for hit in found]
 
