@@ -56,6 +56,7 @@ from hybridsql.mcp.keys import EVERYTHING, Keys, digest
 from hybridsql.mcp.server import Guard, Indexing, Place, build_server, end_session
 from hybridsql.memory import MemoryStore
 from hybridsql.search import visible
+from hybridsql.search.searcher import QueryVectors
 
 PATH = "/mcp"
 # Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
@@ -63,6 +64,9 @@ PATH = "/mcp"
 # the rest stay for clients' sockets.
 CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
 MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
+# The query vectors a server keeps for all its indexes (a vector of 384 floats and its query:
+# about 2 KB each).
+SHARED_QUERIES = 1024
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # The project named by the request's URL (None at /mcp), its MCP session id and the grant of
@@ -104,8 +108,9 @@ class Open:
     """An index of the server: opened by its first call, under its guard (so that opening one
     project's file never holds up the others); ``closed`` once the cache let it go."""
 
-    def __init__(self, path: str, embedder, memory_dir: str | None, model=None):
+    def __init__(self, path: str, embedder, memory_dir: str | None, model=None, vectors=None):
         self.path, self.embedder, self.memory_dir, self.model = path, embedder, memory_dir, model
+        self.vectors = vectors
         self.guard = Guard(path)
         self.store = None
         self.identity = None  # (device, inode) of the file it opened
@@ -114,6 +119,7 @@ class Open:
     def load(self) -> MemoryStore:
         if self.store is None:
             index = HybridIndex(self.path, embedder=self.embedder, model=self.model)
+            index.searcher.shared = self.vectors
             self.store = MemoryStore(index, self.memory_dir)
             st = os.stat(self.path)
             self.identity = (st.st_dev, st.st_ino)
@@ -150,6 +156,9 @@ class Projects:
         self.db, self.data_dir, self.default = db, data_dir, project
         self.embedder, self.memory_dir, self.cache = embedder, memory_dir, cache
         self.model = model
+        # The queries' vectors of every index: agents of many projects ask alike, and a query's
+        # embedding is half of a hybrid search's time.
+        self.vectors = QueryVectors(SHARED_QUERIES)
         self.lock = threading.Lock()
         self.open_indexes: OrderedDict[str, Open] = OrderedDict()
         self.sessions: dict[tuple, list] = {}  # (index key, MCP session id) -> [id, last use]
@@ -249,7 +258,7 @@ class Projects:
             entry = self.open_indexes.get(key)
             if entry is None:
                 entry = self.open_indexes[key] = Open(
-                    self.path(key), self.embedder, self.memory_dir, self.model
+                    self.path(key), self.embedder, self.memory_dir, self.model, self.vectors
                 )
                 while len(self.open_indexes) > self.cache:
                     closing.append(self.open_indexes.popitem(last=False)[1])
