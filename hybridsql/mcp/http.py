@@ -24,6 +24,11 @@ gets an MCP session id), served by uvicorn to many clients at once.
   ``connect()`` sets. Indexes of different projects are used in parallel. At most
   ``CACHE_SIZE`` stay open (least recently used closed first), so thousands of projects do not
   exhaust file descriptors; the embedder (the local model) is loaded once for all of them.
+  A search's query is embedded before its call takes the guard, on a connection of the worker
+  thread's own (``Projects.embed_ahead``), and the vectors of the last SHARED_QUERIES queries
+  are kept for every index: the guard is held for the search's statements alone.
+- Answers are one JSON body each (the SDK's ``json_response``), not an SSE stream: the tools
+  send nothing before their result.
 """
 
 import contextlib
