@@ -186,7 +186,9 @@ class Searcher:
 
     def _known(self, key: tuple) -> tuple | None:
         found = self.recent.get(key)
-        if found is None and self.shared is not None:
+        # Shared between native connections alone: their vectors are all the extension's
+        # embed() of the query, which any of them gives back (the second item).
+        if found is None and self.shared is not None and self.native:
             found = self.shared.get(key)
             if found is not None:
                 self.recent.put(key, found)
@@ -194,7 +196,7 @@ class Searcher:
 
     def _remember(self, key: tuple, found: tuple) -> None:
         self.recent.put(key, found)
-        if self.shared is not None:
+        if self.shared is not None and self.native and found[1] is not None:
             self.shared.put(key, found)
 
     def embed_ahead(self, query) -> bool:
