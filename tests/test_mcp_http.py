@@ -345,6 +345,31 @@ def test_bad_requests_get_clear_errors_and_the_server_stays_up(tmp_path):
     assert (data / "junk.db").read_bytes() == junk
 
 
+def test_a_tool_call_is_answered_as_one_json_body(tmp_path):
+    """A tool's answer comes as one JSON body, not an SSE stream (issue 42): the stream cost
+    the server a task, a channel and event framing per request, and the tools send nothing
+    before their result. A client that takes both (as the SDK's does) reads either."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    with server(tmp_path, "--data-dir", str(tmp_path / "data"), "--embedder", "none") as base:
+        r = httpx2.post(base + "/mcp/a", json=INITIALIZE, headers=headers, timeout=60)
+        assert r.headers["content-type"].startswith("application/json"), r.text
+        headers["mcp-session-id"] = r.headers["mcp-session-id"]
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert httpx2.post(base + "/mcp/a", json=initialized, headers=headers).status_code == 202
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"content": "answered in one body"}},
+        }
+        r = httpx2.post(base + "/mcp/a", json=call, headers=headers, timeout=60)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    answer = r.json()
+    assert answer["id"] == 2 and not answer["result"]["isError"]
+    assert json.loads(answer["result"]["content"][0]["text"])["content"] == "answered in one body"
+
+
 def test_concurrent_clients_lose_no_write(tmp_path):
     """8 clients add and search in parallel across two projects while another process (the
     ``hybridsql memory add`` command) writes to one of the files; every add acknowledged must be
