@@ -2,6 +2,7 @@
 
     python bench/mcp_load.py                      # 32 clients, 60 s, 80 % searches, local model
     python bench/mcp_load.py --embedder none --seconds 20
+    python bench/mcp_load.py --clients 8 --search-share 1.0 --unique-queries  # no query repeats
     python bench/mcp_load.py --scaling            # p95 search latency: projects x memories
     python bench/mcp_load.py --in-process         # one warm process: hybrid, keyword, embedding
     python bench/mcp_load.py --in-process --profile  # and cProfile's top functions of hybrid
@@ -114,6 +115,8 @@ async def client(n, base, projects, queries, texts, args, stop_at, stats):
             if rng.random() < args.search_share:
                 kind, tool = "search", "search_memory"
                 words = rng.choice(queries).split()[:6]
+                if args.unique_queries:  # a query no cache has seen: its embedding is paid
+                    words.append(f"u{n}x{len(stats['search'])}")
                 arguments = {"query": " ".join(words), "limit": 10, "documents": 3}
             else:
                 kind, tool = "add", "add"
@@ -185,9 +188,10 @@ def run(args, projects_count, memories):
                 )
             )
 
-        start = time.perf_counter()
+        start, client_start = time.perf_counter(), time.process_time()
         asyncio.run(main())
         elapsed = time.perf_counter() - start
+        client_cpu = time.process_time() - client_start
         with open(f"/proc/{proc.pid}/status") as f:
             peak = next(line for line in f if line.startswith("VmHWM:"))
         with open(f"/proc/{proc.pid}/stat") as f:  # utime and stime, in clock ticks
@@ -204,6 +208,7 @@ def run(args, projects_count, memories):
         "memories_per_project": memories,
         "embedder": args.embedder,
         "search_share": args.search_share,
+        "unique_queries": args.unique_queries,
         "served": served,
         "per_second": round(served / elapsed, 1),
         "errors": len(stats["errors"]),
@@ -215,6 +220,8 @@ def run(args, projects_count, memories):
         # the server's CPU time (start included) a request: steadier than the rate on a
         # machine others load
         "server_cpu_ms_per_request": round(server_cpu * 1000 / max(served, 1), 1),
+        # the clients' (this process's) CPU time a request, on the same cores
+        "client_cpu_ms_per_request": round(client_cpu * 1000 / max(served, 1), 1),
     }
     for kind in ("search", "add"):
         report[kind] = {
@@ -285,6 +292,12 @@ def main():
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--search-share", type=float, default=0.8)
     parser.add_argument("--memories", type=int, default=2000)
+    parser.add_argument(
+        "--unique-queries",
+        action="store_true",
+        help="a word of its own in each search's query: none repeats (SciFact has 187 distinct"
+        " first 6 words), so no query vector comes from a cache",
+    )
     parser.add_argument("--projects", type=int, default=1)
     parser.add_argument("--embedder", default="local", choices=("local", "none"))
     parser.add_argument(

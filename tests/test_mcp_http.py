@@ -345,6 +345,31 @@ def test_bad_requests_get_clear_errors_and_the_server_stays_up(tmp_path):
     assert (data / "junk.db").read_bytes() == junk
 
 
+def test_a_tool_call_is_answered_as_one_json_body(tmp_path):
+    """A tool's answer comes as one JSON body, not an SSE stream (issue 42): the stream cost
+    the server a task, a channel and event framing per request, and the tools send nothing
+    before their result. A client that takes both (as the SDK's does) reads either."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    with server(tmp_path, "--data-dir", str(tmp_path / "data"), "--embedder", "none") as base:
+        r = httpx2.post(base + "/mcp/a", json=INITIALIZE, headers=headers, timeout=60)
+        assert r.headers["content-type"].startswith("application/json"), r.text
+        headers["mcp-session-id"] = r.headers["mcp-session-id"]
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert httpx2.post(base + "/mcp/a", json=initialized, headers=headers).status_code == 202
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"content": "answered in one body"}},
+        }
+        r = httpx2.post(base + "/mcp/a", json=call, headers=headers, timeout=60)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    answer = r.json()
+    assert answer["id"] == 2 and not answer["result"]["isError"]
+    assert json.loads(answer["result"]["content"][0]["text"])["content"] == "answered in one body"
+
+
 def test_concurrent_clients_lose_no_write(tmp_path):
     """8 clients add and search in parallel across two projects while another process (the
     ``hybridsql memory add`` command) writes to one of the files; every add acknowledged must be
@@ -405,6 +430,98 @@ def test_concurrent_clients_lose_no_write(tmp_path):
             assert lost == []
             rows = index.conn.execute("select count(*) from memories").fetchone()[0]
             assert rows == len(mine)
+
+
+def test_concurrent_hybrid_searches_find_what_a_quiet_one_finds_and_lose_no_add(tmp_path):
+    """With the local model, 6 clients add to one project and run hybrid searches of another
+    in parallel, each with queries of its own: a search embeds its query before it takes the
+    index's lock (issue 42), on its thread's own connection, so a search given another's
+    vector would rank differently. Every search answers as the same search alone, and every
+    acknowledged add is found, by meaning and by its word, once each."""
+    seconds = float(os.environ.get("HYBRIDSQL_HTTP_SECONDS", "3"))
+    data = tmp_path / "data"
+    facts = [
+        "Maya indents Python with four spaces",
+        "the billing service retries a failed charge three times",
+        "deploys to production happen on Tuesday mornings",
+        "the cache folder is cleared before each release build",
+        "Tomas prefers dark themes in every editor",
+        "the staging database is restored from last night's backup",
+    ]
+    queries = [
+        "how wide is an indent",
+        "what happens when a payment fails",
+        "which day do we ship",
+        "what is removed before releasing",
+        "which colours does Tomas like",
+        "where does staging get its data",
+    ]
+    with server(tmp_path, "--data-dir", str(data), "--embedder", "local") as base:
+
+        async def prepare():
+            async with connect(f"{base}/mcp/quiet") as c:
+                for fact in facts:
+                    await c.call("add", content=fact)
+
+        run(prepare)
+        acked, errors, answers = [], [], []
+
+        async def worker(n, stop_at):
+            async with connect(f"{base}/mcp") as c:
+                i = 0
+                while anyio.current_time() < stop_at or i == 0:
+                    word = f"w{n}x{i}"
+                    added = await c.call("add", content=f"{facts[n]} ({word})", project="busy")
+                    if "error" in added:
+                        errors.append(added)
+                    else:
+                        acked.append((added["id"], word))
+                    q = queries[(n + i) % len(queries)]
+                    found = await c.call(
+                        "search_memory",
+                        query=q,
+                        limit=6,
+                        documents=0,
+                        reinforce=False,
+                        project="quiet",
+                    )
+                    answers.append((q, found))
+                    i += 1
+
+        async def steps():
+            stop_at = anyio.current_time() + seconds
+            async with anyio.create_task_group() as tasks:
+                for n in range(len(facts)):
+                    tasks.start_soon(worker, n, stop_at)
+
+        run(steps)
+    assert errors == []
+    with HybridIndex(str(data / "quiet.db"), embedder="local", readonly=True) as index:
+        store = MemoryStore(index)  # each search alone, in this process
+        expected = {
+            q: [
+                (h.memory.id, h.score)
+                for h in store.search(q, project="quiet", limit=6, reinforce=False)
+            ]
+            for q in queries
+        }
+    # The queries rank differently: a search given another's vector would show.
+    assert len({tuple(expected[q]) for q in queries}) == len(queries)
+    for q, found in answers:
+        assert ids(found) == [i for i, _ in expected[q]], q
+        assert [h["score"] for h in found["memories"]] == pytest.approx(
+            [score for _, score in expected[q]], rel=1e-4
+        )  # their recency moves on a little between the two
+    with HybridIndex(str(data / "busy.db"), embedder="local", readonly=True) as index:
+        store = MemoryStore(index)
+        lost = [
+            (i, word)
+            for i, word in acked
+            if i not in ids_of(store.search(word, mode="keyword", reinforce=False))
+        ]
+        assert lost == []
+        rows = index.conn.execute("select count(*) from memories").fetchone()[0]
+        assert rows == len(acked) == len({i for i, _ in acked})
 
 
 def ids_of(found):

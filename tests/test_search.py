@@ -499,3 +499,61 @@ def test_a_query_searched_again_is_not_embedded_again(idx, monkeypatch):
     assert embedded == [query]
     idx.search(query + " again", now=NOW)
     assert embedded == [query, query + " again"]
+
+
+def test_a_query_embedded_ahead_in_another_thread_is_searched_without_embedding(idx, monkeypatch):
+    """A server embeds a search's query before it takes the index's lock, on a connection of
+    the thread's own (issue 42): the search then embeds nothing on the index's connection and
+    finds exactly what a search that embedded it there finds."""
+    import threading
+
+    from hybridsql.search import searcher
+
+    query = "how do we keep the editor's cache between test runs"
+    idx.searcher.recent.clear()
+    alone = [r.as_dict() for r in idx.search(query, now=NOW)]
+    idx.searcher.recent.clear()
+    embedded = []
+    real = searcher.sql_embed
+    monkeypatch.setattr(
+        searcher, "sql_embed", lambda conn, text: embedded.append(conn) or real(conn, text)
+    )
+    done = []
+    thread = threading.Thread(target=lambda: done.append(idx.searcher.embed_ahead(query)))
+    thread.start()
+    thread.join()
+    assert done == [True]
+    assert len(embedded) == 1 and embedded[0] is not idx.conn  # the thread's own connection
+    assert [r.as_dict() for r in idx.search(query, now=NOW)] == alone
+    assert len(embedded) == 1  # the search took that vector
+    assert idx.searcher.embed_ahead(query) is False  # known: not embedded again
+    assert len(embedded) == 1
+
+
+def test_indexes_sharing_query_vectors_embed_a_query_once(idx, example_db, tmp_path, monkeypatch):
+    """A server's indexes share their queries' vectors (issue 42): a query another index
+    searched is not embedded again, and finds what it finds when this index embeds it."""
+    from hybridsql.search import searcher
+
+    path = str(tmp_path / "other.db")
+    shutil.copy(example_db, path)
+    query = "what do the editor settings say about tabs"
+    with HybridIndex(path, embedder="local") as other:
+        alone = [r.as_dict() for r in other.search(query, now=NOW)]
+        other.searcher.recent.clear()
+        embedded = []
+        real = searcher.sql_embed
+        monkeypatch.setattr(
+            searcher, "sql_embed", lambda conn, text: embedded.append(text) or real(conn, text)
+        )
+        shared = searcher.QueryVectors(4)
+        monkeypatch.setattr(idx.searcher, "shared", shared)  # given back after the test
+        other.searcher.shared = shared
+        idx.searcher.recent.clear()
+        idx.search(query, now=NOW)
+        assert embedded == [query] and len(shared) == 1
+        assert [r.as_dict() for r in other.search(query, now=NOW)] == alone
+        assert embedded == [query]
+        for i in range(5):  # the oldest is let go
+            other.searcher.embed_ahead(f"{query} {i}")
+        assert len(shared) == 4 and shared.get((other.embedder.model_id, query)) is None

@@ -19,6 +19,7 @@ import functools
 import mmap
 import os
 import stat
+import threading
 from pathlib import Path
 
 from hybridsql.errors import EmbeddingError, HybridSQLError
@@ -101,6 +102,19 @@ def engine_connection() -> apsw.Connection | None:
         conn.close()
         return None
     return conn
+
+
+_threads = threading.local()
+
+
+def thread_engine_connection() -> apsw.Connection | None:
+    """This thread's own connection with the extension loaded (engine_connection's, one per
+    thread): a server embeds its requests' queries on these in parallel, outside the lock of
+    the index they search (the extension's models are read once a process and shared, so one
+    more connection costs little). None where the library cannot load."""
+    if not hasattr(_threads, "conn"):
+        _threads.conn = engine_connection.__wrapped__()
+    return _threads.conn
 
 
 def sql_embed(conn: apsw.Connection, text: str) -> bytes | None:

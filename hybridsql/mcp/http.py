@@ -24,8 +24,14 @@ gets an MCP session id), served by uvicorn to many clients at once.
   ``connect()`` sets. Indexes of different projects are used in parallel. At most
   ``CACHE_SIZE`` stay open (least recently used closed first), so thousands of projects do not
   exhaust file descriptors; the embedder (the local model) is loaded once for all of them.
+  A search's query is embedded before its call takes the guard, on a connection of the worker
+  thread's own (``Projects.embed_ahead``), and the vectors of the last SHARED_QUERIES queries
+  are kept for every index: the guard is held for the search's statements alone.
+- Answers are one JSON body each (the SDK's ``json_response``), not an SSE stream: the tools
+  send nothing before their result.
 """
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -42,6 +48,7 @@ from contextvars import ContextVar
 from functools import partial
 
 import anyio
+import apsw
 import uvicorn
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
@@ -54,6 +61,7 @@ from hybridsql.mcp.keys import EVERYTHING, Keys, digest
 from hybridsql.mcp.server import Guard, Indexing, Place, build_server, end_session
 from hybridsql.memory import MemoryStore
 from hybridsql.search import visible
+from hybridsql.search.searcher import QueryVectors
 
 PATH = "/mcp"
 # Open indexes kept (least recently used closed first): each holds 3 file descriptors (the file,
@@ -61,6 +69,9 @@ PATH = "/mcp"
 # the rest stay for clients' sockets.
 CACHE_SIZE = min(256, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 9)
 MAX_BODY = 4 * 1024 * 1024  # a query may be 1,000,000 characters (search.py): 4 MB as JSON
+# The query vectors a server keeps for all its indexes (a vector of 384 floats and its query:
+# about 2 KB each).
+SHARED_QUERIES = 1024
 PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # The project named by the request's URL (None at /mcp), its MCP session id and the grant of
@@ -102,8 +113,9 @@ class Open:
     """An index of the server: opened by its first call, under its guard (so that opening one
     project's file never holds up the others); ``closed`` once the cache let it go."""
 
-    def __init__(self, path: str, embedder, memory_dir: str | None, model=None):
+    def __init__(self, path: str, embedder, memory_dir: str | None, model=None, vectors=None):
         self.path, self.embedder, self.memory_dir, self.model = path, embedder, memory_dir, model
+        self.vectors = vectors
         self.guard = Guard(path)
         self.store = None
         self.identity = None  # (device, inode) of the file it opened
@@ -112,6 +124,7 @@ class Open:
     def load(self) -> MemoryStore:
         if self.store is None:
             index = HybridIndex(self.path, embedder=self.embedder, model=self.model)
+            index.searcher.shared = self.vectors
             self.store = MemoryStore(index, self.memory_dir)
             st = os.stat(self.path)
             self.identity = (st.st_dev, st.st_ino)
@@ -148,6 +161,9 @@ class Projects:
         self.db, self.data_dir, self.default = db, data_dir, project
         self.embedder, self.memory_dir, self.cache = embedder, memory_dir, cache
         self.model = model
+        # The queries' vectors of every index: agents of many projects ask alike, and a query's
+        # embedding is half of a hybrid search's time.
+        self.vectors = QueryVectors(SHARED_QUERIES)
         self.lock = threading.Lock()
         self.open_indexes: OrderedDict[str, Open] = OrderedDict()
         self.sessions: dict[tuple, list] = {}  # (index key, MCP session id) -> [id, last use]
@@ -193,6 +209,7 @@ class Projects:
             project,
             default,
             read_only=not grant.write,
+            ahead=partial(self.embed_ahead, key),
         )
 
     def path(self, key: str) -> str:
@@ -227,13 +244,26 @@ class Projects:
                 if not entry.closed:  # else the cache closed it meanwhile: open it again
                     return entry.guard.call(entry.run, fn, *args, **kwargs)
 
+    def embed_ahead(self, key: str, query) -> None:
+        """Embeds a search's query for the index ``key`` outside its guard, on this thread's
+        own connection (Searcher.embed_ahead), so that one project's requests embed side by
+        side and hold its connection for their statements alone. An index not opened yet is
+        left to the search; so is any failure, which the search meets again under the guard
+        and answers as a tool error."""
+        entry = self.open(key)
+        store = entry.store
+        if store is None or entry.closed:
+            return
+        with contextlib.suppress(HybridSQLError, apsw.Error):
+            store.index.searcher.embed_ahead(query)
+
     def open(self, key: str) -> Open:
         closing = []
         with self.lock:
             entry = self.open_indexes.get(key)
             if entry is None:
                 entry = self.open_indexes[key] = Open(
-                    self.path(key), self.embedder, self.memory_dir, self.model
+                    self.path(key), self.embedder, self.memory_dir, self.model, self.vectors
                 )
                 while len(self.open_indexes) > self.cache:
                     closing.append(self.open_indexes.popitem(last=False)[1])
@@ -456,7 +486,13 @@ def serve_http(
         if data_dir is not None:  # it writes to a memory folder, which only --db has
             server.remove_tool("extract_memory")
         app = server.streamable_http_app(
-            streamable_http_path=PATH, max_request_body_size=MAX_BODY, host=host
+            streamable_http_path=PATH,
+            max_request_body_size=MAX_BODY,
+            host=host,
+            # Each answer as one JSON body, not an SSE stream: a stream costs the server a task,
+            # a memory channel and event framing per request, and its tools send nothing before
+            # their result.
+            json_response=True,
         )
         sock = listening_socket(host, port)
         where = f"{db}" if db is not None else f"one index per project in {data_dir}"

@@ -178,9 +178,12 @@ class Place:
     project of new memories when it names none. A ``read_only`` place (a key that may only
     read) runs READS alone and has no session."""
 
-    def __init__(self, call, session, project: str | None, default: str, read_only=False):
+    def __init__(
+        self, call, session, project: str | None, default: str, read_only=False, ahead=None
+    ):
         self._call = call
         self._session = session
+        self._ahead = ahead
         self.project = project
         self.default = default
         self.read_only = read_only
@@ -192,6 +195,12 @@ class Place:
         if self.read_only and fn not in READS:
             raise self.refuse()
         return self._call(fn, *args, **kwargs)
+
+    def embed_ahead(self, query) -> None:
+        """Embeds a search's query before its call takes the index's lock, where the place
+        can (an HTTP server's, whose requests run side by side)."""
+        if self._ahead is not None:
+            self._ahead(query)
 
     def session(self):
         if self.read_only:
@@ -388,7 +397,10 @@ class StrictServer(MCPServer):
     answer too (``run_stdio_async``)."""
 
     async def call_tool(self, name, arguments, context=None):
-        schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+        # The tool's own schema, not list_tools(): that builds every tool's description, a
+        # cost each call paid for one schema.
+        tool = self._tool_manager.get_tool(name)
+        schema = None if tool is None else tool.parameters
         if schema is not None:
             properties = schema.get("properties", {})
             valid = list(properties)
@@ -477,6 +489,8 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         if place.read_only:  # a read key only looks
             options["reinforce"] = False
         reinforce = options.get("reinforce", True)
+        if options.get("mode", "hybrid") != "keyword":
+            place.embed_ahead(query)
         found = place.call(
             MemoryStore.search,
             query,

@@ -7,6 +7,7 @@ re-ranks for diversity (MMR) when asked.
 
 import json
 import re
+import threading
 import time
 from array import array
 from collections import OrderedDict
@@ -14,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hybridsql.db.schema import FTS_TABLES, SCHEMA_VERSION, has_fts, schema_version
-from hybridsql.embedding.engine import engine_connection, sql_embed
+from hybridsql.embedding.engine import engine_connection, sql_embed, thread_engine_connection
 from hybridsql.errors import QueryError
 from hybridsql.files.discovery import is_markdown
 from hybridsql.search.files import file_hits
@@ -36,6 +37,37 @@ if TYPE_CHECKING:  # imported on first use: numpy
 RECENT_QUERIES = 16  # the query vectors a Searcher keeps
 
 
+class QueryVectors:
+    """Queries' vectors, by (model id, query), the last ``size`` used kept; safe to share
+    between threads (a server's requests fill and read one from many)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.lock = threading.Lock()
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key: tuple):
+        with self.lock:
+            found = self.items.get(key)
+            if found is not None:
+                self.items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple, found: tuple) -> None:
+        with self.lock:
+            self.items[key] = found
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.items.clear()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 class Searcher:
     """Runs searches on one connection. ``native``: the C extension is loaded on it, so the
     ``vectors`` table can be queried; otherwise the vector side always runs in Python."""
@@ -47,7 +79,10 @@ class Searcher:
         self.readers: dict = {}  # numpy or python -> VectorReader, which keeps the blocks it read
         # The last queries' vectors: an MCP search_memory searches the memories, then the
         # documents, with one query, and embedding it was most of each search.
-        self.recent: OrderedDict = OrderedDict()
+        self.recent = QueryVectors(RECENT_QUERIES)
+        # Where a server shares its queries' vectors between its indexes (those of one model
+        # are the same whichever index asks): None, else looked up after ``recent``.
+        self.shared: QueryVectors | None = None
         self.fts = has_fts(conn)
         # Why there is no embedder, where the index's model cannot be found here (its line).
         self.unavailable: str | None = None
@@ -143,14 +178,53 @@ class Searcher:
         (no onnxruntime, no numpy), on this connection or, where it has no extension, on the
         process's own; else the embedder. One of the last RECENT_QUERIES is not embedded again."""
         key = (self.embedder.model_id, query)
-        if key in self.recent:
-            self.recent.move_to_end(key)
-            return self.recent[key]
-        found = self._embed_new(query)
-        self.recent[key] = found
-        if len(self.recent) > RECENT_QUERIES:
-            self.recent.popitem(last=False)
+        found = self._known(key)
+        if found is None:
+            found = self._embed_new(query)
+            self._remember(key, found)
         return found
+
+    def _known(self, key: tuple) -> tuple | None:
+        found = self.recent.get(key)
+        # Shared between native connections alone: their vectors are all the extension's
+        # embed() of the query, which any of them gives back (the second item).
+        if found is None and self.shared is not None and self.native:
+            found = self.shared.get(key)
+            if found is not None:
+                self.recent.put(key, found)
+        return found
+
+    def _remember(self, key: tuple, found: tuple) -> None:
+        self.recent.put(key, found)
+        if self.shared is not None and self.native and found[1] is not None:
+            self.shared.put(key, found)
+
+    def embed_ahead(self, query) -> bool:
+        """Embeds ``query`` now, on this thread's own connection, for a search() of it to come:
+        a server calls it before it takes the lock of the index's connection, so that requests'
+        embeddings run side by side and the lock is held for the search alone. The same model
+        (pinned by path) gives the same vector as this connection's embed(). Only for the
+        extension's local model on a native connection; whether it embedded. A failure is left
+        to the search, which meets it again and says it."""
+        if self.embedder is None or not self.native or not isinstance(query, str):
+            return False
+        if len(query) > MAX_QUERY_CHARS:
+            return False
+        from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
+
+        query = clean_text(query)
+        key = (self.embedder.model_id, query)
+        if self._known(key) is not None:
+            return False
+        provider = self.embedder.provider
+        conn = thread_engine_connection()
+        if conn is None or not runs_locally(provider) or not provider.pin(conn):
+            return False
+        vector = sql_embed(conn, query)
+        if vector is None:
+            return False
+        self._remember(key, (vector, query))
+        return True
 
     def _embed_new(self, query: str) -> tuple:
         from hybridsql.embedding.local_model import runs_locally  # loaded with the embedder
