@@ -107,7 +107,9 @@ static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
   for (int64_t i = 0; i < ahead && i < n; i++) prefetch(buf + (slots ? slots[i] : i) * stride, stride);
   for (int64_t i = 0; i < n; i++) {
     int64_t r = slots ? slots[i] : i;
-    if (ahead && i + ahead < n) prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    if (ahead && i + ahead < n) {
+      prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    }
     const uint8_t *rec = buf + r * stride;
     float vmul;
     int32_t l1;
@@ -714,7 +716,8 @@ static int knn_pass(VxTab *t, KnnArgs *a, Sel *sel, Knn *s, const Hit *after) {
     }
     uint8_t *buf;
     int fresh, near;
-    if ((rc = block_records(t, r, &h, &buf, &fresh, &near))) break; /* damage first, then the query's */
+    /* damage first, then the query's */
+    if ((rc = block_records(t, r, &h, &buf, &fresh, &near))) break;
     if (r->dims != d) {
       if (fresh) pool_put(&t->cache.pool, buf); /* read for the cache, which does not take it */
       rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
