@@ -15,7 +15,10 @@ embedding in new processes (imports, the model file read and opened, with the fi
 folder and with none there that can be written, when it is made in memory). ``vectors`` builds N x
 384 random vectors in a vector_index table once (kept in $TMPDIR/hybridsql-cold/) and times, round
 after round, a warm query, the first query of a new connection with SQLite's default I/O and with
-memory-mapped reads, and the first query of a new process as `hybridsql.connect` opens it.
+memory-mapped reads, and the first query of a new process as `hybridsql.connect` opens it, each
+as wall time and as user + system CPU time (steadier than the wall time on a shared machine; the
+system time is the kernel's reads of the pages, most of a first query at 4 KiB pages:
+docs/benchmarks.md, "Where a new connection's first query goes").
 ``connect`` times ``import hybridsql`` and its first ``hybridsql.connect()`` of a file in new
 processes (the target is 5 ms; apsw's own import is timed apart), and sqlite-vec's open and load
 where it is installed. ``embed`` times, in new processes with a connection open, the first SQL
@@ -231,15 +234,26 @@ def vectors_file(n: int) -> str:
     return path
 
 
-# A new process: opens the file as hybridsql.connect does, then times its first query alone.
+# A new process: opens the file as hybridsql.connect does, then times its first query alone
+# (wall, user and system CPU seconds).
 FIRST_IN_PROCESS = f"""
-import sys, time, numpy as np, hybridsql
+import resource, sys, time, numpy as np, hybridsql
 conn = hybridsql.connect(sys.argv[1], backend="extension")
 q = np.random.default_rng(int(sys.argv[2])).standard_normal({D}).astype(np.float32).tobytes()
-start = time.perf_counter()
+before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 conn.execute({KNN!r}, (q,)).fetchall()
-print(time.perf_counter() - start)
+wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+print(wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime)
 """
+
+
+def timed_query(conn, blob) -> tuple:
+    """One query's rows, and its wall, user and system CPU seconds: on the shared machine the
+    wall time moves with the load, and the system time is the kernel's reads of the pages."""
+    before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    rows = conn.execute(KNN, (blob,)).fetchall()
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    return rows, (wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime)
 
 
 def vectors(n: int, rounds: int = 9) -> None:
@@ -262,17 +276,13 @@ def vectors(n: int, rounds: int = 9) -> None:
     answers = {}
     for r in range(rounds):
         for i in range(3):
-            start = time.perf_counter()
-            warm_conn.execute(KNN, (blobs[3 + 3 * r + i],)).fetchall()
-            found["warm"].append(time.perf_counter() - start)
+            found["warm"].append(timed_query(warm_conn, blobs[3 + 3 * r + i])[1])
         for name, mmap in mmaps.items():
             conn = hybridsql.connect(path, backend="extension")
             if mmap is not None:
                 conn.execute(f"pragma mmap_size = {mmap}")
-            blob = blobs[50 + r]
-            start = time.perf_counter()
-            rows = conn.execute(KNN, (blob,)).fetchall()
-            found[name].append(time.perf_counter() - start)
+            rows, times = timed_query(conn, blobs[50 + r])
+            found[name].append(times)
             answers.setdefault(r, rows)
             if answers[r] != rows:
                 raise SystemExit(f"round {r}: {name} answered {rows}, not {answers[r]}")
@@ -283,13 +293,23 @@ def vectors(n: int, rounds: int = 9) -> None:
             text=True,
             check=True,
         )
-        found["new process, as connect() opens"].append(float(out.stdout))
+        found["new process, as connect() opens"].append(tuple(map(float, out.stdout.split())))
     mmap_now = warm_conn.execute("pragma mmap_size").fetchone()[0]
-    warm = statistics.median(found["warm"])
-    print(f"{n:,} x {D}, {rounds} rounds (connect() sets mmap_size {mmap_now}); median ms:")
+    warm = statistics.median(t[0] for t in found["warm"])
+    warm_cpu = statistics.median(t[1] + t[2] for t in found["warm"])
+    print(
+        f"{n:,} x {D}, {rounds} rounds (connect() sets mmap_size {mmap_now}), load average"
+        f" {os.getloadavg()[0]:.1f}; medians, wall (user + system CPU):"
+    )
     for name, times in found.items():
-        ms = statistics.median(times)
-        print(f"  {name}: {ms * 1000:.1f} ms ({ms / warm:.2f} x warm)")
+        ms = statistics.median(t[0] for t in times)
+        user = statistics.median(t[1] for t in times)
+        system = statistics.median(t[2] for t in times)
+        cpu = statistics.median(t[1] + t[2] for t in times)
+        print(
+            f"  {name}: {ms * 1000:.1f} ms ({ms / warm:.2f} x warm), CPU {user * 1000:.1f} +"
+            f" {system * 1000:.1f} ms ({cpu / warm_cpu:.2f} x warm)"
+        )
 
 
 # A new process: apsw's import, then hybridsql's import and first connect, timed apart.

@@ -7,7 +7,9 @@
 callgrind counts instructions exactly whatever the machine's load; --toggle-collect=vx_filter
 counts the extension's xFilter alone (every block read, summed and scanned), which needs a build
 with its symbols (setup.py strips them: compile the C files of csrc/ with -g into one library
-named hybridsql.so, docs/platforms.md's command with -g).
+named hybridsql.so, docs/platforms.md's command with -g). FILE may be another bench's file with a
+table `v` of 384 dimensions (bench/cold_start.py's 1M file: 426 M instructions on main at 5cdfca3,
+387 M since a block just read is scanned without prefetching; docs/benchmarks.md).
 """
 
 import sys

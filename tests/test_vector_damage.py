@@ -423,6 +423,68 @@ def test_a_cached_block_answers_only_what_the_file_held_when_it_passed(hybrid):
     assert conn.execute("pragma integrity_check").fetchall() == [(V + SUM,)]
 
 
+def damaged_codes(path):
+    """Block 1's T_codes row with 64 bytes in the middle of its records inverted: the same
+    length, its nonce (the checksum) left as it was. Also the bytes it had there."""
+    plain = apsw.Connection(str(path))
+    (data,) = plain.execute("select data from vectors_codes where id = 1").fetchone()
+    plain.close()
+    at = len(data) // 2
+    was = data[at : at + 64]
+    return data[:at] + bytes(255 - b for b in was) + data[at + 64 :], was
+
+
+DAMAGE_CODES = "update vectors_codes set data = ? where id = 1"
+
+
+def damage_block_1(path, how):
+    """Damages block 1's records (damaged_codes) by another connection of this process, by
+    another process, or by writing the bytes into the file itself, under SQLite: no journal, no
+    change counter, as a disk's bit rot would."""
+    data, was = damaged_codes(path)
+    if how == "another connection":
+        plain = apsw.Connection(str(path))
+        plain.execute(DAMAGE_CODES, (data,))
+        plain.close()
+    elif how == "another process":
+        script = (
+            "import sys, apsw; c = apsw.Connection(sys.argv[1]);"
+            f" c.execute({DAMAGE_CODES!r}, (sys.stdin.buffer.read(),))"
+        )
+        subprocess.run([sys.executable, "-c", script, str(path)], input=data, check=True)
+    else:
+        with open(path, "r+b") as f:
+            content = f.read()
+            assert content.count(was) == 1  # 64 bytes of records: found once, in block 1
+            f.seek(content.index(was))
+            f.write(bytes(255 - b for b in was))
+
+
+@pytest.mark.parametrize("how", ["another connection", "another process", "the file's bytes"])
+def test_a_block_damaged_after_a_connection_checked_it_is_corrupt_there_too(hybrid, how):
+    """A block that passed its check in a connection's first query is read and checked again by
+    that connection's next query (only a block read twice is kept, as it was when it passed:
+    test_a_cached_block_answers_only_what_the_file_held_when_it_passed): damage written
+    since, by another connection or process or into the file under SQLite, is SQLITE_CORRUPT,
+    in that connection and in a new one, never an answer from the damaged records."""
+    conn = connect(hybrid)
+    conn.execute(VKNN, (QUERY,)).fetchall()  # block 1 read and checked once
+    damage_block_1(hybrid, how)
+    for reader in (conn, connect(hybrid)):
+        with pytest.raises(apsw.CorruptError, match="^" + re.escape(V + SUM) + "$"):
+            reader.execute(VKNN, (QUERY,)).fetchall()
+
+
+@pytest.mark.parametrize("how", ["another connection", "another process", "the file's bytes"])
+def test_a_block_damaged_between_connections_is_corrupt(hybrid, how):
+    """The same damage before a connection opens: its first query, which reads every block of
+    the documents from the file, fails on block 1's checksum."""
+    damage_block_1(hybrid, how)
+    with pytest.raises(apsw.CorruptError, match="^" + re.escape(V + SUM) + "$"):
+        connect(hybrid).execute(VKNN, (QUERY,)).fetchall()
+    assert connect(hybrid).execute("pragma integrity_check").fetchall() == [(V + SUM,)]
+
+
 def as_format_2(path):
     """Makes the table what hybridsql before format 3 left: random nonces, format 2."""
     plain = apsw.Connection(str(path))

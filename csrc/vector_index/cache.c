@@ -219,12 +219,13 @@ int64_t read_bytes(const VxTab *t, const BlockRef *r) {
 ** into a scratch buffer.  So a connection that asks once, as every command-line
 ** process does, does not pay to fill a cache (most of that is the page faults
 ** of new memory), and a block that changes at every write is not cached at all.
+** *read: buf was read from the file now (not taken from the cache).
 */
 int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t **buf,
-                  int *fresh) {
+                  int *fresh, int *read) {
   Cache *c = &t->cache;
   CBlock *e = cache_find(c, r->id);
-  *fresh = 0;
+  *fresh = *read = 0;
   if (e && e->nonce == r->nonce && e->count == r->count && e->dims == r->dims &&
       e->capacity == r->capacity) {
     e->used = c->clock;
@@ -245,6 +246,7 @@ int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t **buf,
     if (*buf && !map_put(&c->seen, r->id, r->nonce)) *buf = 0;
   }
   if (!*buf) return SQLITE_NOMEM;
+  *read = 1;
   int rc = vx_blob(t, h, "codes", r->id, 0);
   if (rc == SQLITE_OK) rc = vx_codes_length(t, *h, r);
   if (rc == SQLITE_OK) rc = vx_blob_read(t, *h, *buf, bytes, 0, "codes", r->id);

@@ -263,7 +263,7 @@ int vx_flush(VxTab *t);
 
 /* ---- cache.c ---- */
 int block_records(VxTab *t, const BlockRef *r, sqlite3_blob **h, uint8_t **buf,
-                  int *fresh);
+                  int *fresh, int *read);
 void cache_clear(Cache *c);
 void cache_keep(Cache *c, const BlockRef *r, size_t bytes, uint8_t *buf);
 int cache_sweep(VxTab *t);

@@ -92,18 +92,24 @@ static void prefetch(const uint8_t *at, int64_t bytes) {
 ** slots listed in `slots` (ascending), or only those whose id is in `only`.
 ** Rows that could be in the top k become candidates.  With `after` (a round
 ** of the best-first order), a row whose lower bound is above the last row
-** handed was handed before it and is passed over.  0 when out of memory.
+** handed was handed before it and is passed over.  `near`: buf was just read
+** from the file (and checked), so its bytes are in the CPU's cache already and
+** prefetching them would only cost instructions.  0 when out of memory.
 */
 static int knn_scan(Knn *s, const uint8_t *buf, int64_t count, int64_t block,
-                    const int64_t *slots, int64_t nslots, const I64Map *only, const Hit *after) {
-  const int64_t d = s->d, stride = rec_stride(d), ahead = 8, n = slots ? nslots : count;
+                    const int64_t *slots, int64_t nslots, const I64Map *only, const Hit *after,
+                    int near) {
+  const int64_t d = s->d, stride = rec_stride(d), ahead = near ? 0 : 8;
+  const int64_t n = slots ? nslots : count;
   const double slack = 1e-6;
   double bar = knn_bar(s);
   s->scanned += n;
   for (int64_t i = 0; i < ahead && i < n; i++) prefetch(buf + (slots ? slots[i] : i) * stride, stride);
   for (int64_t i = 0; i < n; i++) {
     int64_t r = slots ? slots[i] : i;
-    if (i + ahead < n) prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    if (ahead && i + ahead < n) {
+      prefetch(buf + (slots ? slots[i + ahead] : i + ahead) * stride, stride);
+    }
     const uint8_t *rec = buf + r * stride;
     float vmul;
     int32_t l1;
@@ -709,8 +715,9 @@ static int knn_pass(VxTab *t, KnnArgs *a, Sel *sel, Knn *s, const Hit *after) {
       break;
     }
     uint8_t *buf;
-    int fresh;
-    if ((rc = block_records(t, r, &h, &buf, &fresh))) break; /* damage first, then the query's */
+    int fresh, near;
+    /* damage first, then the query's */
+    if ((rc = block_records(t, r, &h, &buf, &fresh, &near))) break;
     if (r->dims != d) {
       if (fresh) pool_put(&t->cache.pool, buf); /* read for the cache, which does not take it */
       rc = vx_fail(t, SQLITE_ERROR, "%s: the MATCH vector has %lld dimensions, the vectors it is"
@@ -725,7 +732,8 @@ static int knn_pass(VxTab *t, KnnArgs *a, Sel *sel, Knn *s, const Hit *after) {
     }
     int64_t first = s->ncand;
     if (!(scan && nlist == 0) &&
-        !knn_scan(s, buf, r->count, r->id, scan, nlist, sel->use_set ? &a->set : 0, after))
+        !knn_scan(s, buf, r->count, r->id, scan, nlist, sel->use_set ? &a->set : 0, after,
+                  near))
       rc = SQLITE_NOMEM;
     knn_prints(s, first, buf);
     if (fresh) cache_keep(&t->cache, r, (size_t)read_bytes(t, r), buf);
