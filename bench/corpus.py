@@ -19,7 +19,9 @@ into a temporary folder, then, each in a new process:
   repeat, so that the models see the same load: its chunks per CPU-second, and per file and per
   MB of text (a model cuts its own chunks: multilingual-e5-small's window is 510 tokens,
   MiniLM's 256, so the same folder is fewer chunks with e5), and the ratio of the first model's
-  CPU-seconds for the folder to each other's;
+  CPU-seconds for the folder to each other's (2026-11-29, 50 files: MiniLM 19.8 to 20.4 chunks per
+  CPU-second, multilingual-e5-small 6.2, the folder 2.22 to 2.28 x MiniLM's CPU-seconds:
+  docs/benchmarks.md, "The multilingual model's cost (issue 41)");
 - with --fake-model, the model's vectors are replaced by hashes (the same tokenizer cuts the
   same chunks): memory of everything but the model, at sizes the model is too slow for;
 then reports the file size and ``hybridsql stats``, resumes after SIGINT and SIGKILL (an
