@@ -4,6 +4,8 @@ watch latency and the progress bar's time left.
     python bench/corpus.py --corpus ../shared/data/markdown --files 100
     python bench/corpus.py --files 965 --repeat 2 --watch-chunks 2000
     python bench/corpus.py --files 965 --copies 5 --fake-model --only memory
+    python bench/corpus.py --files 30 --repeat 2 --only speed \
+        --model all-MiniLM-L6-v2 --model multilingual-e5-small   # the models, interleaved
 
 Copies the first --files markdown files of the corpus (sorted by path; --copies K makes K
 copies, each line of copy k ending in " vk" so that no chunk is found in the embedding cache)
@@ -13,6 +15,13 @@ into a temporary folder, then, each in a new process:
 - embeds the same chunk texts (read back from the index) with the raw model: one
   ``LocalProvider.embed`` of them all, on every core, nothing read, cut or written;
   the two alternate --repeat times, and the ratio of their wall times is taken pair by pair;
+- with --model given (repeatable; default the default model), each model in turn within each
+  repeat, so that the models see the same load: its chunks per CPU-second, and per file and per
+  MB of text (a model cuts its own chunks: multilingual-e5-small's window is 510 tokens,
+  MiniLM's 256, so the same folder is fewer chunks with e5), and the ratio of the first model's
+  CPU-seconds for the folder to each other's (2026-11-29, 50 files: MiniLM 19.8 to 20.4 chunks per
+  CPU-second, multilingual-e5-small 6.2, the folder 2.22 to 2.28 x MiniLM's CPU-seconds:
+  docs/benchmarks.md, "The multilingual model's cost (issue 41)");
 - with --fake-model, the model's vectors are replaced by hashes (the same tokenizer cuts the
   same chunks): memory of everything but the model, at sizes the model is too slow for;
 then reports the file size and ``hybridsql stats``, resumes after SIGINT and SIGKILL (an
@@ -72,7 +81,7 @@ def fake_model():
     return Hashed()
 
 
-def child_index(folder: str, db: str, fake: bool) -> dict:
+def child_index(folder: str, db: str, fake: bool, model: str | None) -> dict:
     from hybridsql.files.discovery import Progress
     from hybridsql.indexing.index import HybridIndex
     from hybridsql.terminal import Eta
@@ -87,7 +96,7 @@ def child_index(folder: str, db: str, fake: bool) -> dict:
                 self.seen.append((time.monotonic(), done / total, self.eta.left()))
 
     progress = Recording()
-    with HybridIndex(db, embedder=fake_model() if fake else "local") as idx:
+    with HybridIndex(db, embedder=fake_model() if fake else "local", model=model) as idx:
         started, cpu = time.monotonic(), cpu_seconds()
         report = idx.index_folder(folder, progress=progress)
         wall, cpu = time.monotonic() - started, cpu_seconds() - cpu
@@ -103,13 +112,13 @@ def child_index(folder: str, db: str, fake: bool) -> dict:
     }
 
 
-def child_raw(texts_file: str) -> dict:
+def child_raw(texts_file: str, model: str | None) -> dict:
     from hybridsql.embedding.embedder import LocalProvider
 
     with open(texts_file) as f:
         texts = json.load(f)
     started, cpu = time.monotonic(), cpu_seconds()
-    LocalProvider().embed(texts)
+    LocalProvider(model=model).embed(texts)
     return {"wall": time.monotonic() - started, "cpu": cpu_seconds() - cpu, "rss": peak_rss_mb()}
 
 
@@ -245,7 +254,11 @@ def main():
     parser.add_argument("--fake-model", action="store_true", help="hashes for vectors")
     parser.add_argument("--watch-chunks", type=int, default=1000, help="bench/watch.py's index")
     parser.add_argument("--only", choices=["speed", "memory", "resume"], help="that part alone")
+    parser.add_argument(
+        "--model", action="append", help="the local model (repeatable: each in turn); default one"
+    )
     args = parser.parse_args()
+    models = args.model or [""]  # "": LocalProvider's default, $HYBRIDSQL_MODEL or MiniLM
     # A shell starts a background job with SIGINT ignored, which its children inherit (and
     # Python then never raises KeyboardInterrupt); a handler is reset to the default by exec.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -262,15 +275,19 @@ def main():
             print("resume: " + resume(folder, work, files, sig))
         shutil.rmtree(work)
         return
-    ratios, db = [], None
-    for n in range(args.repeat):
-        db = os.path.join(work, f"index{n}.db")
+    ratios, db, folder_cpu = [], None, {model: [] for model in models}
+    for n, model in ((n, m) for n in range(args.repeat) for m in models):
+        db = os.path.join(work, f"index{n}{models.index(model)}.db")
         flags = ["--fake-model"] if args.fake_model else []
-        index = in_child("--child-index", folder, db, *flags)
+        index = in_child("--child-index", folder, db, model, *flags)
+        folder_cpu[model].append(index["cpu"])
         print(
-            f"index:  {index['chunks']} chunks in {index['wall']:.1f} s,"
-            f" {index['chunks'] / index['wall']:.1f} chunks/s, CPU {index['cpu']:.1f} s"
-            f" ({index['cpu'] / index['wall']:.2f} cores), peak RSS {index['rss']:.0f} MB"
+            f"index{f' [{model}]' if model else ''}: {index['chunks']} chunks in"
+            f" {index['wall']:.1f} s, {index['chunks'] / index['wall']:.1f} chunks/s, CPU"
+            f" {index['cpu']:.1f} s ({index['cpu'] / index['wall']:.2f} cores):"
+            f" {index['chunks'] / index['cpu']:.2f} chunks, {files / index['cpu']:.2f} files,"
+            f" {size / 1e6 / index['cpu']:.3f} MB of text per CPU-second; peak RSS"
+            f" {index['rss']:.0f} MB; load average {os.getloadavg()[0]:.1f}"
         )
         worst, median = eta_errors(index["eta"])
         if worst is not None:
@@ -286,7 +303,7 @@ def main():
         with open(texts_file, "w") as f:
             json.dump([t for (t,) in conn.execute("select text from chunks order by id")], f)
         conn.close()
-        raw = in_child("--child-raw", texts_file)
+        raw = in_child("--child-raw", texts_file, model)
         ratios.append(index["wall"] / raw["wall"])
         print(
             f"raw model: the same {index['chunks']} chunks in {raw['wall']:.1f} s,"
@@ -296,6 +313,12 @@ def main():
         )
     if ratios:
         print(f"indexing/raw wall, pair by pair: {', '.join(f'{r:.3f}' for r in ratios)}")
+    for model in models[1:]:
+        pairs = zip(folder_cpu[models[0]], folder_cpu[model], strict=True)
+        print(
+            f"the folder's CPU-seconds, {model} / {models[0]}, repeat by repeat:"
+            f" {', '.join(f'{b / a:.2f}' for a, b in pairs)}"
+        )
     if args.only:
         shutil.rmtree(work)
         return
@@ -331,8 +354,9 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child-index"]:
-        print(json.dumps(child_index(sys.argv[2], sys.argv[3], "--fake-model" in sys.argv)))
+        fake = "--fake-model" in sys.argv
+        print(json.dumps(child_index(sys.argv[2], sys.argv[3], fake, sys.argv[4] or None)))
     elif sys.argv[1:2] == ["--child-raw"]:
-        print(json.dumps(child_raw(sys.argv[2])))
+        print(json.dumps(child_raw(sys.argv[2], sys.argv[3] or None)))
     else:
         main()
