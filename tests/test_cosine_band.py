@@ -100,9 +100,7 @@ def test_the_statement_scores_a_vector_by_its_model_band(tmp_path, model_id, ban
             else:
                 assert scores[f"{i}.md"] == pytest.approx(expected, abs=1e-6)
         # Above the ceiling a better cosine still ranks higher: the order is the cosines'.
-        assert [r.path for r in found] == [
-            f"{i}.md" for i, c in enumerate(cosines) if c >= floor
-        ]
+        assert [r.path for r in found] == [f"{i}.md" for i, c in enumerate(cosines) if c >= floor]
         # A band given by the search is the one it reads by, whatever the model's.
         given = idx.search("anything", mode="semantic", vector_floor=0.0, vector_ceiling=1.0)
         assert (given.params["vector_floor"], given.params["vector_ceiling"]) == (0.0, 1.0)
