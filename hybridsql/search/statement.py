@@ -231,7 +231,7 @@ def build_statement(
     else:
         vector_score = (
             "case when cosine >= :vector_floor"
-            " then (cosine - :vector_floor) / (1 - :vector_floor) else 0.0 end"
+            " then (cosine - :vector_floor) / (:vector_ceiling - :vector_floor) else 0.0 end"
         )
         keyword_score = {
             "max": "rank / best_rank",
@@ -243,7 +243,11 @@ def build_statement(
     elif opts.fusion == "rrf":
         relevance = f"{linear} / (:vector_weight + :keyword_weight)"
     elif opts.keyword_norm == "saturation":
-        relevance = "hybrid_score(vector_score, rank, :vector_weight, :keyword_weight, :saturation)"
+        # hybrid_score() takes a score of at most 1: a cosine over the model's ceiling is one.
+        relevance = (
+            "hybrid_score(min(vector_score, 1.0), rank, :vector_weight, :keyword_weight,"
+            " :saturation)"
+        )
     else:
         relevance = linear
     decay = "temporal_decay(path, :now, :half_life_days)" if opts.decay else "1.0"
