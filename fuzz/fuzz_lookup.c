@@ -596,7 +596,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (now.answer[i][0] && !strstr(now.answer[i], reentry))
       fail("a call from inside the lookup said", now.answer[i]);
   }
-  if (trusting) {
+  /* A database whose pages SQLite finds malformed has no model to expect: where the lookup or
+  ** this harness's own reading of the schema meets the damage depends on the pages each reads,
+  ** so either may say why first; the answer is still one line of embed()'s (checked above). */
+  static const char unreadable[] = "embed(): cannot look for a model in this database";
+  int damaged = said[0][0] == 'E' &&
+                (strstr(said[0], "database disk image is malformed") != 0 ||
+                 (e.kind == 'E' && strncmp(e.line, unreadable, sizeof unreadable - 1) == 0));
+  if (trusting && !damaged) {
     if (e.kind == 'V') {
       if (said[0][0] != 'V' || bytes[0] != e.dims * 4 ||
           memcmp(said[0] + 1, e.vector, (size_t)bytes[0]) != 0)
