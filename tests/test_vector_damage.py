@@ -185,6 +185,29 @@ ROW_DAMAGE = [
         R + "row 3 is in its slot 2, its location says otherwise",
         "ok",
     ),
+    # a location that is not two integers: SQLite reads x'32' as 2, row 3's own slot, so a
+    # reader that did not look at the type would find the row where it is (found by fuzz_shadow)
+    (
+        "update t_rowids set slot = x'32' where id = 3",
+        "select rowid, e from t",
+        "t: row 3 is damaged: its slot is of type blob, not integer",
+        None,
+        "ok",
+    ),
+    (
+        "update t_rowids set block = '1x' where id = 3",
+        KNN,
+        "t: row 3 is damaged: its block is of type text, not integer",
+        None,
+        "ok",
+    ),
+    (
+        "update t_rowids set slot = 2.5 where id = 3",
+        "delete from t where rowid = 3",
+        "t: row 3 is damaged: its slot is of type real, not integer",
+        None,
+        "ok",
+    ),
     (
         "update t_rowids set block = 7 where id = 3",
         "insert or replace into t(rowid, e, p, m, s) values (3, '[0,1]', 'a', 3, 'x')",
@@ -211,6 +234,18 @@ def test_damaged_codes_vectors_and_rowids(tmp_path, damage, sql, message, integr
     conn.execute("commit")
     integrity = integrity or message
     assert checks(conn) == ([(integrity,)], [(quick or integrity,)])
+
+
+def test_a_location_read_as_another_rows_is_damage_not_that_rows_answer(tmp_path):
+    """Row 3's slot made x'30', which SQLite reads as 0, row 1's slot: a query whose metadata
+    condition selects row 3 alone would score row 1 in its place (row 1 does not meet it)."""
+    conn = make(tmp_path / "v.db")
+    conn.execute("update t set s = 'z' where rowid = 3")
+    sql = "select rowid from t where e match '[1,0]' and k = 3 and s = 'z'"
+    assert conn.execute(sql).fetchall() == [(3,)]
+    conn.execute("update t_rowids set slot = x'30' where id = 3")
+    with pytest.raises(apsw.CorruptError, match="^t: row 3 is damaged: its slot is of type blob"):
+        conn.execute(sql).fetchall()
 
 
 # -- issue 34, item 2: damage that leaves every row its length ------------------------------

@@ -64,6 +64,21 @@ int vx_tail(VxTab *t, sqlite3_value *const *parts, BlockRow *out, int *found) {
 }
 
 /* Where row `rowid` is; found = 0 when it is not in the table. */
+/* A location (T_rowids' block and slot, columns b and s of st) is two integers: SQLite reads a
+** blob or text as a number (x'32' as 2, 'm%' as 0), which would put the row in another's place. */
+int vx_check_location(VxTab *t, int64_t rowid, sqlite3_stmt *st, int b, int s) {
+  static const char *const names[] = {"block", "slot"};
+  int at[] = {b, s};
+  for (int i = 0; i < 2; i++) {
+    sqlite3_value *v = sqlite3_column_value(st, at[i]);
+    if (sqlite3_value_type(v) != SQLITE_INTEGER) {
+      return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is damaged: its %s is of type %s,"
+                     " not integer", t->name, rowid, names[i], type_name(v));
+    }
+  }
+  return SQLITE_OK;
+}
+
 int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *found) {
   int rc;
   sqlite3_stmt *st = vs(t, VS_FIND, &rc);
@@ -71,12 +86,14 @@ int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *found) 
   sqlite3_bind_int64(st, 1, rowid);
   rc = sqlite3_step(st);
   *found = rc == SQLITE_ROW;
+  int located = SQLITE_OK;
   if (*found) {
+    located = vx_check_location(t, rowid, st, 0, 1);
     *block = sqlite3_column_int64(st, 0);
     *slot = sqlite3_column_int64(st, 1);
   }
   sqlite3_reset(st);
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? located : vx_sql_fail(t, rc);
 }
 
 /* Sets a block's count and capacity, with a new nonce. */

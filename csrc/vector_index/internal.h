@@ -241,6 +241,7 @@ int put_nums(VxTab *t, sqlite3_blob *h, const BlockRow *b, int64_t slot,
              const uint8_t *vals, const uint8_t *nulls);
 int vx_block(VxTab *t, int64_t id, BlockRow *out, sqlite3_value **parts, int *found);
 int vx_check_slot(VxTab *t, const BlockRow *b, int64_t rowid, int64_t slot);
+int vx_check_location(VxTab *t, int64_t rowid, sqlite3_stmt *st, int b, int s);
 int vx_find(VxTab *t, int64_t rowid, int64_t *block, int64_t *slot, int *found);
 int vx_grow(VxTab *t, BlockRow *b);
 int vx_id_op(VxTab *t, int which, int64_t a, int64_t b);

@@ -505,7 +505,8 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
           break;
         if (!a->rows) {
           a->rows = sqlite3_str_new(0);
-          sqlite3_str_appendf(a->rows, "select block, slot from \"%w\".\"%w_rowids\" where 1",
+          sqlite3_str_appendf(a->rows, "select block, slot, rowid from \"%w\".\"%w_rowids\""
+                              " where 1",
                               t->schema, t->name);
         }
         if (role == 'R') sqlite3_snprintf(sizeof(column), column, "rowid");
@@ -530,12 +531,14 @@ static int knn_args(VxTab *t, const char *plan, int argc, sqlite3_value **argv, 
   return SQLITE_OK;
 }
 
-/* Steps a statement of (block, slot) rows into a sorted array. */
+/* Steps a statement of (block, slot, rowid) rows into a sorted array of locations. */
 static int collect_slots(VxTab *t, sqlite3_stmt *st, Slot **out, int64_t *n) {
   int64_t cap = 0;
   int rc;
   *out = 0, *n = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    rc = vx_check_location(t, sqlite3_column_int64(st, 2), st, 0, 1);
+    if (rc) return rc;
     if (*n == cap) {
       cap = cap ? 2 * cap : 256;
       Slot *grown = realloc(*out, sizeof(Slot) * (size_t)cap);

@@ -28,13 +28,14 @@ static sqlite3_str *row_sql(VxTab *t) {
 static int row_in_block(VxTab *t, sqlite3_stmt *st, int rc) {
   if (rc != SQLITE_ROW) return rc == SQLITE_DONE ? SQLITE_OK : vx_sql_fail(t, rc);
   int64_t rowid = sqlite3_column_int64(st, RC_ROWID), block = sqlite3_column_int64(st, RC_BLOCK);
+  if ((rc = vx_check_location(t, rowid, st, RC_BLOCK, RC_SLOT))) return rc;
   if (sqlite3_column_type(st, RC_DIMS) == SQLITE_NULL) {
     return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: row %lld is in block %lld, which is missing",
                    t->name, rowid, block);
   }
   int64_t slot = sqlite3_column_int64(st, RC_SLOT), count = sqlite3_column_int64(st, RC_COUNT);
   if ((rc = vx_check_block(t, block, st, RC_DIMS, RC_CAPACITY, RC_COUNT))) return rc;
-  if (sqlite3_column_type(st, RC_SLOT) == SQLITE_INTEGER && slot >= 0 && slot < count) return SQLITE_OK;
+  if (slot >= 0 && slot < count) return SQLITE_OK;
   return vx_fail(t, SQLITE_CORRUPT_VTAB, "%s: block %lld is damaged: row %lld is in its slot"
                  " %lld, not 0 to %lld", t->name, block, rowid, slot, count - 1);
 }
