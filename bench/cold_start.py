@@ -30,10 +30,11 @@ where it is installed. ``embed`` times, in new processes with a connection open,
 (one query embedded), wall and CPU time (user + system), and the resident memory the first adds
 (issue 33: the model ready in <= 20 ms, <= 40 MB resident added); given model names, each model
 in turn (named by $HYBRIDSQL_MODEL, which embed() looks up as it would the default), with its
-file's size. Both models' figures (2026-11-29: the hybrid search 1.11 to 1.13 x the keyword one
-with MiniLM, 1.24 to 1.48 x with multilingual-e5-small; the model ready in 15.1 against 26.7 ms
-of CPU, 23.8 against 70.1 MB resident) and where e5's extra goes: docs/benchmarks.md, "The
-multilingual model's cost (issue 41)".
+file's size. Both models' figures (2026-11-29, the word table copied as texts need it: the
+hybrid search 1.07 to 1.10 x the keyword one with MiniLM, 1.14 to 1.17 x with
+multilingual-e5-small, which was 1.61 to 1.69 x with the whole file copied; the model ready in
+10.9 against 13.9 ms of CPU, 12.4 against 18.9 MB resident) and where e5's extra went:
+docs/benchmarks.md, "The multilingual model's cost (issue 41)".
 """
 
 import os

@@ -54,15 +54,23 @@
 **    Not mapped: a file cut short under a mapping killed the process (SIGBUS), and one rewritten
 **    in place changed its vectors.  A copy cannot change: a connection keeps the vectors of the
 **    model it found, whatever happens to the file, and a file that changes while it is read is
-**    refused ("changed while it was read").  Each model keeps its file's identity (device,
-**    inode, size, modified and changed times; Windows: volume, file index, size, write and
-**    creation times) and header (its checksum): a new lookup by path (a new connection's first
-**    embed(), hybridsql_model('PATH') again) whose file is no longer that one reads it again
-**    (and shares the copy read before where the bytes are the same: a file touched or copied
-**    again).  Models stay until the process exits (a connection may hold one any time), and
-**    so does the library from its first model on: it pins itself (pin_library), so that
-**    SQLite's unloading it with the last connection that loaded it neither strands its models
-**    nor makes the next load read the file again.
+**    refused ("changed while it was read").  A format-2 file's word table (54 of
+**    multilingual-e5-small's 73 MB, of which a query needs a few rows) is checked whole at
+**    open (words_check, through a buffer reused) but copied a block of 64 rows at a time, the
+**    first time a text needs one (read_words), from the file the model keeps open, each block
+**    checked again: a file replaced (a package upgraded, `hybridsql model` again) leaves the
+**    open one readable, so the model keeps its vectors; one rewritten in place or cut short,
+**    which the copy of the whole used to outlive, makes a text that needs a block not copied
+**    yet an error of one line ("changed or was damaged since it was read"), never a wrong
+**    vector.  Each model keeps its file's identity (device, inode, size, modified and changed
+**    times; Windows: volume, file index, size, write and creation times) and header (its
+**    checksum): a new lookup by path (a new connection's first embed(), hybridsql_model('PATH')
+**    again) whose file is no longer that one reads it again (and shares the copy read before
+**    where the bytes before the word table, which hold its checksums, are the same: a file
+**    touched or copied again).  Models stay until the process exits (a connection may hold one
+**    any time), and so does the library from its first model on: it pins itself (pin_library),
+**    so that SQLite's unloading it with the last connection that loaded it neither strands its
+**    models nor makes the next load read the file again.
 ** 15. embed() asks sqlite3_is_interrupted() between two windows (SQLite 3.41 and later; older
 **    ones have no way to ask) and stops with SQLite's own interrupt error (SQLITE_INTERRUPT,
 **    "interrupted"), as any interrupted statement does.
@@ -144,6 +152,14 @@ SQLITE_EXTENSION_INIT3
 /* ---- The models of this process (Requirement 14) ---- */
 
 
+/* A model file's word table while blocks of it are not read yet (hs_model_open_head): the file,
+** kept open, and which blocks are in the copy; under the models lock. */
+typedef struct {
+  HsFile file;
+  unsigned char *read; /* a flag a block */
+  int64_t unread;      /* blocks not read; 0 once every one is (the file is closed then) */
+} Unread;
+
 typedef struct Model {
   struct Model *next;
   char *path;        /* the file as first named; NULL for a model read from a BLOB */
@@ -151,6 +167,7 @@ typedef struct Model {
   size_t n;
   HsModel *model;
   HsFileId file;       /* the file's identity when it was read (a file's model only) */
+  Unread *unread;      /* NULL where the model's bytes were read whole */
 } Model;
 
 static Model *models; /* only added to, under the lock; never freed */
@@ -167,7 +184,7 @@ static void models_lock(void) { pthread_mutex_lock(&lock); }
 static void models_unlock(void) { pthread_mutex_unlock(&lock); }
 #endif
 
-static Model *model_add(char *path, const void *data, size_t n, HsModel *m) {
+static Model *model_add(char *path, const void *data, size_t n, HsModel *m, Unread *u) {
   static int pinned;
   Model *x = calloc(1, sizeof *x);
   if (!x) return 0;
@@ -179,6 +196,7 @@ static Model *model_add(char *path, const void *data, size_t n, HsModel *m) {
   x->data = data;
   x->n = n;
   x->model = m;
+  x->unread = u;
   x->next = models;
   models = x;
   return x;
@@ -199,45 +217,90 @@ static void read_error(char *err, const char *where, int rc) {
   }
 }
 
-/* The file's model, read and checked, added to the models: under the lock.  Its whole bytes
-** are copied into memory of the process's own, and its identity checked again after: a file
-** that changes under the process or is cut short can no longer reach a vector (a mapping gave
-** SIGBUS, or other weights, then). */
+/* Every block of the word table of m, read from f a stretch at a time into memory reused (none
+** of it kept), checked against its checksum: as file_model_read's codes. */
+static int words_check(HsFile f, const HsModel *m, char *why, size_t whycap) {
+  enum { READ = 0, NOMEM = 2, REFUSED = 3 };
+  int64_t blocks = hs_model_word_blocks(m), step = 64; /* blocks a read: e5's 864 KB */
+  uint64_t at0, bytes, last_at, last_bytes;
+  hs_model_word_block(m, 0, &at0, &bytes);
+  unsigned char *buf = malloc((size_t)(bytes * (uint64_t)step));
+  int rc = buf ? READ : NOMEM;
+  for (int64_t b = 0; b < blocks && rc == READ; b += step) {
+    int64_t end = b + step < blocks ? b + step : blocks;
+    uint64_t from;
+    hs_model_word_block(m, b, &from, &bytes);
+    hs_model_word_block(m, end - 1, &last_at, &last_bytes);
+    rc = hs_file_read(f, buf, (size_t)(last_at + last_bytes - from), from);
+    for (int64_t i = b; i < end && rc == READ; i++) {
+      hs_model_word_block(m, i, &at0, &bytes);
+      if (!hs_model_word_block_ok(m, i, buf + (at0 - from), why, whycap)) rc = REFUSED;
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+/* The file's model, read and checked, added to the models: under the lock.  Its bytes are
+** copied into memory of the process's own, and its identity checked again after: a file that
+** changes under the process or is cut short can no longer reach a vector (a mapping gave SIGBUS,
+** or other weights, then).  A format-2 file's word table is checked whole now (words_check) and
+** copied a block at a time by read_words: then the model keeps f open (*kept is set) and the
+** caller must not close it. */
 static const Model *file_model_read(HsFile f, const char *path, const HsFileId *id, const char *where,
-                                    char *err) {
+                                    int *kept, char *err) {
   enum { READ = 0, CHANGED = 1, FAILED = -1, NOMEM = 2, REFUSED = 3 };
   size_t n = (size_t)id->size; /* at most HS_MODEL_MOST: hs_model_header said so */
-  void *data = hs_private_bytes(n);
+  size_t head = (size_t)hs_model_words_at(id->header, id->size); /* the bytes copied now */
+  void *data = hs_private_bytes(n, head);
   char *name = hs_joined(path, "");
   char why[HS_PATH] = "";
   HsModel *m = 0;
+  Unread *u = 0;
   HsFileId now;
-  int rc = data && name ? hs_file_read(f, data, n, 0) : NOMEM;
+  int rc = data && name ? hs_file_read(f, data, head, 0) : NOMEM;
+  if (rc == READ) {
+    m = head < n ? hs_model_open_head(data, n, why, sizeof why)
+                 : hs_model_open(data, n, why, sizeof why);
+    if (!m) rc = REFUSED;
+  }
+  if (rc == READ && head < n) rc = words_check(f, m, why, sizeof why);
   if (rc == READ && hs_file_identity(f, &now) != 0) rc = FAILED;
   if (rc == READ) {
     memcpy(now.header, data, sizeof now.header);
     if (!hs_same_file(id, &now)) rc = CHANGED;
   }
-  const Model *same = 0; /* one read before from the same bytes: the file touched, copied again */
+  /* One read before from the same bytes (a file touched or copied again): shared.  The head
+  ** holds the word blocks' checksums, so two files of the same head have the same table. */
+  const Model *same = 0;
   for (Model *x = models; rc == READ && x && !same; x = x->next) {
-    if (x->path && x->n == n && memcmp(x->data, data, n) == 0) same = x;
+    if (x->path && x->n == n && memcmp(x->data, data, head) == 0) same = x;
   }
   if (same) {
-    Model *x = model_add(name, same->data, n, same->model); /* its identity now, shared bytes */
+    Model *x = model_add(name, same->data, n, same->model, same->unread);
     if (x) {
       x->file = *id;
+      hs_model_free(m);
       hs_private_free(data, n);
       return x;
     }
     rc = NOMEM;
   } else if (rc == READ) {
-    m = hs_model_open(data, n, why, sizeof why);
-    Model *x = m ? model_add(name, data, n, m) : 0;
+    if (head < n) {
+      u = calloc(1, sizeof *u);
+      if (u) u->read = calloc((size_t)hs_model_word_blocks(m), 1);
+      if (u && u->read) {
+        u->file = f;
+        u->unread = hs_model_word_blocks(m);
+      }
+    }
+    Model *x = head == n || (u && u->read) ? model_add(name, data, n, m, u) : 0;
     if (x) {
       x->file = *id;
+      *kept = u != 0;
       return x;
     }
-    rc = m ? NOMEM : REFUSED;
+    rc = NOMEM;
   }
   if (rc == NOMEM) {
     snprintf(err, HS_ERR, "embed(): out of memory");
@@ -246,10 +309,61 @@ static const Model *file_model_read(HsFile f, const char *path, const HsFileId *
   } else {
     read_error(err, where, rc);
   }
+  if (u) free(u->read);
+  free(u);
   hs_model_free(m);
   hs_private_free(data, n);
   free(name);
   return 0;
+}
+
+/* The word-table blocks that the text of len bytes needs in its role, read from the model's file
+** where they are not yet and checked (Requirement 14): 0, else 1 with err set. */
+static int read_words(const Model *x, const char *text, int64_t len, int role, char *err) {
+  Unread *u = x->unread;
+  models_lock();
+  int64_t unread = u->unread;
+  models_unlock();
+  if (unread == 0) return 0;
+  const HsModel *m = x->model;
+  int64_t cap = 8 * (int64_t)hs_model_window(m) + 2; /* hs_model_embed reads 8 windows at most */
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+  int64_t n = ids ? hs_model_tokens(m, text, len, role, 8, ids, cap - 2) : -1;
+  if (n < 0) {
+    free(ids);
+    snprintf(err, HS_ERR, "embed(): out of memory");
+    return 1;
+  }
+  ids[n++] = hs_model_special(m, 0);
+  ids[n++] = hs_model_special(m, 1);
+  int failed = 0;
+  models_lock();
+  for (int64_t i = 0; i < n && u->unread && !failed; i++) {
+    int64_t b = ids[i] / HS_WORD_BLOCK;
+    if (ids[i] < 0 || b >= hs_model_word_blocks(m) || u->read[b]) continue;
+    uint64_t at, bytes;
+    hs_model_word_block(m, b, &at, &bytes);
+    unsigned char *place = (unsigned char *)x->data + at;
+    char why[HS_PATH];
+    int rc = hs_file_read(u->file, place, (size_t)bytes, at);
+    if (rc != 0 || !hs_model_word_block_ok(m, b, place, why, sizeof why)) {
+      snprintf(err, HS_ERR,
+               "embed(): the model file %s %s (its word rows %lld to %lld%s): restart the process"
+               " once the file is whole; %s",
+               x->path,
+               rc < 0 ? "can no longer be read" : "changed or was damaged since it was read",
+               (long long)(b * HS_WORD_BLOCK), (long long)(b * HS_WORD_BLOCK + HS_WORD_BLOCK - 1),
+               rc > 0 ? " are past its end" : rc == 0 ? " do not match their checksum" : "",
+               HS_MAKE_ONE);
+      failed = 1;
+    } else {
+      u->read[b] = 1;
+      if (--u->unread == 0) hs_file_close(u->file); /* every block in memory: done with it */
+    }
+  }
+  models_unlock();
+  free(ids);
+  return failed;
 }
 
 /* The model of the file at path: the one read before while the file is still that one (its
@@ -265,6 +379,7 @@ static const Model *model_from_file(const char *path, const char *where, char *e
     return 0;
   }
   const Model *found = 0;
+  int kept = 0; /* f, by the model found */
   size_t head = id.size < HS_MODEL_HEADER ? (size_t)id.size : HS_MODEL_HEADER;
   char why_open[HS_PATH] = "";
   int rc;
@@ -280,10 +395,10 @@ static const Model *model_from_file(const char *path, const char *where, char *e
     for (Model *x = models; x && !found; x = x->next) {
       if (x->path && hs_same_file(&x->file, &id)) found = x;
     }
-    if (!found) found = file_model_read(f, path, &id, where, err);
+    if (!found) found = file_model_read(f, path, &id, where, &kept, err);
     models_unlock();
   }
-  hs_file_close(f);
+  if (!kept) hs_file_close(f);
   return found;
 }
 
@@ -303,7 +418,7 @@ static const Model *model_adopt(void *copy, size_t n, const char *where, char *e
   }
   char why[HS_PATH] = "";
   HsModel *m = hs_model_open(copy, n, why, sizeof why);
-  if (m) found = model_add(0, copy, n, m);
+  if (m) found = model_add(0, copy, n, m, 0);
   models_unlock();
   if (!found) {
     if (m) hs_model_free(m);
@@ -1178,6 +1293,11 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   out->role = role;
   int (*stop)(void *) = sqlite3_libversion_number() >= 3041000 ? stop_if_interrupted : 0;
+  if (model->unread && read_words(model, text ? text : "", len, role, err)) {
+    sqlite3_free(out);
+    sqlite3_result_error(ctx, err, -1);
+    return;
+  }
   int rc = hs_model_embed(model->model, text ? text : "", len, role, out->v, stop, db);
   if (rc != HS_MODEL_OK) {
     sqlite3_free(out);

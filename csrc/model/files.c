@@ -131,7 +131,10 @@ int hs_file_read(HsFile f, void *buf, size_t n, uint64_t at) {
 
 void hs_file_close(HsFile f) { CloseHandle(f); }
 
-void *hs_private_bytes(size_t n) { return malloc(n); }
+void *hs_private_bytes(size_t n, size_t now) {
+  (void)now;
+  return malloc(n);
+}
 void hs_private_free(void *p, size_t n) {
   (void)n;
   free(p);
@@ -234,14 +237,21 @@ int hs_file_read(HsFile f, void *buf, size_t n, uint64_t at) {
 
 void hs_file_close(HsFile f) { close(f); }
 
-/* Memory for a file's copy, in pages of its own: on Linux in huge pages where the system allows
-** them (madvise), as the copy's first touch of some 5,600 pages of 4 KB took longer than the
-** copy itself (docs/benchmarks.md).  NULL when there is none. */
-void *hs_private_bytes(size_t n) {
+/* Memory for a file's copy, in pages of its own.  Its first `now` bytes, copied at once: on Linux
+** in huge pages where the system allows them (madvise), as the copy's first touch of some 5,600
+** pages of 4 KB took longer than the copy itself (docs/benchmarks.md).  The rest, copied a block
+** at a time as texts need it (a word table): in small pages, so that a block of 14 KB costs its
+** own pages, not 2 MB.  NULL when there is none. */
+void *hs_private_bytes(size_t n, size_t now) {
   void *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return 0;
-#if defined(MADV_HUGEPAGE)
-  madvise(p, n, MADV_HUGEPAGE);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), split = (now + page - 1) / page * page;
+  if (split > n) split = n;
+  if (split) madvise(p, split, MADV_HUGEPAGE);
+  if (split < n) madvise((char *)p + split, n - split, MADV_NOHUGEPAGE);
+#else
+  (void)now;
 #endif
   return p;
 }

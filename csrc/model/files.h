@@ -39,9 +39,9 @@ int hs_file_identity(HsFile f, HsFileId *id);
 /* 0 when n bytes were read at offset at; 1 when the file ended first; -1 on an error. */
 int hs_file_read(HsFile f, void *buf, size_t n, uint64_t at);
 void hs_file_close(HsFile f);
-/* n bytes of memory of the process's own for a file's copy (NULL when there is none), and
-** their release. */
-void *hs_private_bytes(size_t n);
+/* n bytes of memory of the process's own for a file's copy, the first `now` of them to be copied
+** at once and the rest later a little at a time (NULL when there is none), and their release. */
+void *hs_private_bytes(size_t n, size_t now);
 void hs_private_free(void *p, size_t n);
 /* Whether something is at path (a file that cannot be looked at counts as there). */
 int hs_exists(const char *path);

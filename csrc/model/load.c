@@ -21,7 +21,6 @@
 
 #define HS_REMAKE "make it again with `hybridsql model --out FILE`"
 #define HS_ALIGN 64       /* every section starts at a multiple of it */
-#define HS_WORD_BLOCK 64  /* the word table's rows a checksum covers */
 #define HS_V1_HEADER 128  /* format 1's header bytes */
 #define HS_V1_ID 40       /* format 1's id field */
 #define HS_V2_HEADER 320  /* format 2's header bytes */
@@ -314,8 +313,20 @@ static HsModel *refuse_setting(HsModel *m, const char *name, long long value, ch
 }
 
 /* Format 2 (model_file.py's docstring). */
-static HsModel *open_v2(const uint8_t *p, size_t n, char *err, size_t errcap) {
-  const char *damaged = "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE;
+static const char DAMAGED[] =
+    "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE;
+
+/* Whether bytes, block b of a format-2 model's word table, match its checksum. */
+static int word_block_ok(const HsModel *m, int64_t b, const uint8_t *bytes) {
+  uint64_t at, n;
+  hs_model_word_block(m, b, &at, &n);
+  return checksum(bytes, (size_t)n, SIZE_MAX) == u64_at(m->words.sums + 8 * b);
+}
+
+/* Format 2 (model_file.py's docstring); its word table read and checked later, a block at a time,
+** when words_later is set (hs_model_open_head). */
+static HsModel *open_v2(const uint8_t *p, size_t n, int words_later, char *err, size_t errcap) {
+  const char *damaged = DAMAGED;
   uint64_t word_at = u64_at(p + 40); /* hs_model_header: a multiple of 64, in the file */
   if (checksum(p, (size_t)word_at, 4) != u64_at(p + 32)) return refuse(NULL, err, errcap, "%s", damaged);
   HsModel *m = calloc(1, sizeof(*m));
@@ -410,12 +421,7 @@ static HsModel *open_v2(const uint8_t *p, size_t n, char *err, size_t errcap) {
       return refuse(m, err, errcap, "the model file's %s prefix is not UTF-8: " HS_REMAKE,
                     r == HS_MODEL_QUERY ? "query" : "document");
   m->word.rows = p + word_at;
-  for (uint64_t b = 0; b < blocks; b++) { /* the word table, a block of rows at a time */
-    uint64_t from = word_at + b * HS_WORD_BLOCK * row_bytes;
-    uint64_t to = from + HS_WORD_BLOCK * row_bytes < n ? from + HS_WORD_BLOCK * row_bytes : n;
-    if (checksum(p + from, (size_t)(to - from), SIZE_MAX) != u64_at(sums + 8 * b))
-      return refuse(m, err, errcap, "%s", damaged);
-  }
+  m->words = (Words){word_at, n, row_bytes, (int64_t)blocks, sums};
   if (!open_tokenizer(m, (int)kind, tokenizer, token_bytes, err, errcap)) return NULL;
   static const int which[4] = {HS_TOKEN_CLS, HS_TOKEN_SEP, HS_TOKEN_PAD, HS_TOKEN_UNK};
   for (int i = 0; i < 4; i++) {
@@ -425,15 +431,51 @@ static HsModel *open_v2(const uint8_t *p, size_t n, char *err, size_t errcap) {
                     "the model file's special ids (%d %d %d %d) are not its tokenizer's: " HS_REMAKE,
                     special[0], special[1], special[2], special[3]);
   }
+  /* The word table, a block at a time, last: a caller that checks it later (hs_model_open_head)
+  ** refuses a file with the same line. */
+  for (uint64_t b = 0; b < blocks && !words_later; b++) {
+    uint64_t at, bytes;
+    hs_model_word_block(m, (int64_t)b, &at, &bytes);
+    if (!word_block_ok(m, (int64_t)b, p + at)) return refuse(m, err, errcap, "%s", damaged);
+  }
   return m;
 }
 
-HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
+static HsModel *open_model(const void *data, size_t n, int words_later, char *err, size_t errcap) {
   const uint8_t *p = data;
   if (hs_model_header(data, n, err, errcap)) return NULL;
   if (((uintptr_t)data % 8) != 0)
     return refuse(NULL, err, errcap, "the model's bytes are not aligned to 8 bytes in memory: copy them to memory from malloc");
-  return u32_at(p + 16) == 1 ? open_v1(p, n, err, errcap) : open_v2(p, n, err, errcap);
+  return u32_at(p + 16) == 1 ? open_v1(p, n, err, errcap) : open_v2(p, n, words_later, err, errcap);
+}
+
+HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap) {
+  return open_model(data, n, 0, err, errcap);
+}
+
+uint64_t hs_model_words_at(const void *head, uint64_t size) {
+  const uint8_t *p = head;
+  return u32_at(p + 16) == 2 ? u64_at(p + 40) : size;
+}
+
+HsModel *hs_model_open_head(const void *data, size_t n, char *err, size_t errcap) {
+  return open_model(data, n, 1, err, errcap);
+}
+
+int64_t hs_model_word_blocks(const HsModel *m) { return m->words.blocks; }
+
+void hs_model_word_block(const HsModel *m, int64_t b, uint64_t *at, uint64_t *bytes) {
+  const Words *w = &m->words;
+  *at = w->at + (uint64_t)b * HS_WORD_BLOCK * w->row_bytes;
+  *bytes = *at + HS_WORD_BLOCK * w->row_bytes < w->size ? HS_WORD_BLOCK * w->row_bytes
+                                                         : w->size - *at;
+}
+
+int hs_model_word_block_ok(const HsModel *m, int64_t b, const void *bytes, char *err,
+                           size_t errcap) {
+  if (b >= 0 && b < m->words.blocks && word_block_ok(m, b, bytes)) return 1;
+  snprintf(err, errcap, "%s", DAMAGED);
+  return 0;
 }
 
 void hs_model_free(HsModel *m) {
@@ -443,3 +485,5 @@ void hs_model_free(HsModel *m) {
   free(m->owned);
   free(m);
 }
+
+int32_t hs_model_special(const HsModel *m, int which) { return which == 0 ? m->cls : m->sep; }

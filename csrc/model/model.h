@@ -46,6 +46,27 @@ HS_EXPORT int hs_model_header(const void *head, uint64_t size, char *err, size_t
 ** 2) are read as the model they are. */
 HS_EXPORT HsModel *hs_model_open(const void *data, size_t n, char *err, size_t errcap);
 HS_EXPORT void hs_model_free(HsModel *m);
+
+/* A format-2 file's word table (54 of multilingual-e5-small's 73 MB) may be put in memory after
+** the rest, a block of HS_WORD_BLOCK rows at a time as the texts embedded need them, so that a
+** new process's first query copies only what it uses (embedsql.c).  hs_model_words_at: where
+** the word table starts, from the file's first HS_MODEL_HEADER bytes and size checked by
+** hs_model_header (a format 1 file, whose one checksum covers every byte, gives its size: it is
+** read whole).  hs_model_open_head: hs_model_open of data whose bytes before there are read and
+** the rest not yet (data still has room for all n).  The caller checks every block of the file
+** (hs_model_word_block: its place; hs_model_word_block_ok: whether bytes are it, else 0 with the
+** line hs_model_open would have written); before a text is embedded, it reads each block of the
+** rows its ids need (hs_model_tokens, [CLS] and [SEP]: hs_model_special) into data at its place
+** and checks it again.  The engine reads whatever bytes are there: a row not read is the
+** caller's mistake, not damage it can see. */
+#define HS_WORD_BLOCK 64
+uint64_t hs_model_words_at(const void *head, uint64_t size);
+HsModel *hs_model_open_head(const void *data, size_t n, char *err, size_t errcap);
+int64_t hs_model_word_blocks(const HsModel *m); /* 0 for format 1 */
+void hs_model_word_block(const HsModel *m, int64_t b, uint64_t *at, uint64_t *bytes);
+int hs_model_word_block_ok(const HsModel *m, int64_t b, const void *bytes, char *err,
+                           size_t errcap);
+int32_t hs_model_special(const HsModel *m, int which); /* 0: [CLS], 1: [SEP] */
 HS_EXPORT const char *hs_model_id(const HsModel *m); /* UTF-8, e.g. "all-MiniLM-L6-v2-int8" */
 HS_EXPORT int hs_model_dims(const HsModel *m);           /* 384 */
 HS_EXPORT int hs_model_window(const HsModel *m); /* tokens a window, its two specials included */

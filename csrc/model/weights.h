@@ -45,6 +45,15 @@ typedef struct {
 
 #define HS_ID_MOST 63 /* a model id's bytes, at most */
 
+/* A format-2 file's word table, checked a block of HS_WORD_BLOCK rows at a time against the
+** checksums its head keeps (format 1: blocks 0, its one checksum covers the whole file). */
+typedef struct {
+  uint64_t at, size;    /* where the table starts; the file's size (the table runs to its end) */
+  uint64_t row_bytes;
+  int64_t blocks;
+  const uint8_t *sums;  /* a little-endian uint64 a block */
+} Words;
+
 struct HsModel {
   char id[HS_ID_MOST + 1];
   int dims, layers, heads, ffn, vocab, positions, position_offset, types;
@@ -57,6 +66,7 @@ struct HsModel {
   const char *prefix[2]; /* HS_MODEL_QUERY, HS_MODEL_DOCUMENT: UTF-8, not NUL-terminated */
   int64_t prefix_bytes[2];
   Table word, position, token_type; /* token_type.rows NULL when the model has none */
+  Words words;
   const float *norm_weight, *norm_bias;
   Layer *layer;
   HsTokenizer *tokenizer;
