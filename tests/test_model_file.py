@@ -384,7 +384,7 @@ print(json.dumps({"added": added, "differ": differ, "texts": len(texts)}))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 @pytest.mark.parametrize("name", ["all-MiniLM-L6-v2", "multilingual-e5-small"])
-def test_word_rows_copied_as_texts_need_them_give_the_whole_files_vectors(name, model_bytes):
+def test_word_rows_copied_as_texts_need_them_give_the_whole_files_vectors(name, tmp_path):
     """embed() copies a word block when a text first needs it (a new process's first query
     copies 19 of e5's 73 MB); every text, of every script, one of 3,000 words over several
     windows, as a query and as a document, gets the vector of the whole file read at once
@@ -399,6 +399,7 @@ def test_word_rows_copied_as_texts_need_them_give_the_whole_files_vectors(name, 
         text=True,
         timeout=600,
         check=False,
+        cwd=tmp_path,  # not the checkout's root, whose hybridsql/ has no library when installed
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)

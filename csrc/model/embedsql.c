@@ -57,7 +57,7 @@
 **    refused ("changed while it was read").  A format-2 file's word table (54 of
 **    multilingual-e5-small's 73 MB, of which a query needs a few rows) is checked whole at
 **    open (words_check, through a buffer reused) but copied a block of 64 rows at a time, the
-**    first time a text needs one (read_words), from the file the model keeps open, each block
+**    first time a text needs one (copy_words), from the file the model keeps open, each block
 **    checked again: a file replaced (a package upgraded, `hybridsql model` again) leaves the
 **    open one readable, so the model keeps its vectors; one rewritten in place or cut short,
 **    which the copy of the whole used to outlive, makes a text that needs a block not copied
@@ -245,7 +245,7 @@ static int words_check(HsFile f, const HsModel *m, char *why, size_t whycap) {
 ** copied into memory of the process's own, and its identity checked again after: a file that
 ** changes under the process or is cut short can no longer reach a vector (a mapping gave SIGBUS,
 ** or other weights, then).  A format-2 file's word table is checked whole now (words_check) and
-** copied a block at a time by read_words: then the model keeps f open (*kept is set) and the
+** copied a block at a time by copy_words: then the model keeps f open (*kept is set) and the
 ** caller must not close it. */
 static const Model *file_model_read(HsFile f, const char *path, const HsFileId *id, const char *where,
                                     int *kept, char *err) {
@@ -319,7 +319,7 @@ static const Model *file_model_read(HsFile f, const char *path, const HsFileId *
 
 /* The word-table blocks that the text of len bytes needs in its role, read from the model's file
 ** where they are not yet and checked (Requirement 14): 0, else 1 with err set. */
-static int read_words(const Model *x, const char *text, int64_t len, int role, char *err) {
+static int copy_words(const Model *x, const char *text, int64_t len, int role, char *err) {
   Unread *u = x->unread;
   models_lock();
   int64_t unread = u->unread;
@@ -1293,7 +1293,7 @@ static void embed_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   }
   out->role = role;
   int (*stop)(void *) = sqlite3_libversion_number() >= 3041000 ? stop_if_interrupted : 0;
-  if (model->unread && read_words(model, text ? text : "", len, role, err)) {
+  if (model->unread && copy_words(model, text ? text : "", len, role, err)) {
     sqlite3_free(out);
     sqlite3_result_error(ctx, err, -1);
     return;
