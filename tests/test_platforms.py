@@ -103,7 +103,9 @@ def run(shell, script, simd=None, db=":memory:"):
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        # a hang, not a slow emulator: under qemu at load 8 the aarch64 shell's eight windows
+        # of MiniLM took over 10 minutes (about 4 on a quiet machine)
+        timeout=1800,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
