@@ -345,7 +345,8 @@ def test_connections_and_threads_share_one_copy(model_bytes, tmp_path):
     ).stdout.split()
     first, rest = map(float, out)
     head_mb = int.from_bytes(model_bytes[40:48], "little") / 2**20  # where the word table starts
-    assert first >= head_mb and rest < head_mb / 2, out
+    # a second copy would add the head again; under ASan the threads' own memory adds 6.6 MB
+    assert first >= head_mb and rest < head_mb, out
 
 
 WORDS_ORACLE = r"""
