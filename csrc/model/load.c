@@ -235,12 +235,16 @@ static HsModel *open_tokenizer(HsModel *m, int kind, const void *section, int64_
   return m;
 }
 
+/* A checksum that does not match: format 1's over the whole file, format 2's over its head or a
+** block of its word table. */
+static const char DAMAGED[] =
+    "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE;
+
 /* Format 1: all-MiniLM-L6-v2 as hybridsql wrote it before format 2 (model_file.py's docstring
 ** ends with its layout). */
 static HsModel *open_v1(const uint8_t *p, size_t n, char *err, size_t errcap) {
   if (checksum(p, n, 4) != u64_at(p + 32))
-    return refuse(NULL, err, errcap,
-                  "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE);
+    return refuse(NULL, err, errcap, "%s", DAMAGED);
   HsModel *m = calloc(1, sizeof(*m));
   if (!m) return refuse(NULL, err, errcap, "out of memory opening the model");
   if (!read_id(m, p + 40, HS_V1_ID))
@@ -313,9 +317,6 @@ static HsModel *refuse_setting(HsModel *m, const char *name, long long value, ch
 }
 
 /* Format 2 (model_file.py's docstring). */
-static const char DAMAGED[] =
-    "the model file is damaged (its checksum does not match its bytes): " HS_REMAKE;
-
 /* Whether bytes, block b of a format-2 model's word table, match its checksum. */
 static int word_block_ok(const HsModel *m, int64_t b, const uint8_t *bytes) {
   uint64_t at, n;
@@ -326,9 +327,8 @@ static int word_block_ok(const HsModel *m, int64_t b, const uint8_t *bytes) {
 /* Format 2 (model_file.py's docstring); its word table read and checked later, a block at a time,
 ** when words_later is set (hs_model_open_head). */
 static HsModel *open_v2(const uint8_t *p, size_t n, int words_later, char *err, size_t errcap) {
-  const char *damaged = DAMAGED;
   uint64_t word_at = u64_at(p + 40); /* hs_model_header: a multiple of 64, in the file */
-  if (checksum(p, (size_t)word_at, 4) != u64_at(p + 32)) return refuse(NULL, err, errcap, "%s", damaged);
+  if (checksum(p, (size_t)word_at, 4) != u64_at(p + 32)) return refuse(NULL, err, errcap, "%s", DAMAGED);
   HsModel *m = calloc(1, sizeof(*m));
   if (!m) return refuse(NULL, err, errcap, "out of memory opening the model");
   if (!read_id(m, p + 128, HS_V2_ID))
@@ -436,7 +436,7 @@ static HsModel *open_v2(const uint8_t *p, size_t n, int words_later, char *err, 
   for (uint64_t b = 0; b < blocks && !words_later; b++) {
     uint64_t at, bytes;
     hs_model_word_block(m, (int64_t)b, &at, &bytes);
-    if (!word_block_ok(m, (int64_t)b, p + at)) return refuse(m, err, errcap, "%s", damaged);
+    if (!word_block_ok(m, (int64_t)b, p + at)) return refuse(m, err, errcap, "%s", DAMAGED);
   }
   return m;
 }
