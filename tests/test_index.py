@@ -402,3 +402,39 @@ def test_only_an_index_is_opened_and_only_writing_creates_one(tmp_path):
     assert not missing.exists()
     HybridIndex(str(missing), embedder="none").close()  # a writing open creates it
     HybridIndex(str(missing), embedder="none", readonly=True).close()
+
+
+def test_a_run_that_another_run_overtook_does_not_write_the_file_again(tmp_path):
+    """Two runs over one folder (the MCP server's watcher and extract_memory's own run, or two
+    processes): the second read what was indexed before the first wrote the file's new content,
+    so it takes the file as changed. Written again, its chunks would be deleted and inserted for
+    nothing, and FTS5 would carry the deletions until its next merge (CI saw 72 KB land during a
+    later, unrelated call). It finds the content written and leaves it."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    note = folder / "note.md"
+    note.write_text("# Plans\n\nthe first version\n")
+    db = str(tmp_path / "mem.db")
+    first, second = HybridIndex(db, embedder=None), HybridIndex(db, embedder=None)
+    first.index_folder(str(folder))
+    note.write_text(
+        "# Plans\n\n" + "".join(f"## h{i}\n\nthe second version {i}\n" for i in range(50))
+    )
+
+    def state():
+        rows = first.conn.execute("select id, text from chunks order by id").fetchall()
+        fts = first.conn.execute("select sum(length(block)) from chunks_fts_data").get
+        return rows, fts
+
+    class Overtaken(Progress):
+        def start(self, total):  # after this run read what was indexed, before it reads files
+            overtaking.append(first.index_folder(str(folder)).files_indexed)
+            overtaking.append(state())
+
+    overtaking: list = []
+    report = second.index_folder(str(folder), progress=Overtaken())
+    assert overtaking[0] == 1
+    assert (report.files_indexed, report.files_unchanged) == (0, 1)
+    assert state() == overtaking[1]
+    assert "the second version 49" in state()[0][-1][1]
+    check_fts(first.conn)

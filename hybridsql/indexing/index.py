@@ -678,7 +678,11 @@ class HybridIndex:
             written = False
             while waiting and not waiting[0][2]:
                 (rel, sha, size, mtime, chunks), vectors, _ = waiting.popleft()
-                self._write_file(root, rel, sha, size, mtime, chunks, vectors)
+                if not self._write_file(root, rel, sha, size, mtime, chunks, vectors):
+                    report.files_unchanged += 1  # another run wrote it first
+                    work.done(rel, unchanged=True)
+                    step(rel)
+                    continue
                 report.files_indexed += 1
                 report.chunks_written += len(chunks)
                 unreadable = sum(1 for v in vectors if not v.any())
@@ -760,9 +764,18 @@ class HybridIndex:
             if worker is not None:
                 worker.close()
 
-    def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> None:
+    def _write_file(self, root, rel, sha, size, mtime, chunks, vectors) -> bool:
+        """Writes a file's row, chunks and vectors in one transaction; False, writing nothing,
+        where the index already holds this content: another run (the watcher's, extract_memory's,
+        another process's) wrote it since this run read what was indexed. Written again, its
+        chunks would only leave FTS5 their deletions to carry until its next merge."""
         conn = self.conn
         with transaction(conn):
+            stored = conn.execute(
+                "select sha256 from files where root = ? and path = ?", (root, rel)
+            ).fetchone()
+            if stored is not None and stored[0] == sha:
+                return False
             conn.execute("delete from files where root = ? and path = ?", (root, rel))
             conn.execute(
                 "insert into files(root, path, sha256, size, mtime) values (?, ?, ?, ?, ?)",
@@ -790,6 +803,7 @@ class HybridIndex:
                         for i in range(len(chunks))
                     ],
                 )
+        return True
 
     def embed_missing(
         self, batch: int = EMBED_BATCH, progress: Callable[[int], object] | None = None
