@@ -266,11 +266,15 @@ REVIEWED = {
         "conds": "literals of build_statement, and Profile.filters (SQL written in code)",
         "vector_of('c.id')": "Searcher._vector_of: a literal subquery on vectors, or"
         " VectorReader.vector_sql (quoted names and ints), of the literal 'c.id'",
-        "cosine": "a literal of build_statement around vector_of('c.id'), or 'null'",
+        "cosine": "a literal of build_statement (around vector_of('c.id') for the backends"
+        " without the extension), or 'null'",
+        "cosine_join": "'' or a literal join of build_statement (on its kw_cos CTE)",
+        "late": "Profile.late: SQL written in code (memory.ranking.SHOWN), joined with their names",
         "file": "a literal of build_statement: what group_by_file partitions by",
         "decay": "one of two literals of build_statement, chosen by the decay option",
         "columns": "_select_list(RESULT_COLUMNS): the result's names and SQL, written in code",
-        "final": "one of two literals of build_statement, chosen by group_by_file",
+        "final": "one of two literals of build_statement, chosen by group_by_file, or that in"
+        " a literal subquery when Profile.late has columns",
     },
     "search/searcher.py": {
         "profile.join": "Profile.join: SQL written in code (document_profile, memory_profile)",

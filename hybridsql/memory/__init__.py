@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         COLUMNS,
         RANKING_NUMBERS,
         RELEVANCE,
+        SHOWN,
         Ranking,
         memory_profile,
     )
@@ -67,6 +68,7 @@ _HOMES = {
         "COLUMNS",
         "RANKING_NUMBERS",
         "RELEVANCE",
+        "SHOWN",
         "Ranking",
         "memory_profile",
     ),
@@ -106,6 +108,7 @@ __all__ = [
     "RELATED_TO",
     "RELEVANCE",
     "SECTORS",
+    "SHOWN",
     "SUPERSEDES",
     "TIERS",
     "ExtractedEntry",

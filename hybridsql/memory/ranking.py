@@ -123,18 +123,23 @@ COLUMNS = {
     "own_salience": "m.salience",
     "valid_until": "m.valid_until",
     "memory_created_at": "m.created_at",
-    "source_session": _SOURCE_SESSION.format(id="c.id"),
+}
+
+# What a memory found shows and nothing ranks by, computed for the memories returned alone:
+# over ``hit.id``, the memory's chunk id (Profile.late).
+SHOWN = {
+    "source_session": _SOURCE_SESSION.format(id="hit.id"),
     "superseded_by": (
         f"(select json_object('id', n.chunk_id, 'content', substr(nc.text, 1, {PREVIEW_CHARS}),"
         " 'created_at', n.created_at) from memory_links l"
         " join memories n on n.chunk_id = l.from_id join chunks nc on nc.id = n.chunk_id"
-        f" where l.to_id = c.id and l.relation = '{SUPERSEDES}' and n.deleted = 0"
+        f" where l.to_id = hit.id and l.relation = '{SUPERSEDES}' and n.deleted = 0"
         " order by n.created_at desc limit 1)"
     ),
     "related_count": (
         "(select count(*) from memories o where o.deleted = 0 and o.chunk_id in"
-        " (select to_id from memory_links where from_id = c.id"
-        " union select from_id from memory_links where to_id = c.id))"
+        " (select to_id from memory_links where from_id = hit.id"
+        " union select from_id from memory_links where to_id = hit.id))"
     ),
 }
 
@@ -176,5 +181,6 @@ def memory_profile(
         filters_keep_most=all(value is None for _, _, value in given),
         relevance=RELEVANCE,
         columns=COLUMNS,
+        late=SHOWN,
         params=params,
     )

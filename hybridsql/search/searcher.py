@@ -30,7 +30,13 @@ from hybridsql.search.options import (
 )
 from hybridsql.search.results import SearchResult, SearchResults
 from hybridsql.search.snippets import highlight_terms, make_snippet, matched_heading
-from hybridsql.search.statement import Profile, build_statement, document_profile, result_names
+from hybridsql.search.statement import (
+    RESULT_COLUMNS,
+    Profile,
+    build_statement,
+    document_profile,
+    result_names,
+)
 
 if TYPE_CHECKING:  # imported on first use: numpy
     from hybridsql.db.vectors import VectorReader
@@ -161,7 +167,7 @@ class Searcher:
             rows = file_hits(rows, opts.per_file)
             rows = rows if opts.mmr else rows[: opts.limit]
         terms = highlight_terms(query)
-        results = [self._result(r, terms, opts.prefix, profile.columns) for r in rows]
+        results = [self._result(r, terms, opts.prefix, names[len(RESULT_COLUMNS) :]) for r in rows]
         if opts.mmr and results:
             results = self._mmr(results, params, opts, vector_of)
         return SearchResults(

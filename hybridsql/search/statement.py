@@ -29,8 +29,10 @@ class Profile:
     every id they keep (``rowid in (select ...)``: a pass over all of them, cheap only when they
     are few; docs/benchmarks.md). ``relevance`` scores a candidate from
     ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
-    options); ``columns`` maps more result columns to their SQL. User values reach it only as
-    parameters.
+    options); ``columns`` maps more result columns to their SQL. ``late`` maps result columns
+    that only show a result (nothing ranks by them) to SQL over ``hit.id``, the chunk's id:
+    they are computed for the rows returned alone, not for every candidate. User values reach it
+    only as parameters.
     """
 
     kind: str = "document"
@@ -39,6 +41,7 @@ class Profile:
     filters_keep_most: bool = False
     relevance: str | None = None
     columns: dict = field(default_factory=dict)
+    late: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
 
 
@@ -72,8 +75,9 @@ RESERVED = frozenset(RESULT_COLUMNS) | frozenset(
 
 
 def result_names(profile: "Profile") -> tuple:
-    """The names of the statement's columns, in order: RESULT_COLUMNS, then the profile's."""
-    return (*RESULT_COLUMNS, *profile.columns)
+    """The names of the statement's columns, in order: RESULT_COLUMNS, then the profile's
+    (``columns``, then ``late``)."""
+    return (*RESULT_COLUMNS, *profile.columns, *profile.late)
 
 
 def _select_list(columns: dict) -> str:
@@ -112,7 +116,7 @@ def build_statement(
     ``vectors`` table), ``json`` (candidates bound as :vector_candidates) or None (keyword-only).
     ``native``: the C extension is loaded, so FTS5 has its bm25_candidate() function.
     ``vector_of(id_sql)``: SQL for the vector of a chunk, for the candidates found by keyword."""
-    clash = RESERVED.intersection(profile.columns)
+    clash = RESERVED.intersection([*profile.columns, *profile.late])
     if clash:
         raise ValueError(f"profile columns would shadow the statement's own: {sorted(clash)}")
     join, filters = profile.join, profile.filters
@@ -208,19 +212,29 @@ def build_statement(
 )""")
     parts.append("""cand(id) as (select id from vec_ranked union select id from kw)""")
     # The exact cosine of every candidate: the vector side's score, or for those found by
-    # keyword alone, their vector's.
-    cosine = (
-        f"coalesce(vec.vscore, cosine_similarity(:query_vector, {vector_of('c.id')}))"
-        if vector_source
-        else "null"
-    )
+    # keyword alone, their vector's. The table scores those in one query over their rowids (the
+    # same arithmetic as cosine_similarity(), to the bit), where a lookup of each one's vector
+    # cost a statement of the table's own apiece; the other backends read each vector.
+    cosine_join = ""
+    if vector_source == "knn":
+        parts.append("""kw_cos(id, cosine) as materialized (
+  select rowid, score from vectors
+  where vector match :query_vector and model_id = :model
+    and rowid in (select id from kw where id not in (select id from vec))
+)""")
+        cosine = "coalesce(vec.vscore, kw_cos.cosine)"
+        cosine_join = " left join kw_cos on kw_cos.id = cand.id"
+    elif vector_source:
+        cosine = f"coalesce(vec.vscore, cosine_similarity(:query_vector, {vector_of('c.id')}))"
+    else:
+        cosine = "null"
     parts.append(f"""scored as materialized (
   select c.id, c.kind, c.file_id, c.path, c.start_line, c.end_line, c.heading, c.text,
          c.created_at, {cosine} as cosine, kw.rank, kw.krank, kw.keyword_tier, vec_ranked.vrank,
          (select min(rank) from kw) as best_rank{extra_sql}
   from cand join chunks c on c.id = cand.id {join}
   left join kw on kw.id = cand.id left join vec on vec.id = cand.id
-  left join vec_ranked on vec_ranked.id = cand.id
+  left join vec_ranked on vec_ranked.id = cand.id{cosine_join}
 )""")
     # The fusion scores each side: linear by its value (the cosine over the floor, bm25 by
     # keyword_norm), rrf by its rank (k = RRF_K, scaled so that the first is 1.0). The profile's
@@ -279,6 +293,17 @@ def build_statement(
   where relevance >= :min_score
 )""")
         final = "from passed"
+    if profile.late:  # over the rows returned alone: the candidates' first, then these
+        late = "".join(f",\n       {sql} as {name}" for name, sql in profile.late.items())
+        final = f"from (select * {final} order by score desc, id limit :limit) as hit"
+        return (
+            "with "
+            + ",\n".join(parts)
+            + f"""
+{columns}{extra_names}{late}
+{final}
+order by score desc, id"""
+        )
     return (
         "with "
         + ",\n".join(parts)
