@@ -959,3 +959,55 @@ def test_a_memory_over_the_size_bound_is_refused_and_the_bound_is_configurable(
             match=re.escape("HYBRIDSQL_MAX_MEMORY_CHARS must be a whole number of characters"),
         ):
             MemoryStore(idx)
+
+
+def test_a_hits_dict_is_asdicts_and_its_own(tmp_path):
+    """MemoryHit, Memory and SearchResult answer as_dict() without dataclasses.asdict's deep copy
+    of every number and string (a search answers a dozen per call): the same dict as asdict()
+    gives, every field there, and containers of their own, so that changing the answer (the MCP
+    server shortens texts in it) leaves the hit as it was."""
+    from dataclasses import asdict
+
+    from hybridsql.memory import MemoryStore
+    from hybridsql.search.results import SearchResult
+
+    store = MemoryStore(HybridIndex(str(tmp_path / "m.db"), embedder=None))
+    old = store.add("the deploy runs on Fridays", "ops")
+    new = store.supersede(old.id, "the deploy runs on Mondays")
+    store.relate(new.id, old.id)
+    hits = list(store.search("deploy", include_superseded=True, reinforce=False))
+    assert {h.memory.id for h in hits} == {old.id, new.id}
+    superseded = next(h for h in hits if h.memory.id == old.id)
+    assert superseded.superseded_by["id"] == new.id and superseded.related_count == 1
+    for hit in hits:
+        answer = hit.as_dict()
+        assert answer == asdict(hit) and list(answer) == list(asdict(hit))
+        answer["memory"]["content"] = "changed"
+        if answer["superseded_by"] is not None:
+            answer["superseded_by"]["content"] = "changed"
+        assert answer != asdict(hit) and hit.memory.content.startswith("the deploy")
+        assert hit.superseded_by is None or hit.superseded_by["content"] != "changed"
+        assert hit.memory.as_dict() == asdict(hit.memory)
+    result = SearchResult(
+        1,
+        "document",
+        "a.md",
+        1,
+        9,
+        "# A",
+        "text",
+        "snip",
+        0.5,
+        0.5,
+        0.4,
+        None,
+        1.0,
+        "semantic",
+        [[3, 4], [7, 9]],
+        {"project": "p", "n": 2},
+    )
+    answer = result.as_dict()
+    assert answer == asdict(result) and list(answer) == list(asdict(result))
+    answer["other_ranges"][0][0] = 99
+    answer["extra"]["n"] = 3
+    assert result.other_ranges[0] == [3, 4] and result.extra["n"] == 2

@@ -507,7 +507,7 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         note = indexing.note() if indexing is not None else None
         answer = {
             "memories": [hit.as_dict() for hit in found],
-            "documents": [{k: r.as_dict()[k] for k in keys} for r in docs],
+            "documents": [{k: getattr(r, k) for k in keys} for r in docs],
             "notes": found.notes + ([note] if note else []),
         }
         return bounded(answer, ("memories", "documents"), max_chars)

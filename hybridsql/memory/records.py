@@ -62,7 +62,9 @@ class Memory:
         return self.valid_until is not None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # asdict()'s answer without its deep copy of each number and string (a search answers
+        # a dozen of these): every field is one of those
+        return dict(self.__dict__)
 
 
 @dataclass
@@ -95,7 +97,12 @@ class MemoryHit:
     related_count: int  # other memories linked to it, either way
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # asdict()'s answer, its containers copied, the numbers and strings shared
+        out = dict(self.__dict__)
+        out["memory"] = self.memory.as_dict()
+        if self.superseded_by is not None:
+            out["superseded_by"] = dict(self.superseded_by)
+        return out
 
 
 @dataclass

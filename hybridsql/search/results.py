@@ -1,6 +1,6 @@
 """Search results: SearchResult (one chunk found, and how its score was made) and SearchResults."""
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -27,7 +27,12 @@ class SearchResult:
     extra: dict = field(default_factory=dict)  # the profile's columns
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # asdict()'s answer, its containers copied, the numbers and strings shared (the
+        # profile's columns are SQL values)
+        out = dict(self.__dict__)
+        out["other_ranges"] = [list(r) for r in self.other_ranges]
+        out["extra"] = dict(self.extra)
+        return out
 
 
 @dataclass
