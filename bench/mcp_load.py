@@ -132,6 +132,8 @@ async def client(n, base, projects, queries, texts, args, stop_at, stats):
             stats[kind].append(time.perf_counter() - t)
             if result.is_error:
                 stats["errors"].append(f"{kind}: {result.content[0].text}")
+            elif kind == "search":
+                stats["found"].append(len(json.loads(result.content[0].text)["memories"]))
             elif kind == "add":
                 memory = json.loads(result.content[0].text)
                 stats["acked"].append((project, memory["id"], word))
@@ -172,11 +174,15 @@ def run(args, projects_count, memories):
     data_dir = tempfile.mkdtemp(prefix="hybridsql-load-")
     projects = [f"p{i}" for i in range(projects_count)]
     for project in projects:
-        shutil.copy(base_db, os.path.join(data_dir, f"{project}.db"))
+        path = os.path.join(data_dir, f"{project}.db")
+        shutil.copy(base_db, path)
+        # The server searches a project's own memories: the base index's are the bench's.
+        with HybridIndex(path, embedder="none") as index, index.conn:
+            index.conn.execute("update memories set project = ?", (project,))
     queries = [q["text"] for q in read("queries")]
     texts = sentences()
     proc, base = start_server(data_dir, args.embedder, os.path.join(data_dir, "server.log"))
-    stats = {"search": [], "add": [], "errors": [], "acked": []}
+    stats = {"search": [], "add": [], "errors": [], "acked": [], "found": []}
     try:
         stop_at = time.monotonic() + args.seconds
 
@@ -211,6 +217,8 @@ def run(args, projects_count, memories):
         "unique_queries": args.unique_queries,
         "served": served,
         "per_second": round(served / elapsed, 1),
+        # memories a search answered, on average (of at most its limit, 10)
+        "memories_found": round(sum(stats["found"]) / max(len(stats["found"]), 1), 1),
         "errors": len(stats["errors"]),
         "first_errors": stats["errors"][:3],
         "lost_writes": lost_writes(data_dir, stats["acked"]),
