@@ -790,11 +790,16 @@ static int first_row(sqlite3 *db, const char *sql, sqlite3_stmt **st) {
   return rc == SQLITE_OK ? sqlite3_step(*st) : rc;
 }
 
-/* The lookup's failure to read table: one line with SQLite's reason; LOOKED_STOPPED where it
-** was interrupted (SQLite's own error then reaches the caller, as from embed() itself). */
+/* The lookup's failure to read table: one line with SQLite's reason (which may quote the
+** lines of a malformed schema's SQL: each control character becomes a space); LOOKED_STOPPED
+** where it was interrupted (SQLite's own error then reaches the caller, as from embed()
+** itself). */
 static Looked failed(sqlite3 *db, int rc, const char *table, char *err) {
   snprintf(err, HS_ERR, "embed(): cannot look for a model in this database's table %s: %s",
            table, sqlite3_errmsg(db));
+  for (char *c = err; *c; c++) {
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = ' ';
+  }
   return rc == SQLITE_INTERRUPT ? LOOKED_STOPPED : LOOKED_FAILED;
 }
 
