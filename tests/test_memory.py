@@ -9,6 +9,7 @@ import re
 import shutil
 from datetime import datetime
 
+import apsw
 import click
 import pytest
 
@@ -1011,3 +1012,29 @@ def test_a_hits_dict_is_asdicts_and_its_own(tmp_path):
     answer["other_ranges"][0][0] = 99
     answer["extra"]["n"] = 3
     assert result.other_ranges[0] == [3, 4] and result.extra["n"] == 2
+
+
+def test_a_search_asked_again_reads_no_page_from_the_file_again(store):
+    """A connection's page cache holds what a search reads (issue 42): at SQLite's default of
+    2 MiB, an index whose memories had a long recall history (each candidate's recalls are read
+    to rank it) read every page of that history from the file again at every search (the
+    server's 2,000-memory index: 800 reads, 3 MB, a search)."""
+    for i in range(40):
+        add(store, f"deploy note {i}: the staging cluster runs migrations before traffic")
+    ids_ = [m for (m,) in store.index.conn.execute("select chunk_id from memories")]
+    rows = [(1 + s, m, "recalled", 1.0e9 + s) for m in ids_ for s in range(1500)]
+    with store.index.conn:
+        store.index.conn.executemany(
+            "insert into session_memories(session_id, memory_id, usage, at) values (?, ?, ?, ?)",
+            rows,
+        )
+    conn = store.index.conn
+    pages = conn.execute("pragma page_count").fetchone()[0]
+    # more than SQLite's default cache holds
+    assert pages * conn.execute("pragma page_size").fetchone()[0] > 3 * 2**20
+    first = store.search("staging migrations", reinforce=False)
+    conn.status(apsw.SQLITE_DBSTATUS_CACHE_MISS, True)  # reset
+    again = store.search("staging migrations", reinforce=False)
+    missed = conn.status(apsw.SQLITE_DBSTATUS_CACHE_MISS)[0]
+    assert ids(again) == ids(first) and len(first) == 10
+    assert missed == 0

@@ -270,6 +270,13 @@ def _sqlite3_aggregate(functions: Functions):
     return Aggregate
 
 
+# The most a connection's page cache holds, in KiB (SQLite's default is 2 MiB): a search reads
+# the candidates' rows, their recall history and their vectors' pages all over the file, and
+# at 2 MiB an index of 2,000 memories and their recalls (8 MiB) read each search's 800 pages
+# (3 MB) from the file again. Pages are cached as they are read, so a small file takes less.
+CACHE_KIB = 16 * 1024
+
+
 def connect(
     path: str,
     backend: str = "auto",
@@ -314,6 +321,7 @@ def connect(
             conn.execute("pragma journal_mode = wal")
             conn.set_wal_hook(_checkpointer(os.path.abspath(path)))
         conn.execute("pragma synchronous = normal; pragma foreign_keys = on")
+        conn.execute(f"pragma cache_size = -{CACHE_KIB}")
     except apsw.Error as e:
         if conn is not None:
             close(conn, damaged=isinstance(e, DAMAGED))
