@@ -284,7 +284,8 @@ def connect(
     readonly: bool = False,
     create: bool = True,
 ) -> apsw.Connection:
-    """An apsw connection with hybridsql loaded, in WAL mode with a busy timeout.
+    """An apsw connection with hybridsql loaded, in WAL mode with a busy timeout and a page
+    cache of up to CACHE_KIB.
 
     ``readonly`` opens with SQLITE_OPEN_READONLY and leaves the journal mode as it is (on a
     read-only file system, the file is read as immutable); ``create=False`` refuses a file that
