@@ -271,10 +271,11 @@ def _sqlite3_aggregate(functions: Functions):
 
 
 # The most a connection's page cache holds, in KiB (SQLite's default is 2 MiB): a search reads
-# the candidates' rows, their recall history and their vectors' pages all over the file, and
-# at 2 MiB an index of 2,000 memories and their recalls (8 MiB) read each search's 800 pages
-# (3 MB) from the file again. Pages are cached as they are read, so a small file takes less.
-CACHE_KIB = 16 * 1024
+# the candidates' rows, their recall history, the FTS5 segments and the vectors it rescores all
+# over the file, and at 2 MiB a search of the server bench's index (2,000 memories) read its
+# 800 pages from the file again every time. Pages are cached as they are read, so a small file
+# takes less; at 8 MiB, 256 open indexes hold at most 2 GiB.
+CACHE_KIB = 8 * 1024
 
 
 def connect(

@@ -133,6 +133,10 @@ create table if not exists session_memories(
 );
 create index if not exists session_memories_memory on session_memories(memory_id, at);
 create index if not exists session_memories_session on session_memories(session_id, memory_id);
+-- A memory's recalls, one per session at its latest: what ranks it (memory/ranking.py), read
+-- for every candidate of every search, from this index alone (made at an index's next open).
+create index if not exists session_memories_recalls
+  on session_memories(memory_id, usage, session_id, at);
 
 create table if not exists memory_links(
   from_id integer not null,     -- memories(chunk_id)
