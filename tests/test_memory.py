@@ -1040,9 +1040,9 @@ def pages_of_a_search_again(store, query: str, status: int) -> int:
 
 def test_a_search_asked_again_reads_no_page_from_the_file_again(store):
     """A connection's page cache holds what a search reads (issue 42): at SQLite's default of
-    2 MiB, an index whose pages a search reads were more than that read every one of them from
-    the file again at every search (the server bench's index of 2,000 memories and their
-    recalls: 800 reads, 3 MB, a search)."""
+    2 MiB, a search that read more pages than that read every one of them from the file again
+    the next time (the server bench's index of 2,000 memories and their recalls: 800 reads, 3
+    MB, a search)."""
     recalled_often(store)
     conn = store.index.conn
     pages = conn.execute("pragma page_count").fetchone()[0]
