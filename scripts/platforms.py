@@ -549,10 +549,36 @@ def wine_server(cache: str = EMULATION):
     them itself, and they keep its output pipes open until the server stops, seconds later."""
     env = {**os.environ, **dict(wine_env(cache))}
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "env": env}
-    os.makedirs(env["WINEPREFIX"], exist_ok=True)
+    prefix = env["WINEPREFIX"]
+    os.makedirs(prefix, exist_ok=True)
     subprocess.run(["wineserver", "--persistent"], check=True, **quiet)
     try:
-        subprocess.run(["wineboot", "--init"], check=True, stderr=subprocess.DEVNULL, **quiet)
-        yield
+        # its standard error into a file, not a pipe: the services it starts keep a pipe open
+        with tempfile.TemporaryFile("w+") as file:
+            boot = subprocess.run(["wineboot", "--init"], stderr=file, check=False, **quiet)
+            code = boot.returncode
+            file.seek(0)
+            said = file.read()
+        if not code:
+            yield
     finally:
         subprocess.run(["wineserver", "--kill"], check=True, **quiet)
+    if code:  # the server stopped first: it is found by its prefix
+        raise RuntimeError(wine_boot_failure(code, said, prefix))
+
+
+WINE_PREFIX_MB = 700  # what wine 8 copies into a new prefix: its DLLs, about 630 MB of them
+
+
+def wine_boot_failure(code: int, stderr: str, prefix: str) -> str:
+    """The one line saying why wine's prefix could not be made, after removing what was made of
+    it, so that the next run makes it anew. Wine exits with the low byte of its NTSTATUS, 53 for
+    c0000135 (a DLL not found): what a full disk gives, the prefix's DLLs copied only in part."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    shutil.rmtree(prefix, ignore_errors=True)
+    free = shutil.disk_usage(os.path.dirname(prefix) or ".").free // 2**20
+    return (
+        f"wineboot --init failed (exit {code}) making wine's prefix {prefix}: "
+        f"{said[-1] if said else 'it printed nothing'}; {free} MB free there, "
+        f"and a prefix takes about {WINE_PREFIX_MB} MB"
+    )

@@ -143,6 +143,40 @@ def test_a_library_for_another_platform_fails_the_check(tmp_path):
         platforms.check_library(mac, path)
 
 
+def test_a_wine_prefix_that_cannot_be_made_says_why_and_is_removed(tmp_path, monkeypatch):
+    """wine's prefix is made once, 700 MB of DLLs; where the disk fills up first, wineboot exits
+    53 with a line on standard error that nobody saw (CI's platforms stage failed so). The
+    failure names wineboot, its exit, its last line and the space left, stops the wine server
+    and removes the half-made prefix, so that the next run makes it anew. Stand-ins for wine's programs, on PATH,
+    fail as a full disk makes the real ones fail."""
+    bin = tmp_path / "bin"
+    bin.mkdir()
+    (bin / "wineserver").write_text("#!/bin/sh\nexit 0\n")
+    (bin / "wineboot").write_text(
+        "#!/bin/sh\n"
+        'mkdir -p "$WINEPREFIX/drive_c/windows/system32" && : > "$WINEPREFIX/system.reg"\n'
+        "echo 'wine: configuration in L\"'$WINEPREFIX'\" has been updated.' >&2\n"
+        "echo 'wine: could not load kernel32.dll, status c0000135' >&2\n"
+        "exit 53\n"
+    )
+    for program in ("wineserver", "wineboot"):
+        (bin / program).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin}{os.pathsep}{os.environ['PATH']}")
+    cache = tmp_path / "cache"
+    prefix = str(cache / "wine")
+    entered = []
+    with pytest.raises(RuntimeError) as failed, platforms.wine_server(str(cache)):
+        entered.append(True)
+    said = str(failed.value)
+    assert said.startswith(
+        f"wineboot --init failed (exit 53) making wine's prefix {prefix}: "
+        "wine: could not load kernel32.dll, status c0000135; "
+    ), said
+    assert re.search(r"; \d+ MB free there, and a prefix takes about 700 MB$", said), said
+    assert "\n" not in said
+    assert not entered and not os.path.exists(prefix)
+
+
 def test_the_exports_are_those_of_the_header():
     """What the checks demand: SQLite's entry point and the kernels _native.py declares."""
     assert EXPORTS == (
