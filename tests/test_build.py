@@ -146,13 +146,18 @@ def test_a_library_for_another_platform_fails_the_check(tmp_path):
 def test_a_wine_prefix_that_cannot_be_made_says_why_and_is_removed(tmp_path, monkeypatch):
     """wine's prefix is made once, 700 MB of DLLs; where the disk fills up first, wineboot exits
     53 with a line on standard error that nobody saw (CI's platforms stage failed so). The
-    failure names wineboot, its exit, its last line and the space left, stops the wine server
-    and removes the half-made prefix, so that the next run makes it anew. Stand-ins for wine's programs, on PATH,
-    fail as a full disk makes the real ones fail."""
-    bin = tmp_path / "bin"
-    bin.mkdir()
-    (bin / "wineserver").write_text("#!/bin/sh\nexit 0\n")
-    (bin / "wineboot").write_text(
+    failure names wineboot, its exit, its last line and the space left; the wine server is
+    stopped while its prefix is still there (wine finds a server by its prefix), then the
+    half-made prefix is removed, so that the next run makes it anew. Stand-ins for wine's
+    programs, on PATH, fail as a full disk makes the real ones fail."""
+    programs = tmp_path / "bin"
+    programs.mkdir()
+    calls = tmp_path / "wineserver-calls"
+    (programs / "wineserver").write_text(
+        "#!/bin/sh\n"
+        f'[ -d "$WINEPREFIX" ] && there=present || there=gone; echo "$1 $there" >> {calls}\n'
+    )
+    (programs / "wineboot").write_text(
         "#!/bin/sh\n"
         'mkdir -p "$WINEPREFIX/drive_c/windows/system32" && : > "$WINEPREFIX/system.reg"\n'
         "echo 'wine: configuration in L\"'$WINEPREFIX'\" has been updated.' >&2\n"
@@ -160,8 +165,8 @@ def test_a_wine_prefix_that_cannot_be_made_says_why_and_is_removed(tmp_path, mon
         "exit 53\n"
     )
     for program in ("wineserver", "wineboot"):
-        (bin / program).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin}{os.pathsep}{os.environ['PATH']}")
+        (programs / program).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{programs}{os.pathsep}{os.environ['PATH']}")
     cache = tmp_path / "cache"
     prefix = str(cache / "wine")
     entered = []
@@ -175,6 +180,7 @@ def test_a_wine_prefix_that_cannot_be_made_says_why_and_is_removed(tmp_path, mon
     assert re.search(r"; \d+ MB free there, and a prefix takes about 700 MB$", said), said
     assert "\n" not in said
     assert not entered and not os.path.exists(prefix)
+    assert calls.read_text().splitlines() == ["--persistent present", "--kill present"]
 
 
 def test_the_exports_are_those_of_the_header():
