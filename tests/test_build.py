@@ -3,6 +3,7 @@ cross-compiles for each release platform (scripts/platforms.py), and the sdist."
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,12 +25,15 @@ EXPORTS = platforms.exports()
 
 @pytest.mark.parametrize(
     ("cc", "named"),
-    [(None, "gcc"), ("false", "false"), ("gcc -fno-such-flag", "gcc -fno-such-flag")],
+    [(None, None), ("false", "false"), ("gcc -fno-such-flag", "gcc -fno-such-flag")],
 )
 def test_a_build_without_a_compiler_says_so_first(tmp_path, cc, named):
     """No compiler on PATH, or one that compiles nothing (``CC=false``, which is on PATH): one
     message naming the platforms with wheels and what to install, before setuptools prints
-    anything, and no traceback."""
+    anything, and no traceback. Without CC, the compiler named is the one this Python was built
+    with (sysconfig's CC: ``gcc`` for pyenv's, ``x86_64-linux-gnu-gcc`` for Debian's)."""
+    if named is None:
+        named = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
     bare = tmp_path / "bin"
     bare.mkdir()
     os.symlink(sys.executable, bare / "python")
