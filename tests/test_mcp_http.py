@@ -10,6 +10,7 @@ import re
 import selectors
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 
@@ -472,6 +473,46 @@ def test_concurrent_clients_lose_no_write(tmp_path):
             assert lost == []
             rows = index.conn.execute("select count(*) from memories").fetchone()[0]
             assert rows == len(mine)
+
+
+def test_a_search_memory_waits_for_its_index_once(tmp_path):
+    """The memories' search and the documents' run in one call under the index's guard: a
+    request queues behind the others once, not twice (which doubled a loaded server's p95),
+    and no other call runs between its two halves. Its answer is the two searches'."""
+    from hybridsql.mcp.server import Place, build_server, search_both
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "deploys.md").write_text("# Deploys\n\nDeploys are frozen on Fridays.\n")
+    with HybridIndex(str(tmp_path / "m.db"), embedder="none") as index:
+        index.index_folder(str(folder))
+        store = MemoryStore(index)
+        store.add("deploy freezes start at noon", project="p")
+        guard, calls = threading.RLock(), []
+
+        def call(fn, *args, **kwargs):
+            assert guard.acquire(blocking=False)  # nothing else holds it: calls do not nest
+            try:
+                calls.append(fn)
+                return fn(store, *args, **kwargs)
+            finally:
+                guard.release()
+
+        place = Place(call, lambda: None, "p", "p")
+        server = build_server(lambda project, write=False: place)
+        result = asyncio.run(
+            server.call_tool(
+                "search_memory", {"query": "deploy", "documents": 3, "reinforce": False}
+            )
+        )
+        answer = json.loads(result.content[0].text)
+        memories = store.search("deploy", project="p", reinforce=False)
+        documents = store.search_documents("deploy", "p", 3)
+    assert calls == [search_both]
+    assert [m["memory"]["id"] for m in answer["memories"]] == [h.memory.id for h in memories] != []
+    assert [(d["path"], d["start_line"]) for d in answer["documents"]] == [
+        (d.path, d.start_line) for d in documents
+    ]
 
 
 def test_concurrent_hybrid_searches_find_what_a_quiet_one_finds_and_lose_no_add(tmp_path):

@@ -165,9 +165,30 @@ class Indexing(Progress):
         return f"indexing: {so_far}; documents found are those indexed so far"
 
 
-# What a read-only place may run (an HTTP server's read key): nothing that writes.
+def search_both(store: MemoryStore, query: str, documents: int, decay, group_by_file, **options):
+    """search_memory's two searches, its memories' (``options``: MemorySearch's fields) and up
+    to ``documents`` passages of the memory folder's files, in one call: one wait for the
+    index's guard, not two, so that other requests do not queue between them (a server's tail
+    latency, docs/benchmarks.md) and no write lands between the two."""
+    found = store.search(query, **options)
+    docs = []
+    if documents > 0:
+        docs = store.search_documents(
+            query, options.get("project"), documents, decay, group_by_file
+        )
+    return found, docs
+
+
+# What a read-only place may run (an HTTP server's read key): nothing that writes (its
+# searches are told reinforce=False).
 READS = frozenset(
-    {MemoryStore.search, MemoryStore.search_documents, MemoryStore.timeline, MemoryStore.recent}
+    {
+        MemoryStore.search,
+        MemoryStore.search_documents,
+        search_both,
+        MemoryStore.timeline,
+        MemoryStore.recent,
+    }
 )
 
 
@@ -491,18 +512,16 @@ def build_server(where, indexing: Indexing | None = None) -> MCPServer:
         reinforce = options.get("reinforce", True)
         if options.get("mode", "hybrid") != "keyword":
             place.embed_ahead(query)
-        found = place.call(
-            MemoryStore.search,
+        found, docs = place.call(
+            search_both,
             query,
+            documents,
+            decay,
+            group_by_file,
             project=place.project,
             recalled_in=place.session() if reinforce else None,
             **options,
         )
-        docs = []
-        if documents > 0:
-            docs = place.call(
-                MemoryStore.search_documents, query, place.project, documents, decay, group_by_file
-            )
         keys = ("path", "start_line", "end_line", "other_ranges", "snippet", "score")
         note = indexing.note() if indexing is not None else None
         answer = {
