@@ -26,7 +26,10 @@ gets an MCP session id), served by uvicorn to many clients at once.
   exhaust file descriptors; the embedder (the local model) is loaded once for all of them.
   A search's query is embedded before its call takes the guard, on a connection of the worker
   thread's own (``Projects.embed_ahead``), and the vectors of the last SHARED_QUERIES queries
-  are kept for every index: the guard is held for the search's statements alone.
+  are kept for every index: the guard is held for the search's statements alone, once for its
+  memories and documents together (``search_both``). More connections for reads were measured
+  slower: every search writes its recalls, and each commit makes SQLite drop the other
+  connections' page caches (docs/benchmarks.md, "One wait for the index").
 - Answers are one JSON body each (the SDK's ``json_response``), not an SSE stream: the tools
   send nothing before their result.
 """
