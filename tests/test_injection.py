@@ -242,6 +242,8 @@ REVIEWED = {
         "where": "'and ' + Profile.filters: SQL written in code, values bound as :params",
         "profile.join": "as join",
         "profile.filters": "as where",
+        "tested": "filter_source: Profile.filter_table, or 'chunks c ' and Profile.join",
+        "key": "filter_source: Profile.filter_table's id column (written in code), or 'c.id'",
         "extra_sql": "Profile.columns: SQL written in code, joined with their names",
         "extra_names": "the names of Profile.columns, identifiers written in code",
         "args": "':query_vector, :pool, :model' and the ids subquery from Profile SQL",
@@ -279,6 +281,8 @@ REVIEWED = {
     "search/searcher.py": {
         "profile.join": "Profile.join: SQL written in code (document_profile, memory_profile)",
         "profile.filters": "Profile.filters: SQL written in code, values bound as :params",
+        "tested": "filter_source: Profile.filter_table (written in code) or chunks and join",
+        "key": "filter_source: Profile.filter_table's id column (written in code), or 'c.id'",
         "marks": "', ' joined ':id{i}' placeholders, i a range index",
         "i": "an index from enumerate(ids), for the :id{i} placeholders",
         "vector_of('c.id')": "Searcher._vector_of: a literal subquery on vectors, or"

@@ -177,6 +177,7 @@ def memory_profile(
         kind="memory",
         join="join memories m on m.chunk_id = c.id",
         filters=" and ".join(filters),
+        filter_table=("memories m", "m.chunk_id"),  # the filters read m alone
         # not deleted, not superseded: most memories; what the given filters keep, no one knows
         filters_keep_most=all(value is None for _, _, value in given),
         relevance=RELEVANCE,

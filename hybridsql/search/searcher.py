@@ -35,6 +35,7 @@ from hybridsql.search.statement import (
     Profile,
     build_statement,
     document_profile,
+    filter_source,
     result_names,
 )
 
@@ -281,11 +282,11 @@ class Searcher:
         rows only."""
         ids = None
         if profile.filters:
+            tested, key = filter_source(profile)
             ids = [
                 r[0]
                 for r in self.conn.execute(
-                    f"select c.id from chunks c {profile.join} where {profile.filters}",
-                    profile.params,
+                    f"select {key} from {tested} where {profile.filters}", profile.params
                 )
             ]
         where = {"model_id": params["model"], "kind": profile.kind}

@@ -23,21 +23,25 @@ class Profile:
     ``kind`` is the kind of chunks searched, 'document' or 'memory': the vector side reads only
     that partition of ``vectors``, the keyword side only that kind's full-text tables.
     ``join`` joins more tables to ``chunks c``; ``filters`` is a condition on them, applied to
-    both candidate lists before their top-k. ``filters_keep_most``: they keep most of the kind's
-    chunks, so the vector side has SQLite test them on the rows vector_index hands best first
-    (``order by score desc limit``, which stops at the pool) rather than hand it the list of
-    every id they keep (``rowid in (select ...)``: a pass over all of them, cheap only when they
-    are few; docs/benchmarks.md). ``relevance`` scores a candidate from
-    ``vector_score``, ``keyword_score`` and the joined columns (None: the fusion of the
-    options); ``columns`` maps more result columns to their SQL. ``late`` maps result columns
-    that only show a result (nothing ranks by them) to SQL over ``hit.id``, the chunk's id:
-    they are computed for the rows returned alone, not for every candidate. User values reach it
-    only as parameters.
+    both candidate lists before their top-k. ``filter_table``: (a table and its alias, its
+    column of chunk ids) when every column the filters read is in that one table (a memory's,
+    ``("memories m", "m.chunk_id")``): the candidate lists test them on it alone, without
+    reading ``chunks`` (a fifth of the vector side at 2,000 memories, docs/benchmarks.md).
+    ``filters_keep_most``: they keep most of the kind's chunks, so the vector side has SQLite
+    test them on the rows vector_index hands best first (``order by score desc limit``, which
+    stops at the pool) rather than hand it the list of every id they keep (``rowid in (select
+    ...)``: a pass over all of them, cheap only when they are few; docs/benchmarks.md).
+    ``relevance`` scores a candidate from ``vector_score``, ``keyword_score`` and the joined
+    columns (None: the fusion of the options); ``columns`` maps more result columns to their
+    SQL. ``late`` maps result columns that only show a result (nothing ranks by them) to SQL
+    over ``hit.id``, the chunk's id: they are computed for the rows returned alone, not for
+    every candidate. User values reach it only as parameters.
     """
 
     kind: str = "document"
     join: str = ""
     filters: str = ""
+    filter_table: tuple = ()
     filters_keep_most: bool = False
     relevance: str | None = None
     columns: dict = field(default_factory=dict)
@@ -93,6 +97,14 @@ def _select_list(columns: dict) -> str:
     return "\n".join([*lines, line.rstrip(",")])
 
 
+def filter_source(profile: Profile) -> tuple[str, str]:
+    """Where the profile's filters are tested: (the tables, as SQL after ``from``; the chunk's
+    id in them)."""
+    if profile.filter_table:
+        return profile.filter_table
+    return f"chunks c {profile.join}", "c.id"
+
+
 def document_profile(project: str | None = None) -> Profile:
     """The Profile of a document search; a project's documents are under ``projects/<name>/``."""
     if project is None:
@@ -123,18 +135,19 @@ def build_statement(
     where = f"and {filters}" if filters else ""
     extra_sql = "".join(f",\n         {sql} as {name}" for name, sql in profile.columns.items())
     extra_names = "".join(f", {name}" for name in profile.columns)
+    tested, key = filter_source(profile)
     parts = []
     if vector_source == "knn" and profile.filters and profile.filters_keep_most:
         parts.append(f"""vec(id, vscore) as materialized (
   select v.rowid, v.score from vectors v
   where v.vector match :query_vector and v.model_id = :model and v.kind = :kind
-    and exists (select 1 from chunks c {join} where c.id = v.rowid and {profile.filters})
+    and exists (select 1 from {tested} where {key} = v.rowid and {profile.filters})
   order by v.score desc limit :pool
 )""")
     elif vector_source == "knn":
         conds = " and kind = :kind"
         if profile.filters:  # the filtered ids, so that the top-k is taken among them
-            conds += f" and rowid in (select c.id from chunks c {join} where {profile.filters})"
+            conds += f" and rowid in (select {key} from {tested} where {profile.filters})"
         parts.append(f"""vec(id, vscore) as materialized (
   select rowid, score from vectors
   where vector match :query_vector and k = :pool and model_id = :model{conds}
@@ -166,7 +179,9 @@ def build_statement(
         # that FTS5 sorts every matching row itself, where SQLite's sorter keeps only the
         # :pool best (a third of the keyword side's time at 100k chunks, bench/run.py).
         source, rank, test = f"{table} f", f"bm25({table})", where
-        if filters:
+        if filters and profile.filter_table:
+            source += f" join {tested} on {key} = f.rowid"
+        elif filters:
             source += f" join chunks c on c.id = f.rowid {join}"
         if native:
             # bm25_candidate() is bm25() but NULL for rows that cannot make the :pool best,
