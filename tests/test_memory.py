@@ -404,6 +404,13 @@ def test_every_vector_backend_gives_the_same_filtered_ranking(index, mode):
     assert ids(everywhere["numpy"]) == ids(everywhere["extension"]) == ids(everywhere["python"])
     assert "order by v.score desc limit :pool" in everywhere["extension"].sql
     assert "k = :pool" in runs["extension"].sql  # a project: the list of its ids, handed over
+    # the filters read a memory's row alone: neither list joins the chunks to it
+    assert (
+        "exists (select 1 from memories m where m.chunk_id = v.rowid" in everywhere["extension"].sql
+    )
+    assert "rowid in (select m.chunk_id from memories m where" in runs["extension"].sql
+    if mode == "hybrid":
+        assert "memories_fts f join memories m on m.chunk_id = f.rowid" in runs["extension"].sql
 
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])
