@@ -4,11 +4,13 @@
     python bench/mcp_load.py --embedder none --seconds 20
     python bench/mcp_load.py --clients 8 --search-share 1.0 --unique-queries  # no query repeats
     python bench/mcp_load.py --scaling            # p95 search latency: projects x memories
+    python bench/mcp_load.py --clients 8 --search-share 1.0 --memories-only  # no documents
     python bench/mcp_load.py --in-process         # one warm process: hybrid, keyword, embedding
     python bench/mcp_load.py --in-process --profile  # and cProfile's top functions of hybrid
 
 Each project's index holds examples/memory plus ``--memories`` memories (sentences of the
-SciFact abstracts in tests/data/scifact), built once into bench/results/ and copied per run.
+SciFact abstracts in tests/data/scifact), built once into bench/results/ and copied per run;
+with ``--memories-only``, the memories alone, as a ``--data-dir`` server's indexes are.
 Clients pick a random project for each request; a search asks for the first words of a random
 SciFact query, an add writes a new sentence with a unique word. At the end, with the server
 stopped, every add the server acknowledged must be in its project's index, found by a keyword
@@ -55,9 +57,12 @@ def sentences():
     ]
 
 
-def base_index(memories: int, embedder: str) -> str:
-    """bench/results/mcp-load-EMBEDDER-N.db: examples/memory and N memories, built once."""
-    path = os.path.join(RESULTS, f"mcp-load-{embedder}-{memories}.db")
+def base_index(memories: int, embedder: str, documents: bool = True) -> str:
+    """bench/results/mcp-load-EMBEDDER-N.db: examples/memory and N memories, built once;
+    without ``documents``, mcp-load-EMBEDDER-N-memories.db, the memories alone (as the indexes
+    of a ``--data-dir`` server are: it has no memory folder)."""
+    name = f"mcp-load-{embedder}-{memories}{'' if documents else '-memories'}.db"
+    path = os.path.join(RESULTS, name)
     if os.path.exists(path):
         return path
     os.makedirs(RESULTS, exist_ok=True)
@@ -66,7 +71,8 @@ def base_index(memories: int, embedder: str) -> str:
     building = path + ".building"
     start = time.perf_counter()
     with HybridIndex(building, embedder=embedder) as index:
-        index.index_folder(os.path.join(ROOT, "examples", "memory"))
+        if documents:
+            index.index_folder(os.path.join(ROOT, "examples", "memory"))
         if index.embedder is not None:  # in batches: the adds then find them in the cache
             for i in range(0, len(texts), 64):
                 index.embedder.embed(texts[i : i + 64])
@@ -170,7 +176,7 @@ def lost_writes(data_dir, acked):
 
 
 def run(args, projects_count, memories):
-    base_db = base_index(memories, args.embedder)
+    base_db = base_index(memories, args.embedder, not args.memories_only)
     data_dir = tempfile.mkdtemp(prefix="hybridsql-load-")
     projects = [f"p{i}" for i in range(projects_count)]
     for project in projects:
@@ -307,6 +313,12 @@ def main():
         " first 6 words), so no query vector comes from a cache",
     )
     parser.add_argument("--projects", type=int, default=1)
+    parser.add_argument(
+        "--memories-only",
+        action="store_true",
+        help="each project's index holds its memories alone, no document (a --data-dir"
+        " server's indexes have no memory folder); search_memory still asks for 3 documents",
+    )
     parser.add_argument("--embedder", default="local", choices=("local", "none"))
     parser.add_argument(
         "--scaling",

@@ -338,6 +338,40 @@ def test_document_search_leaves_memories_out(example_db, tmp_path):
         assert [(r.id, r.score) for r in after] == [(r.id, r.score) for r in before]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kind_the_index_holds_none_of_is_answered_without_its_statement(tmp_path, backend):
+    """A memories-only index (a server's project index has no memory folder) searched for
+    documents: nothing, without the statement; its memories are still searched by theirs, and
+    once a document is indexed it is found."""
+    from hybridsql.memory import MemoryStore
+    from hybridsql.search.options import SearchOptions
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    with HybridIndex(str(tmp_path / "m.db"), embedder="local") as index:
+        store = MemoryStore(index, document_options=SearchOptions(backend=backend))
+        store.add("ERR_CONN_RESET came back after the keep-alive change")
+        ran = []
+
+        def trace(cursor, sql, bindings):
+            ran.append(sql)
+            return True
+
+        index.conn.exec_trace = trace
+        documents = store.search_documents("ERR_CONN_RESET keep-alive")
+        memories = store.search("ERR_CONN_RESET keep-alive", reinforce=False)
+        index.conn.exec_trace = None
+        statements = [sql for sql in ran if sql.startswith("with ")]
+        assert len(documents) == 0 and documents.sql.startswith("with ")
+        assert [h.memory.content for h in memories] == [
+            "ERR_CONN_RESET came back after the keep-alive change"
+        ]
+        assert statements == [memories.sql]  # the documents' was built, never run
+        (folder / "net.md").write_text("# Network\n\nERR_CONN_RESET after keep-alive.\n")
+        index.index_folder(str(folder))
+        assert [r.path for r in store.search_documents("ERR_CONN_RESET keep-alive")] == ["net.md"]
+
+
 def test_profile_columns_cannot_shadow_the_statements_own(idx):
     from hybridsql.search import Profile
 

@@ -163,7 +163,9 @@ class Searcher:
         used = set(re.findall(r":([a-z_0-9]+)", sql))
         params = {k: v for k, v in params.items() if k in used}
         names = result_names(profile)
-        rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
+        rows = []
+        if self._holds(profile.kind):
+            rows = [dict(zip(names, r, strict=True)) for r in self.conn.execute(sql, params)]
         if by_file(opts, profile.kind):
             rows = file_hits(rows, opts.per_file)
             rows = rows if opts.mmr else rows[: opts.limit]
@@ -181,6 +183,14 @@ class Searcher:
             params=params,
             embedded=embedded if query_vector is not None else None,
         )
+
+    def _holds(self, kind: str) -> bool:
+        """Whether the index holds a chunk of ``kind``. A search of a kind it holds none of
+        answers nothing without running its statement, which costs about a millisecond however
+        empty the index (a server's project index, which has no memory folder, has no
+        documents, and every search_memory also searches its documents)."""
+        found = self.conn.execute("select exists (select 1 from chunks where kind = ?)", (kind,))
+        return bool(found.fetchone()[0])
 
     def _embed(self, query: str) -> tuple:
         """(the query's float32 vector as bytes, the text whose embed() in this connection's
