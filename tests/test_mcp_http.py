@@ -488,10 +488,11 @@ def test_a_search_memory_waits_for_its_index_once(tmp_path):
         index.index_folder(str(folder))
         store = MemoryStore(index)
         store.add("deploy freezes start at noon", project="p")
-        guard, calls = threading.RLock(), []
+        guard, calls = threading.Lock(), []
 
         def call(fn, *args, **kwargs):
-            assert guard.acquire(blocking=False)  # nothing else holds it: calls do not nest
+            # not reentrant, so a call made while another holds it fails here: calls do not nest
+            assert guard.acquire(blocking=False)
             try:
                 calls.append(fn)
                 return fn(store, *args, **kwargs)
